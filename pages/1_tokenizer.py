@@ -1,0 +1,73 @@
+"""Page 1: the text as tokens (ids, bytes, partial-UTF-8 groups), two encodings, the padded batch."""
+import pandas as pd
+import streamlit as st
+
+from transformer_core.pipeline import padded_batch
+from transformer_core.tokenizer import available_encodings, tokenize
+from ui.i18n import t
+from ui.session import page_context, show_error
+from ui.widgets import explain, table, token_chips
+
+st.title(t("nav_tokenizer"))
+explain("tok_intro", r"\text{text} \xrightarrow{\text{BPE}} [t_1, \dots, t_n],\quad t_i \in \{0, \dots, |V|-1\}")
+ctx = page_context()
+ss = st.session_state
+encoding = ctx.model.cfg.encoding
+tok = tokenize(ss.text, encoding, allow_special=bool(ss.get("allow_special")), max_tokens=ctx.model.cfg.max_len)
+
+c1, c2, c3 = st.columns(3)
+c1.metric(t("tok_counts"), tok.n_chars)
+c2.metric(t("tok_bytes"), tok.n_bytes)
+c3.metric(t("tok_tokens"), len(tok.tokens) if not tok.truncated else f"{len(tok.tokens)} / {tok.n_tokens_before_truncation}+")
+st.subheader(f"{t('tok_chips')} · {encoding}")
+token_chips(tok.tokens)
+df = pd.DataFrame({
+    t("col_position"): range(len(tok.tokens)),
+    t("col_token"): [x.text for x in tok.tokens],
+    t("col_id"): [x.id for x in tok.tokens],
+    t("col_bytes"): [x.raw.hex(" ") for x in tok.tokens],
+    t("col_partial"): [x.partial for x in tok.tokens],
+})
+with st.expander(t("tok_table"), expanded=len(tok.tokens) <= 40):
+    table(df, "tokens")
+
+st.subheader(t("tok_groups"))
+groups = [(chars, idx) for chars, idx in tok.groups if len(idx) > 1]
+if groups:
+    table(pd.DataFrame({
+        t("col_chars"): [c for c, _ in groups],
+        t("col_tokens"): [" + ".join(tok.tokens[i].text for i in idx) for _, idx in groups],
+        t("col_id"): [", ".join(str(tok.tokens[i].id) for i in idx) for _, idx in groups],
+    }), "groups")
+else:
+    st.caption(t("tok_no_groups"))
+
+st.subheader(t("tok_compare"))
+others = [e for e in available_encodings() if e != encoding]
+other = st.selectbox(t("tok_compare_with"), others, index=others.index("r50k_base") if "r50k_base" in others else 0,
+                     key="compare_enc")
+left, right = st.columns(2)
+with left:
+    st.markdown(f"**{encoding}** · {len(tok.tokens)} {t('tok_tokens').lower()}")
+    token_chips(tok.tokens)
+with right:
+    try:
+        tok2 = tokenize(ss.text, other, allow_special=bool(ss.get("allow_special")), max_tokens=ctx.model.cfg.max_len)
+        st.markdown(f"**{other}** · {len(tok2.tokens)} {t('tok_tokens').lower()}")
+        token_chips(tok2.tokens)
+    except Exception as exc:  # noqa: BLE001 - an encoding that cannot load offline
+        show_error(exc)
+
+st.subheader(t("tok_batch"))
+st.markdown(t("tok_batch_intro"))
+texts = [ss.text, ss.get("tgt") or ""]
+if texts[1].strip():
+    ids, lengths, mask = padded_batch(texts, encoding, max_tokens=ctx.model.cfg.max_len)
+    cols = [str(i) for i in range(ids.size(1))]
+    st.markdown(f"{t('tok_ids')} · shape `{tuple(ids.shape)}`")
+    table(pd.DataFrame(ids.numpy(), columns=cols), "batch_ids")
+    st.markdown(t("tok_mask"))
+    table(pd.DataFrame(mask.int().numpy(), columns=cols), "batch_mask")
+    zero_real = [(b, p) for b in range(ids.size(0)) for p in range(int(lengths[b])) if int(ids[b, p]) == 0]
+    if zero_real:
+        st.warning(t("tok_pitfall", pos=zero_real[0][1]), icon="⚠️")

@@ -1,0 +1,17 @@
+"""Test setup: offline tiktoken through ../shared/tiktoken-cache (copied to a writable temp dir)."""
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+SHARED_CACHE = Path(__file__).resolve().parents[2] / "shared" / "tiktoken-cache"
+
+if "TIKTOKEN_CACHE_DIR" not in os.environ and SHARED_CACHE.is_dir():
+    tmp = Path(tempfile.mkdtemp(prefix="tiktoken-cache-"))
+    for f in SHARED_CACHE.iterdir():
+        shutil.copy(f, tmp / f.name)
+    os.environ["TIKTOKEN_CACHE_DIR"] = str(tmp)
+
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))

@@ -1,0 +1,147 @@
+"""Tokenizer: the course's cl100k numbers, partial-byte tokens, special tokens, broken text, bounded work."""
+import pytest
+import tiktoken
+import tiktoken.load
+import tiktoken.registry
+import torch
+
+import transformer_core.tokenizer as tokmod
+from transformer_core.masks import padding_mask
+from transformer_core.pipeline import padded_batch
+from transformer_core.tokenizer import EncodingUnavailable, load_encoding, tokenize
+
+SENT_1 = "同志们!我踩着地雷了"
+SENT_2 = "我现在开始排雷。"
+IDS_1 = [42016, 78228, 80578, 0, 37046, 164, 116, 102, 84949, 222, 30590, 97565, 35287]
+IDS_2 = [37046, 47551, 19000, 56386, 61056, 97565, 1811]
+
+
+def test_cl100k_ids_of_first_course_sentence():
+    assert tokenize(SENT_1).ids == IDS_1
+
+
+def test_cl100k_ids_of_second_course_sentence():
+    assert tokenize(SENT_2).ids == IDS_2
+
+
+def test_token_zero_is_the_exclamation_mark():
+    tok = tokenize(SENT_1)
+    assert tok.tokens[3].id == 0 and tok.tokens[3].text == "!"
+
+
+def test_partial_byte_tokens_show_as_hex_and_group_into_one_character():
+    tok = tokenize(SENT_1)
+    partial = tok.tokens[5:8]
+    assert [t.id for t in partial] == [164, 116, 102]
+    assert [t.text for t in partial] == ["<0xE8>", "<0xB8>", "<0xA9>"]
+    assert all(t.partial for t in partial)
+    assert len({t.group for t in partial}) == 1
+    assert ("踩", [5, 6, 7]) in tok.groups
+    assert "".join(chars for chars, _ in tok.groups) == SENT_1
+
+
+def test_whole_character_tokens_are_not_partial():
+    tok = tokenize(SENT_1)
+    assert not tok.tokens[0].partial and tok.tokens[0].text == "同"
+
+
+def test_r50k_base_loads_and_encodes():
+    enc = load_encoding("r50k_base")
+    assert enc.n_vocab == 50257
+    assert tokenize("hello world", "r50k_base").ids == enc.encode("hello world")
+
+
+def test_endoftext_is_plain_text_by_default():
+    tok = tokenize("<|endoftext|>")
+    assert 100257 not in tok.ids
+    assert len(tok.ids) > 1
+    assert not any(t.special for t in tok.tokens)
+
+
+def test_endoftext_is_one_special_token_when_allowed():
+    tok = tokenize("<|endoftext|>", allow_special=True)
+    assert tok.ids == [100257]
+    assert tok.tokens[0].special
+
+
+def test_lone_surrogate_does_not_raise_and_sets_cleaned():
+    tok = tokenize("a\ud800b")
+    assert tok.cleaned
+    assert tok.text == "a\ufffdb"
+    assert len(tok.ids) >= 2
+
+
+def test_clean_text_is_not_marked_cleaned():
+    assert not tokenize(SENT_2).cleaned
+
+
+def test_long_text_is_truncated_to_max_tokens():
+    tok = tokenize("同志们!我踩着地雷了 " * 10_000, max_tokens=1000)  # 110 000 characters
+    assert len(tok.ids) == 1000
+    assert tok.truncated
+    assert tok.n_chars == 110_000
+
+
+def test_hundred_thousand_characters_truncated_to_max_tokens():
+    tok = tokenize("x" * 100_000, max_tokens=1000)
+    assert len(tok.ids) == 1000
+    assert tok.truncated
+
+
+def test_short_text_is_not_truncated():
+    tok = tokenize(SENT_1, max_tokens=1000)
+    assert not tok.truncated and tok.n_tokens_before_truncation is None
+
+
+def test_empty_string_gives_zero_tokens():
+    tok = tokenize("")
+    assert tok.ids == [] and tok.groups == [] and not tok.truncated
+
+
+def test_unknown_encoding_raises_encoding_unavailable_naming_it_and_cache_dir():
+    with pytest.raises(EncodingUnavailable) as info:
+        load_encoding("no_such_encoding_xyz")
+    message = str(info.value)
+    assert "no_such_encoding_xyz" in message
+    assert "TIKTOKEN_CACHE_DIR" in message
+
+
+def test_offline_with_empty_cache_raises_encoding_unavailable(monkeypatch, tmp_path):
+    """An empty cache dir and no network: a clear error naming the encoding and TIKTOKEN_CACHE_DIR."""
+
+    def no_network(blobpath):
+        raise ConnectionError(f"offline: refused to fetch {blobpath}")
+
+    monkeypatch.setattr(tiktoken.load, "read_file", no_network)  # never touch the network (no hang)
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})  # tiktoken's own per-process cache
+    monkeypatch.setattr(tokmod, "_cache", {})  # ours
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    with pytest.raises(EncodingUnavailable) as info:
+        load_encoding("cl100k_base")
+    message = str(info.value)
+    assert "cl100k_base" in message
+    assert "TIKTOKEN_CACHE_DIR" in message
+    assert str(tmp_path) in message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_encoding_is_loaded_once_per_process():
+    assert load_encoding("cl100k_base") is load_encoding("cl100k_base")
+    assert isinstance(load_encoding("cl100k_base"), tiktoken.Encoding)
+
+
+def test_padded_batch_of_course_sentences_pads_second_row_with_zero():
+    ids, lengths, _ = padded_batch([SENT_1, SENT_2])
+    assert ids.shape == (2, 13)
+    assert ids[0].tolist() == IDS_1
+    assert ids[1].tolist() == IDS_2 + [0] * 6
+    assert lengths.tolist() == [13, 7]
+
+
+def test_padding_mask_ignores_real_token_zero():
+    ids, lengths, mask = padded_batch([SENT_1, SENT_2])
+    assert ids[0, 3] == 0 and bool(mask[0, 3])  # '!' is id 0 and stays a real token
+    assert bool(mask[0].all())
+    assert mask[1].tolist() == [True] * 7 + [False] * 6
+    assert torch.equal(mask, padding_mask(lengths, ids.size(1)))
+    assert not torch.equal(mask, ids != 0)  # the course's `id == 0` mask would hide '!'

@@ -1,0 +1,106 @@
+"""Plotly figure builders shared by the pages: heatmaps (masked cells marked), head grids, lines, bars.
+
+Data go to the browser as float32 arrays (plotly encodes them compactly); axes are categorical labels
+"i·token", so repeated tokens stay distinct and hover shows the token without extra per-cell data.
+"""
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+DIVERGING = "RdBu_r"
+SEQUENTIAL = "Blues"
+MASK_COLOUR = "rgba(120,120,120,0.35)"
+
+
+def axis_labels(tokens: list[str]) -> list[str]:
+    """Unique category labels: position and token (whitespace made visible)."""
+    return [f"{i}·{tok.replace(' ', '␣').replace(chr(10), '⏎')}" for i, tok in enumerate(tokens)]
+
+
+def _f32(a) -> np.ndarray:
+    return np.asarray(a, dtype=np.float32)
+
+
+def heatmap(z, x_labels, y_labels, *, title="", masked=None, colorscale=DIVERGING, zmid=None, zmin=None,
+            zmax=None, x_title="", y_title="", hover_masked="masked (−∞)", height=None) -> go.Figure:
+    """One heatmap; `masked` (bool, same shape) cells are blank with an ✕ and hover `hover_masked`."""
+    fig = go.Figure()
+    add_heatmap(fig, z, x_labels, y_labels, masked=masked, colorscale=colorscale, zmid=zmid, zmin=zmin, zmax=zmax,
+                hover_masked=hover_masked)
+    n = max(len(y_labels), 1)
+    fig.update_layout(title=title, height=height or min(160 + 22 * n, 720), margin=dict(l=10, r=10, t=40, b=10),
+                      xaxis_title=x_title, yaxis_title=y_title)
+    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_xaxes(type="category", tickangle=-60)
+    return fig
+
+
+def add_heatmap(fig, z, x_labels, y_labels, *, masked=None, colorscale=DIVERGING, zmid=None, zmin=None, zmax=None,
+                hover_masked="masked (−∞)", row=None, col=None, coloraxis=None, showscale=True) -> None:
+    z = _f32(z).copy()
+    text = None
+    if masked is not None:
+        masked = np.asarray(masked, dtype=bool)
+        z[masked] = np.nan
+        text = np.where(masked, hover_masked, "")
+    trace = go.Heatmap(
+        z=z, x=x_labels, y=y_labels, colorscale=None if coloraxis else colorscale, zmid=zmid, zmin=zmin, zmax=zmax,
+        coloraxis=coloraxis, showscale=showscale and not coloraxis, hoverongaps=True, text=text,
+        hovertemplate="query %{y}<br>key %{x}<br>%{z:.4f} %{text}<extra></extra>" if text is not None
+        else "%{y}<br>%{x}<br>%{z:.4f}<extra></extra>",
+    )
+    fig.add_trace(trace, row=row, col=col)
+    if masked is not None and masked.any() and masked.size <= 64 * 64:
+        ys, xs = np.nonzero(masked)  # a visible ✕ on every masked cell
+        fig.add_trace(go.Scatter(x=[x_labels[i] for i in xs], y=[y_labels[i] for i in ys], mode="text",
+                                 text=["✕"] * len(xs), textfont=dict(color="#555", size=9), hoverinfo="skip",
+                                 showlegend=False), row=row, col=col)
+
+
+def heatmap_grid(mats, titles, x_labels, y_labels, *, cols=4, masked=None, colorscale=SEQUENTIAL, zmin=None,
+                 zmax=None, zmid=None, hover_masked="masked (−∞)", row_height=None) -> go.Figure:
+    """Several heatmaps with one shared colour scale (e.g. every head of a layer)."""
+    n = len(mats)
+    cols = min(cols, n)
+    rows = (n + cols - 1) // cols
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.03,
+                        vertical_spacing=0.08 if rows > 1 else 0.02)
+    finite = [m[np.isfinite(m)] for m in map(_f32, mats)]
+    lo = zmin if zmin is not None else min((f.min() for f in finite if f.size), default=0.0)
+    hi = zmax if zmax is not None else max((f.max() for f in finite if f.size), default=1.0)
+    for i, m in enumerate(mats):
+        add_heatmap(fig, m, x_labels, y_labels, masked=None if masked is None else masked[i], row=i // cols + 1,
+                    col=i % cols + 1, coloraxis="coloraxis", hover_masked=hover_masked)
+    fig.update_layout(coloraxis=dict(colorscale=colorscale, cmin=float(lo), cmax=float(hi),
+                                     cmid=zmid), margin=dict(l=10, r=10, t=40, b=10),
+                      height=rows * (row_height or min(120 + 16 * len(y_labels), 420)) + 40)
+    fig.update_yaxes(autorange="reversed", type="category", showticklabels=len(y_labels) <= 40)
+    fig.update_xaxes(type="category", showticklabels=False)
+    return fig
+
+
+def lines(x, series: dict[str, list], *, title="", x_title="", y_title="", height=320) -> go.Figure:
+    """Line chart of named series over x."""
+    fig = go.Figure([go.Scatter(x=list(x), y=_f32(y).tolist(), mode="lines", name=name) for name, y in series.items()])
+    fig.update_layout(title=title, xaxis_title=x_title, yaxis_title=y_title, height=height,
+                      margin=dict(l=10, r=10, t=40, b=10))
+    return fig
+
+
+def bars(labels, values, *, title="", x_title="", y_title="", height=360, secondary=None) -> go.Figure:
+    """Horizontal bars (largest on top); `secondary` adds a second series for comparison."""
+    fig = go.Figure(go.Bar(x=_f32(values).tolist(), y=labels, orientation="h", name=y_title or "value"))
+    if secondary is not None:
+        name, vals = secondary
+        fig.add_trace(go.Bar(x=_f32(vals).tolist(), y=labels, orientation="h", name=name, opacity=0.5))
+    fig.update_layout(title=title, xaxis_title=x_title, height=height, barmode="overlay",
+                      margin=dict(l=10, r=10, t=40, b=10))
+    fig.update_yaxes(autorange="reversed", type="category")
+    return fig
+
+
+def figure_bytes(fig: go.Figure) -> int:
+    """Size of the JSON a figure sends to the browser."""
+    return len(fig.to_json().encode("utf-8"))

@@ -1,0 +1,42 @@
+"""Every UI string in English and Chinese (assets/strings.json); the browser's locale picks the default."""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import streamlit as st
+
+LANGS = {"en": "English", "zh": "中文"}
+STRINGS_DIR = Path(__file__).resolve().parents[1] / "assets" / "strings"
+
+
+@lru_cache(maxsize=1)
+def strings() -> dict[str, dict[str, str]]:
+    """key -> {"en": ..., "zh": ...}, merged from every assets/strings/*.json (one file per page)."""
+    merged: dict[str, dict[str, str]] = {}
+    for path in sorted(STRINGS_DIR.glob("*.json")):
+        merged.update(json.loads(path.read_text(encoding="utf-8")))
+    return merged
+
+
+def browser_lang() -> str:
+    """'zh' when the browser asks for Chinese, else 'en'."""
+    try:
+        locale = (st.context.locale or "").lower()
+    except Exception:  # no browser context (AppTest)
+        locale = ""
+    return "zh" if locale.startswith("zh") else "en"
+
+
+def lang() -> str:
+    return st.session_state.get("lang", "en")
+
+
+def t(key: str, **fmt) -> str:
+    """The string for key in the current language, formatted with fmt."""
+    entry = strings().get(key)
+    if entry is None:
+        return key
+    text = entry.get(lang()) or entry["en"]
+    return text.format(**fmt) if fmt else text

@@ -1,0 +1,50 @@
+"""Small render helpers shared by pages: explanation blocks, charts and tables with downloads, token chips."""
+from __future__ import annotations
+
+import html
+
+import pandas as pd
+import streamlit as st
+
+from .i18n import t
+
+PLOTLY_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
+CHIP_COLOURS = ("#fde2e4", "#e2ece9", "#dfe7fd", "#fff1e6", "#e9f5db", "#f0e6ef", "#d7f9f1", "#fcf4dd")
+
+
+def explain(key: str, latex: str | None = None) -> None:
+    """Two or three sentences and the step's formula."""
+    st.markdown(t(key))
+    if latex:
+        st.latex(latex)
+
+
+def chart(fig, key: str) -> None:
+    """A plotly chart; its toolbar camera downloads a PNG."""
+    st.plotly_chart(fig, key=key, config=PLOTLY_CONFIG, width="stretch")
+
+
+def table(df: pd.DataFrame, key: str, *, height: int | None = None) -> None:
+    """A dataframe with a CSV download button."""
+    st.dataframe(df, width="stretch", height=height or "auto")
+    st.download_button(t("download_csv"), df.to_csv(index=False).encode("utf-8"), file_name=f"{key}.csv",
+                       mime="text/csv", key=f"dl_{key}")
+
+
+def token_chips(tokens, *, show_ids: bool = True) -> None:
+    """Tokens as coloured chips with id and bytes on hover; all user text is HTML-escaped."""
+    chips = []
+    for i, tok in enumerate(tokens):
+        colour = CHIP_COLOURS[tok.group % len(CHIP_COLOURS)]
+        border = "2px dashed #c0392b" if tok.partial else "1px solid #bbb"
+        label = html.escape(tok.text.replace(" ", "␣").replace("\n", "⏎"))
+        title = html.escape(f"#{i} id {tok.id} bytes {tok.raw.hex(' ')}", quote=True)
+        sub = f"<sub style='color:#555'>{tok.id}</sub>" if show_ids else ""
+        chips.append(f"<span title='{title}' style='background:{colour};border:{border};border-radius:4px;"
+                     f"padding:2px 4px;margin:2px;display:inline-block;font-family:monospace'>{label}{sub}</span>")
+    st.html(f"<div style='line-height:2.2'>{''.join(chips)}</div>")
+
+
+def tensor_frame(mat, index, columns) -> pd.DataFrame:
+    """A 2-D tensor/array as a DataFrame with token labels (rounded for reading)."""
+    return pd.DataFrame(mat, index=index, columns=columns).round(4)
