@@ -4,7 +4,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_core import DecoderLayer, EncoderLayer, MultiHeadAttention, attention, capture, preset
+from transformer_core import (
+    DecoderLayer,
+    EncoderLayer,
+    MultiHeadAttention,
+    attention,
+    capture,
+    preset,
+)
 from transformer_core.hooks import name_hook_points
 from transformer_core.masks import padding_mask, subsequent_mask
 

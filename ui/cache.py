@@ -1,11 +1,16 @@
 """Process-wide caches: one model per key for all sessions, one trace per (model, text, masks, layer).
 
-Traces are cached with cache_resource (shared, no copy on read): a Trace is immutable (its tensors are
-inference tensors that refuse in-place writes), so sharing it across sessions is safe and keeps reruns fast.
+Traces are shared by all sessions without copying: a Trace is immutable (its tensors are inference tensors
+that refuse in-place writes). They live in a byte-bounded LRU (a 1000-token trace of the base model holds
+hundreds of MB, so a count limit alone is not enough); concurrent requests for one key compute it once.
 """
 from __future__ import annotations
 
+import os
+import threading
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 
 import streamlit as st
 import torch
@@ -32,14 +37,64 @@ def get_device() -> tuple[str, str]:
     return str(dev), device_name(dev)
 
 
-@st.cache_resource(show_spinner=False, max_entries=48, ttl=3600)
+def trace_bytes(trace: Trace) -> int:
+    return sum(t.numel() * t.element_size() for t in trace.tensors.values())
+
+
+class BoundedCache:
+    """Thread-safe LRU bounded by bytes; one computation per key even under concurrent requests."""
+
+    def __init__(self, max_bytes: int, size_of: Callable[[object], int]) -> None:
+        self.max_bytes, self.size_of = max_bytes, size_of
+        self._lock = threading.Lock()
+        self._items: OrderedDict[tuple, tuple[object, int]] = OrderedDict()
+        self._pending: dict[tuple, threading.Event] = {}
+
+    def get(self, key: tuple, compute: Callable[[], object]):
+        while True:
+            with self._lock:
+                if key in self._items:
+                    self._items.move_to_end(key)
+                    return self._items[key][0]
+                event = self._pending.get(key)
+                if event is None:
+                    self._pending[key] = threading.Event()
+                    break
+            event.wait()  # another session is computing this key; an error there makes us retry
+        try:
+            value = compute()
+            with self._lock:
+                self._items[key] = (value, self.size_of(value))
+                while self.total_bytes() > self.max_bytes and len(self._items) > 1:
+                    self._items.popitem(last=False)
+            return value
+        finally:
+            with self._lock:
+                self._pending.pop(key).set()
+
+    def total_bytes(self) -> int:
+        return sum(size for _, size in self._items.values())
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+TRACES = BoundedCache(int(os.environ.get("TRANSFORMER_EXPLORER_TRACE_CACHE_MB", "2048")) * 2**20,
+                      lambda value: trace_bytes(value[1]))
+
+
 def get_trace(key: str, device: str, text: str, tgt_text: str | None, masks: tuple, layer: int,
               allow_special: bool, extra: tuple = ()) -> tuple[Prepared, Trace]:
-    """Tokenize and trace once per input; per-head tensors kept for `layer` only."""
-    model, _ = get_model(key, device)
-    prep = prepare(model, text, tgt_text, allow_special=allow_special, extra=extra)
-    _, trace = run_with_trace(model, prep.src_ids, prep.tgt_ids, masks=dict(masks), names=layer_filter(layer))
-    return prep, trace
+    """Tokenize and trace once per input (shared by all sessions); per-head tensors kept for `layer` only."""
+
+    def compute():
+        model, _ = get_model(key, device)
+        prep = prepare(model, text, tgt_text, allow_special=allow_special, extra=extra)
+        _, trace = run_with_trace(model, prep.src_ids, prep.tgt_ids, masks=dict(masks), names=layer_filter(layer))
+        return prep, trace
+
+    return TRACES.get((key, device, text, tgt_text, masks, layer, allow_special, tuple(extra)), compute)
 
 
 @st.cache_resource(show_spinner=False, max_entries=48, ttl=3600)

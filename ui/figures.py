@@ -104,3 +104,23 @@ def bars(labels, values, *, title="", x_title="", y_title="", height=360, second
 def figure_bytes(fig: go.Figure) -> int:
     """Size of the JSON a figure sends to the browser."""
     return len(fig.to_json().encode("utf-8"))
+
+
+def add_mask_marks(fig, masked, x_labels, y_labels, *, hovertemplate="query %{y}<br>key %{x}<br>masked (−∞)",
+                   row=None, col=None, marks: bool | None = None) -> None:
+    """Mark masked cells compactly: one grey overlay heatmap, ✕ as cell text (`marks`, default up to 64×64 cells).
+
+    The marked heatmap should already hold NaN there; its gaps stop answering hover, the overlay does instead.
+    """
+    masked = np.asarray(masked, dtype=bool)
+    if not masked.any():
+        return
+    marks = masked.size <= 64 * 64 if marks is None else marks
+    fig.update_traces(hoverongaps=False, selector={"type": "heatmap"})
+    fig.add_trace(go.Heatmap(
+        z=np.where(masked, 1.0, np.nan).astype(np.float32), x=x_labels, y=y_labels, showscale=False,
+        colorscale=[[0, MASK_COLOUR], [1, MASK_COLOUR]], hoverongaps=False,
+        hovertemplate=hovertemplate + "<extra></extra>",
+        text=np.where(masked, "✕", "").tolist() if marks else None, texttemplate="%{text}" if marks else None,
+        textfont={"color": "#555"}, name="mask",
+    ), row=row, col=col)

@@ -91,11 +91,14 @@ def sidebar() -> None:
             encs = available_encodings()
             if ss.enc not in encs:
                 ss.enc = "cl100k_base"
-            st.selectbox(t("encoding"), encs, key="enc", help=t("encoding_help"))
-        st.text_area(t("input_text"), key="text", help=t("input_help"), max_chars=TEXT_MAX_CHARS, height=90)
+            st.selectbox(t("encoding"), encs, key="enc", help=t("encoding_help"), on_change=clear_generated)
+        st.text_area(t("input_text"), key="text", help=t("input_help"), max_chars=TEXT_MAX_CHARS, height=90,
+                     on_change=clear_generated)
         if model_is_encoder_decoder(entry):
-            st.text_area(t("target_text"), key="tgt", help=t("target_help"), max_chars=TEXT_MAX_CHARS, height=70)
+            st.text_area(t("target_text"), key="tgt", help=t("target_help"), max_chars=TEXT_MAX_CHARS, height=70,
+                         on_change=clear_generated)
         st.checkbox(t("allow_special"), key="allow_special", help=t("allow_special_help"))
+        generated_sidebar()
         _, dev_label = cache.get_device()
         st.caption(f"{t('device')}: **{dev_label}**")
         if len(ss.text) > URL_MAX_TEXT:
@@ -103,6 +106,19 @@ def sidebar() -> None:
         else:
             st.caption(t("share_link"))
     _sync_url()
+
+
+def clear_generated() -> None:
+    """Forget the tokens generated on the logits page (a new text, target or encoding starts afresh)."""
+    st.session_state.gen_ids = []
+
+
+def generated_sidebar() -> None:
+    """Sidebar: how many generated tokens are appended to the sequence, and a button that clears them."""
+    n = len(st.session_state.get("gen_ids") or ())
+    if n:
+        st.caption(t("log_gen_count", n=n))
+        st.button(t("log_gen_clear"), key="gen_clear", on_click=clear_generated)
 
 
 def model_key() -> str:

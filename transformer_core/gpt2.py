@@ -1,0 +1,150 @@
+"""Load real GPT-2 weights (Hugging Face model.safetensors or pytorch_model.bin) into our decoder-only Transformer.
+
+GPT-2 is pre-norm, which our AddNorm(norm_first=True) computes exactly: x + attn(ln_1(x)), then
+x + mlp(ln_2(x)), a final ln_f, and logits against the tied token embedding. HF stores its linear layers
+as Conv1D with weight (in, out), so each is transposed; c_attn holds W_q, W_k, W_v side by side.
+"""
+from __future__ import annotations
+
+import os
+import re
+import zipfile
+from pathlib import Path
+
+import torch
+
+from .checkpoint import CheckpointError, load_state_into
+from .config import TransformerConfig
+from .model import Transformer, build_model
+
+ENV_VAR = "GPT2_WEIGHTS"
+HEADS_BY_WIDTH = {768: 12, 1024: 16, 1280: 20, 1600: 25}  # gpt2, -medium, -large, -xl
+TOP_KEYS = ("wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias")
+LAYER_KEYS = tuple(f"{m}.{p}" for m in ("ln_1", "attn.c_attn", "attn.c_proj", "ln_2", "mlp.c_fc", "mlp.c_proj")
+                   for p in ("weight", "bias"))
+BUFFERS = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)$")  # causal-mask buffers, not weights
+
+
+class Gpt2LoadError(ValueError):
+    """A GPT-2 weights file that cannot be used; the message says why."""
+
+
+def weights_path(path: str | Path | None = None) -> Path:
+    """The path argument, else $GPT2_WEIGHTS."""
+    chosen = path or os.environ.get(ENV_VAR)
+    if not chosen:
+        raise Gpt2LoadError(f"no GPT-2 weights given: pass the path of model.safetensors or pytorch_model.bin, "
+                            f"or set {ENV_VAR}")
+    return Path(chosen).expanduser()
+
+
+def file_format(path: Path) -> str | None:
+    """'safetensors', 'torch' (zip or legacy pickle), or None for anything else."""
+    with path.open("rb") as f:
+        head = f.read(9)
+    if len(head) == 9 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") < path.stat().st_size:
+        return "safetensors"
+    if zipfile.is_zipfile(path) or head[:1] == b"\x80":
+        return "torch"
+    return None
+
+
+def read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """Tensors by name; pickles are read with weights_only=True, so code in a file is refused, never run."""
+    if not path.is_file():
+        raise Gpt2LoadError(f"no file at {path}")
+    kind = file_format(path)
+    if kind is None:
+        raise Gpt2LoadError(f"{path.name} is neither a safetensors file nor a PyTorch weights file")
+    try:
+        if kind == "safetensors":
+            from safetensors.torch import load_file
+            state = load_file(str(path), device="cpu")
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # UnpicklingError for code or objects, SafetensorError / RuntimeError if corrupt
+        raise Gpt2LoadError(f"{path.name} was refused: it is not a plain file of tensors ({type(exc).__name__}); "
+                            "nothing in it was run") from exc
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise Gpt2LoadError(f"{path.name} does not hold a dictionary of tensors")
+    return state
+
+
+def strip_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Drop the 'transformer.' prefix, the attention-mask buffers and a tied lm_head.weight."""
+    out = {k.removeprefix("transformer."): v for k, v in state.items()}
+    head = out.pop("lm_head.weight", None)
+    if head is not None and "wte.weight" in out and not torch.equal(head, out["wte.weight"]):
+        raise Gpt2LoadError("lm_head.weight differs from wte.weight: GPT-2 ties them, this file does not")
+    return {k: v for k, v in out.items() if not BUFFERS.fullmatch(k)}
+
+
+def check_keys(state: dict[str, torch.Tensor]) -> int:
+    """The number of layers; Gpt2LoadError names missing or unexpected keys."""
+    layers = {int(m.group(1)) for k in state if (m := re.match(r"h\.(\d+)\.", k))}
+    n_layers = max(layers) + 1 if layers else 0
+    expected = [*TOP_KEYS, *(f"h.{i}.{k}" for i in range(n_layers) for k in LAYER_KEYS)]
+    missing = [k for k in expected if k not in state]
+    if missing or not n_layers:
+        shown = ", ".join(missing[:8]) + (f" (and {len(missing) - 8} more)" if len(missing) > 8 else "")
+        raise Gpt2LoadError(f"this is not a GPT-2 state dict: missing {shown or 'every h.N layer'}")
+    unexpected = sorted(set(state) - set(expected))
+    if unexpected:
+        raise Gpt2LoadError(f"this is not a GPT-2 state dict: unexpected keys {', '.join(unexpected[:8])}")
+    return n_layers
+
+
+def gpt2_config(state: dict[str, torch.Tensor], n_layers: int, n_heads: int | None = None) -> TransformerConfig:
+    """A decoder-only config matching GPT-2, sizes read from the tensor shapes."""
+    flat = [k for k in ("wte.weight", "wpe.weight", "h.0.mlp.c_fc.weight") if state[k].dim() != 2]
+    if flat:
+        raise Gpt2LoadError(f"this is not a GPT-2 state dict: {', '.join(flat)} should be matrices")
+    vocab, d = state["wte.weight"].shape
+    heads = n_heads or HEADS_BY_WIDTH.get(d)
+    if heads is None:
+        raise Gpt2LoadError(f"width {d} is not a GPT-2 size {sorted(HEADS_BY_WIDTH)}: pass n_heads")
+    return TransformerConfig(
+        arch="decoder_only", vocab_size=vocab, d_model=d, n_heads=heads, n_layers=n_layers,
+        d_ffn=state["h.0.mlp.c_fc.weight"].shape[1], dropout=0.0, max_len=state["wpe.weight"].shape[0],
+        encoding="r50k_base", positional="learned", final_norm=True, norm_first=True, activation="gelu_tanh",
+        tie_embeddings=True, output_bias=False, layer_norm_eps=1e-5,
+    )
+
+
+def to_ours(state: dict[str, torch.Tensor], n_layers: int) -> dict[str, torch.Tensor]:
+    """HF GPT-2 names and Conv1D (in, out) weights -> our names and nn.Linear (out, in) weights."""
+    s = {k: v.float() for k, v in state.items()}
+    out = {"decoder.embed.tok.weight": s["wte.weight"], "out.weight": s["wte.weight"],
+           "decoder.embed.pos.weight": s["wpe.weight"],
+           "decoder.norm.weight": s["ln_f.weight"], "decoder.norm.bias": s["ln_f.bias"]}
+    for i in range(n_layers):
+        h, ours = f"h.{i}.", f"decoder.layers.{i}."
+        q, k, v = s[h + "attn.c_attn.weight"].t().chunk(3, dim=0)  # (3d, d) -> 3 × (d, d)
+        qb, kb, vb = s[h + "attn.c_attn.bias"].chunk(3)
+        pairs = {
+            "addnorm1.ln.weight": s[h + "ln_1.weight"], "addnorm1.ln.bias": s[h + "ln_1.bias"],
+            "self_attn.W_q.weight": q, "self_attn.W_k.weight": k, "self_attn.W_v.weight": v,
+            "self_attn.W_q.bias": qb, "self_attn.W_k.bias": kb, "self_attn.W_v.bias": vb,
+            "self_attn.W_o.weight": s[h + "attn.c_proj.weight"].t(), "self_attn.W_o.bias": s[h + "attn.c_proj.bias"],
+            "addnorm2.ln.weight": s[h + "ln_2.weight"], "addnorm2.ln.bias": s[h + "ln_2.bias"],
+            "ffn.linear1.weight": s[h + "mlp.c_fc.weight"].t(), "ffn.linear1.bias": s[h + "mlp.c_fc.bias"],
+            "ffn.linear2.weight": s[h + "mlp.c_proj.weight"].t(), "ffn.linear2.bias": s[h + "mlp.c_proj.bias"],
+        }
+        out |= {ours + name: t.contiguous() for name, t in pairs.items()}
+    return out
+
+
+def load_gpt2(path: str | Path | None = None, *, n_heads: int | None = None, device=None) -> tuple[Transformer, dict]:
+    """Our Transformer holding GPT-2's weights (eval mode), and a meta dict about the file."""
+    path = weights_path(path)
+    state = strip_hf(read_tensors(path))
+    n_layers = check_keys(state)
+    cfg = gpt2_config(state, n_layers, n_heads)
+    model = build_model(cfg, "cpu")
+    try:
+        load_state_into(model, to_ours(state, n_layers))
+    except CheckpointError as exc:
+        raise Gpt2LoadError(f"{path.name} has GPT-2 names but inconsistent shapes: {exc}") from exc
+    meta = {"source": str(path), "n_layers": n_layers, "d_model": cfg.d_model, "n_heads": cfg.n_heads,
+            "vocab_size": cfg.vocab_size, "max_len": cfg.max_len}
+    return model.to(device or "cpu").eval(), meta
