@@ -5,8 +5,10 @@ import streamlit as st
 from transformer_core.pipeline import padded_batch
 from transformer_core.tokenizer import available_encodings, tokenize
 from ui.i18n import t
-from ui.session import page_context, show_error
+from ui.session import page_context, show_error, through_app
 from ui.widgets import explain, table, token_chips
+
+through_app()
 
 st.title(t("nav_tokenizer"))
 explain("tok_intro", r"\text{text} \xrightarrow{\text{BPE}} [t_1, \dots, t_n],\quad t_i \in \{0, \dots, |V|-1\}")

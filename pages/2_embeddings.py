@@ -1,2 +1,105 @@
+"""Page 2: token embeddings, the sine/cosine positional encoding, their sum and the √d_model balance."""
+import pandas as pd
 import streamlit as st
-st.write("todo")
+
+from transformer_core.layers import sinusoid_table
+from transformer_core.pipeline import token_labels
+from transformer_core.positional import position_table, scale_balance, similarity
+from ui.figures import SEQUENTIAL, axis_labels, bars, heatmap, lines
+from ui.i18n import t
+from ui.session import page_context, show_error, through_app
+from ui.widgets import chart, explain, table, tensor_frame
+
+through_app()
+
+MAX_DIMS = 128  # dimensions sent to the browser at once
+MAX_POSITIONS = 256  # positions in the PE heatmap, curves and similarity matrix
+PE_LATEX = (r"PE_{(pos,\,2i)} = \sin\!\left(\frac{pos}{10000^{2i/d_{\text{model}}}}\right),\qquad "
+            r"PE_{(pos,\,2i+1)} = \cos\!\left(\frac{pos}{10000^{2i/d_{\text{model}}}}\right)")
+SMALL_COLUMNS = ["sin i=0", "cos i=0", "sin i=1", "cos i=1"]
+
+
+def dim_name(i: int, sinusoidal: bool) -> str:
+    return f"d{i} ({'sin' if i % 2 == 0 else 'cos'}, i={i // 2})" if sinusoidal else f"d{i}"
+
+
+st.title(t("nav_embeddings"))
+explain("emb_intro", r"x_{pos} = E[t_{pos}]\cdot s + PE_{pos},\qquad s \in \{1, \sqrt{d_{\text{model}}}\}")
+ctx = page_context()
+cfg = ctx.model.cfg
+d = cfg.d_model
+
+side = "decoder"
+if ctx.model.is_encoder_decoder:
+    choice = st.radio(t("enc_side"), ["src", "tgt"], format_func=lambda s: t(f"side_{s}"), horizontal=True,
+                      key="emb_side")
+    side = "encoder" if choice == "src" else "decoder"
+ids = (ctx.trace.src_ids if side == "encoder" or not ctx.model.is_encoder_decoder else ctx.trace.tgt_ids)[0]
+tok, scaled, pe, summed = (ctx.trace[f"{side}.embed.{h}"][0]
+                           for h in ("hook_tok", "hook_scaled", "pos.hook_pe", "hook_sum"))  # (T, d)
+n_tok = ids.numel()
+labels = axis_labels(token_labels(ctx.model, ids))
+st.caption(t("emb_shapes", side=side, n=n_tok, d=d, shape=f"(1, {n_tok}, {d})"))
+
+lo, hi = st.slider(t("emb_dims"), 0, d - 1, (0, min(d, 64) - 1), key=f"emb_dims_{d}",
+                   help=t("emb_dims_help", n=MAX_DIMS))
+if hi - lo + 1 > MAX_DIMS:
+    hi = lo + MAX_DIMS - 1
+    st.caption(t("emb_dims_capped", lo=lo, hi=hi, n=MAX_DIMS))
+dims = [f"d{i}" for i in range(lo, hi + 1)]
+
+st.subheader(t("emb_tok"))
+chart(heatmap(tok[:, lo:hi + 1], dims, labels, zmid=0, x_title=t("emb_axis_dim"), y_title=t("col_token")), "emb_tok")
+
+st.subheader(t("emb_pe"))
+explain("emb_pe_text", PE_LATEX)
+sinusoidal = cfg.positional == "sinusoidal"
+if not sinusoidal:
+    st.info(t(f"emb_note_{cfg.positional}"), icon="ℹ️")
+cap = min(cfg.max_len, MAX_POSITIONS)
+more = st.checkbox(t("emb_pos_more"), key="emb_pos_more")
+n_pos = st.slider(t("emb_pos_n"), 1, cap, min(max(n_tok, 32), cap), key=f"emb_pos_n_{cap}") if more else min(n_tok, cap)
+if not more and n_tok > cap:
+    st.caption(t("emb_pos_capped", n=cap, total=n_tok))
+table_pe = position_table(ctx.model, n_pos, side)  # (n_pos, d)
+pos_labels = [str(p) for p in range(n_pos)]
+chart(heatmap(table_pe[:, lo:hi + 1], dims, pos_labels, zmid=0, x_title=t("emb_axis_dim"), y_title=t("col_position")),
+      "emb_pe")
+
+st.subheader(t("emb_pe_curves"))
+default_dims = sorted({i for i in (0, 1, 4, 5, d // 2, d - 2) if i < d})
+chosen = st.multiselect(t("emb_pe_dims"), list(range(d)), default=default_dims, max_selections=8,
+                        key=f"emb_curve_dims_{d}", format_func=lambda i: dim_name(i, sinusoidal))
+if chosen:
+    series = {dim_name(i, sinusoidal): table_pe[:, i].tolist() for i in chosen}
+    chart(lines(range(n_pos), series, x_title=t("col_position"), y_title="PE"), "emb_curves")
+
+st.subheader(t("emb_sum"))
+chart(heatmap(summed[:, lo:hi + 1], dims, labels, zmid=0, x_title=t("emb_axis_dim"), y_title=t("col_token")),
+      "emb_sum")
+
+st.subheader(t("emb_scale"))
+explain("emb_scale_intro", r"\text{mean}\,|E\cdot\sqrt{d_{\text{model}}}| = \sqrt{d_{\text{model}}}\;\text{mean}\,|E|")
+try:
+    bal = scale_balance(tok, scaled, pe)
+    st.markdown(t("emb_means", tok=bal["tok"], scaled=bal["scaled"], pe=bal["pe"]) + " "
+                + t("emb_model_scales" if cfg.scale_embedding else "emb_model_no_scale", factor=bal["factor"]))
+    if bal["pe"] > 0:
+        st.markdown(t("emb_scale_would", sqrt=bal["sqrt_scaled"], ratio=bal["sqrt_scaled"] / bal["pe"],
+                      now=bal["scaled"] / bal["pe"]))
+    names = [t("emb_bar_tok"), t("emb_bar_scaled"), t("emb_bar_sqrt"), t("emb_bar_pe")]
+    chart(bars(names, [bal["tok"], bal["scaled"], bal["sqrt_scaled"], bal["pe"]], x_title=t("emb_mean_abs"),
+               height=260), "emb_balance")
+except Exception as exc:  # noqa: BLE001 - shown as a message, never a traceback
+    show_error(exc)
+
+st.subheader(t("emb_sim"))
+explain("emb_sim_text", r"PE_p\cdot PE_q = \sum_{i} \cos\!\big(\omega_i\,(p-q)\big),\qquad "
+        r"\omega_i = 10000^{-2i/d_{\text{model}}}" if sinusoidal else None)
+chart(heatmap(similarity(table_pe), pos_labels, pos_labels, colorscale=SEQUENTIAL, x_title=t("col_position"),
+              y_title=t("col_position")), "emb_sim")
+
+st.subheader(t("emb_small"))
+st.markdown(t("emb_small_text"))
+small = sinusoid_table(6, 4).double().numpy()  # rounded in float64, as torch prints it (0.9999, not 1.0)
+table(tensor_frame(small, pd.Index(range(6), name="pos"), SMALL_COLUMNS).reset_index(), "pe_small")

@@ -1,2 +1,109 @@
+"""Page 4: one position's logits and softmax, temperature / top-k / top-p, and step-by-step generation."""
+import pandas as pd
 import streamlit as st
-st.write("todo")
+
+from transformer_core.generation import Sampling, SamplingError
+from transformer_core.next_token import decoder_ids, distribution, grow, tokens_of
+from transformer_core.pipeline import real_ids, token_labels
+from ui.figures import axis_labels, bars
+from ui.i18n import t
+from ui.session import page_context, show_error, through_app
+from ui.widgets import chart, explain, table, token_chips
+
+through_app()
+
+st.title(t("nav_logits"))
+explain("log_intro", r"\operatorname{softmax}(z_i / T) = \frac{e^{z_i / T}}{\sum_j e^{z_j / T}}")
+ctx = page_context()
+ss = st.session_state
+model, cfg = ctx.model, ctx.model.cfg
+if ctx.key.startswith("preset:"):
+    st.info(t("log_random_note"), icon="🎲")
+
+dec = decoder_ids(ctx.trace).tolist()  # model ids of the decoder-side sequence (incl. generated ones)
+src = ctx.trace.src_ids[0].tolist()
+n_gen = len(ss.get("gen_ids") or ())
+st.markdown(t("log_sequence", n=len(dec), g=n_gen))
+token_chips(tokens_of(real_ids(model, dec), cfg.encoding))
+
+labels = token_labels(model, dec)
+if len(dec) > 1:  # the key carries the length, so a grown sequence opens on its new last position
+    pos = st.slider(t("log_position"), 0, len(dec) - 1, len(dec) - 1, key=f"log_pos_{len(dec)}")
+else:
+    pos = 0
+    st.caption(t("log_one_position"))
+st.caption(t("log_position_caption", pos=pos, tok=repr(labels[pos]), next=pos + 1))
+
+st.subheader(t("log_controls"))
+c1, c2, c3, c4 = st.columns(4)
+temperature = c1.slider(t("log_temperature"), 0.0, 5.0, 1.0, 0.05, key="log_T", help=t("log_temperature_help"))
+top_k = c2.number_input(t("log_topk"), 0, cfg.vocab_size, 0, 1, key="log_topk", help=t("log_topk_help"))
+top_p = c3.slider(t("log_topp"), 0.0, 1.0, 1.0, 0.01, key="log_topp", help=t("log_topp_help"))
+shown = c4.number_input(t("log_show"), 1, 100, 10, 1, key="log_show")
+sampling = Sampling(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p))
+try:
+    dist = distribution(ctx.trace.logits[0, pos], sampling, top=int(shown))
+except SamplingError as exc:
+    st.warning(f"{t('log_bad_sampling')} {exc}", icon="🎛️")
+    dist = None
+except Exception as exc:  # noqa: BLE001 - never a traceback
+    show_error(exc)
+    dist = None
+
+if dist is not None:
+    m1, m2, m3 = st.columns(3)
+    m1.metric(t("log_entropy"), f"{dist.entropy:.4f}")
+    m2.metric(t("log_sum"), f"{dist.total:.6f}")
+    m3.metric(t("log_kept"), dist.kept)
+    names = token_labels(model, dist.ids)
+    chart(bars(axis_labels(names), dist.probs, title=t("log_chart"), y_title=t("col_prob"),
+               secondary=(t("col_prob_raw"), dist.raw), height=max(260, 26 * len(names) + 80)), "log_probs")
+    st.subheader(t("log_table"))
+    table(pd.DataFrame({
+        t("col_token"): names,
+        t("col_id"): real_ids(model, dist.ids),
+        t("col_logit"): [round(x, 4) for x in dist.logits],
+        t("col_prob"): dist.probs,
+        t("col_prob_raw"): dist.raw,
+    }), "log_top")
+
+
+def _append(model, src: list[int], dec: list[int], steps: int, s: Sampling, seed: int) -> None:
+    """Button callback (runs before the rerun, so every page already sees the new tokens)."""
+    try:
+        new = grow(model, src, dec, steps, s, seed)
+    except Exception as exc:  # noqa: BLE001 - shown on the rerun, never a traceback
+        prefix = t("log_bad_sampling") if isinstance(exc, SamplingError) else t("err_unexpected")
+        ss["_log_flash"] = ("error", f"{prefix} {exc}")
+        return
+    ss.gen_ids = list(ss.get("gen_ids") or ()) + new
+    text = t("log_added", toks=" ".join(repr(x) for x in token_labels(model, new))) if new else ""
+    ss["_log_flash"] = ("warning", f"{text} {t('log_full')}".strip()) if len(new) < steps else ("success", text)
+
+
+def _undo() -> None:
+    ids = list(ss.get("gen_ids") or ())
+    ss.gen_ids = ids[:-1]
+    if not ids:
+        ss["_log_flash"] = ("info", t("log_nothing_to_undo"))
+
+
+st.subheader(t("log_generate"))
+st.markdown(t("log_gen_intro"))
+g1, g2 = st.columns(2)
+greedy = g1.radio(t("log_mode"), [True, False], key="log_greedy", horizontal=True,
+                  format_func=lambda g: t("log_greedy") if g else t("log_sample")) is True
+seed = int(g2.number_input(t("log_seed"), 0, 2**31 - 1, 0, 1, key="log_seed", help=t("log_seed_help"),
+                           disabled=greedy))
+full = len(dec) >= cfg.max_len
+b1, b2, b3 = st.columns(3)
+blocked = full or (dist is None and not greedy)
+rule = Sampling(greedy=True) if greedy else sampling
+b1.button(t("log_next"), key="log_next", on_click=_append, args=(model, src, dec, 1, rule, seed), disabled=blocked)
+b2.button(t("log_steps"), key="log_five", on_click=_append, args=(model, src, dec, 5, rule, seed), disabled=blocked)
+b3.button(t("log_undo"), key="log_undo", on_click=_undo, disabled=not n_gen)
+flash = ss.pop("_log_flash", None)
+if flash:
+    getattr(st, flash[0])(flash[1])
+elif full:
+    st.warning(t("log_full"), icon="🧱")

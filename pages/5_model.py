@@ -1,2 +1,70 @@
+"""Page 5: the architecture, config, module tree, parameters per component, every shape, device and timing."""
+import dataclasses
+
+import pandas as pd
 import streamlit as st
-st.write("todo")
+
+from transformer_core.model import COMPONENTS, param_counts
+from ui import cache
+from ui.figures import bars
+from ui.i18n import t
+from ui.session import page_context, show_error, through_app
+from ui.widgets import chart, explain, table
+
+through_app()
+
+AUTO_MEASURE_TOKENS = 64  # longer inputs are timed on request only
+POSITION_CLASSES = {"sinusoidal": "PositionalEncoding", "learned": "LearnedPositions", "none": "NoPositions"}
+
+st.title(t("nav_model"))
+explain("mdl_intro")
+ctx = page_context()
+cfg = ctx.model.cfg
+ss = st.session_state
+
+st.subheader(t("mdl_arch"))
+arch = "encdec" if ctx.model.is_encoder_decoder else "dec"
+st.code(t(f"mdl_arch_{arch}", n=cfg.n_layers, h=cfg.n_heads, hd=cfg.head_dim, d=cfg.d_model, ffn=cfg.d_ffn,
+          vocab=cfg.vocab_size, pos=POSITION_CLASSES[cfg.positional],
+          scale=" × √d_model" if cfg.scale_embedding else "", norm="pre-norm" if cfg.norm_first else "post-norm",
+          final=" → LayerNorm" if cfg.final_norm else ""), language="text")
+
+st.subheader(t("mdl_config"))
+fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+fields["vocab_map"] = t("mdl_vocab_map", n=len(cfg.vocab_map)) if cfg.vocab_map else "—"
+table(pd.DataFrame({t("col_field"): list(fields), t("col_value"): [str(v) for v in fields.values()]}), "config")
+with st.expander(t("mdl_tree")):
+    st.code(str(ctx.model), language="text")
+
+st.subheader(t("mdl_params"))
+counts = param_counts(ctx.model)
+comp_labels = [t(f"comp_{c}") for c in COMPONENTS]
+st.metric(t("mdl_total_params"), f"{counts['total']:,}")
+chart(bars(comp_labels, [counts[c] for c in COMPONENTS], x_title=t("col_params"), height=280), "params")
+table(pd.DataFrame({
+    t("col_component"): comp_labels + [t("comp_total")],
+    t("col_params"): [counts[c] for c in (*COMPONENTS, "total")],
+    t("col_share"): [round(100 * counts[c] / max(counts["total"], 1), 2) for c in (*COMPONENTS, "total")],
+}), "param_counts")
+st.info(t("mdl_param_pitfall"), icon="🧮")
+
+st.subheader(t("mdl_shapes"))
+st.caption(t("mdl_shapes_note"))
+shapes = ctx.trace.shapes()
+table(pd.DataFrame({t("col_name"): [n for n, _ in shapes], t("col_shape"): [str(tuple(s)) for _, s in shapes]}),
+      "shapes")
+
+st.subheader(t("mdl_time"))
+_, dev_label = cache.get_device()
+st.metric(t("device"), dev_label)
+tgt = ss.get("tgt") if ctx.model.is_encoder_decoder else None
+n_tokens = ctx.trace.src_ids.size(1) + (ctx.trace.tgt_ids.size(1) if ctx.trace.tgt_ids is not None else 0)
+if n_tokens <= AUTO_MEASURE_TOKENS or st.button(t("mdl_measure"), key="mdl_measure"):
+    try:
+        repeats = 5
+        ms = cache.forward_time_ms(ctx.key, ctx.device, ss.get("text", ""), tgt, repeats)
+        st.markdown(t("mdl_time_text", ms=ms, dev=dev_label, n=repeats))
+    except Exception as exc:  # noqa: BLE001 - shown as a message, never a traceback
+        show_error(exc)
+else:
+    st.caption(t("mdl_time_long", n=n_tokens))

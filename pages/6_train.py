@@ -1,2 +1,6 @@
 import streamlit as st
+
+from ui.session import through_app
+
+through_app()
 st.write("todo")

@@ -1,7 +1,9 @@
 """The shared sidebar, URL state and the per-page context (model + cached trace), with clear errors."""
 from __future__ import annotations
 
+import runpy
 from dataclasses import dataclass
+from pathlib import Path
 
 import streamlit as st
 
@@ -190,3 +192,20 @@ def page_context(layer: int | None = None, masks: dict | None = None) -> PageCon
     if prep.src.cleaned or (prep.tgt is not None and prep.tgt.cleaned):
         st.info(t("note_cleaned"), icon="🩹")
     return PageContext(key, model, meta, device, prep, trace, layer, masks)
+
+
+APP_PATH = Path(__file__).resolve().parents[1] / "app.py"
+
+
+def through_app() -> None:
+    """Run this page through app.py when Streamlit ran it directly (call first in every page).
+
+    A shared deep link (/attention?...) that is the first request to a fresh server makes Streamlit's
+    legacy `pages/` mode run the page file alone (no sidebar, no state). Then run the entry, which
+    routes back to this page with everything set up, and stop the direct run.
+    """
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory:
+        runpy.run_path(str(APP_PATH), run_name="__main__")
+        st.stop()

@@ -1,0 +1,84 @@
+"""AppTest helpers shared by the page tests: open the app on a page, read shown values.
+
+Streamlit quirk: with a folder named `pages/` next to app.py, AppTest (and a fresh server's first run) takes
+Streamlit's old "pages directory" path and runs a page file WITHOUT app.py, so the sidebar and session setup
+never happen. `no_pages_dir_mode()` switches that path off, as app.py's own st.navigation call does.
+"""
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+from pathlib import Path
+
+from streamlit.runtime.pages_manager import PagesManager
+from streamlit.runtime.scriptrunner import get_script_run_ctx
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+SMALL = "preset:course-gpt@cl100k_base"  # decoder-only, d_model 64, max_len 16: fast on a CPU
+
+
+def page_files() -> list[str]:
+    """The page scripts app.py registers, relative to the app (in navigation order)."""
+    return re.findall(r'st\.Page\(\s*"([^"]+)"', (ROOT / "app.py").read_text(encoding="utf-8"))
+
+
+def page_file(name: str) -> str:
+    """The registered page whose file stem ends with `name` (e.g. "logits" -> "pages/4_logits.py")."""
+    matches = [p for p in page_files() if Path(p).stem.split("_", 1)[-1] == name]
+    assert len(matches) == 1, f"no single page named {name!r} in {page_files()}"
+    return matches[0]
+
+
+@contextmanager
+def no_pages_dir_mode():
+    """Make every AppTest run go through app.py (st.navigation), never the legacy pages-directory runner."""
+    original = PagesManager.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        PagesManager.uses_pages_directory = False
+
+    PagesManager.__init__ = init
+    try:
+        yield
+    finally:
+        PagesManager.__init__ = original
+
+
+@contextmanager
+def harness_language(code: str):
+    """AppTest re-formats widget options outside any script run, where t() cannot see the app's language;
+    make t() use `code` there (inside the app's runs it still reads st.session_state)."""
+    from ui import i18n
+
+    original = i18n.lang
+    i18n.lang = lambda: original() if get_script_run_ctx(suppress_warning=True) else code
+    try:
+        yield
+    finally:
+        i18n.lang = original
+
+
+def open_app(page: str | None = None, timeout: float = 120, **query) -> AppTest:
+    """Run the app once with these URL query params, then (if given) switch to a page by name and run it."""
+    at = AppTest.from_file(APP, default_timeout=timeout)
+    for k, v in query.items():
+        at.query_params[k] = v
+    at.run()
+    if page:
+        at.switch_page(page_file(page)).run()
+    return at
+
+
+def metric(at: AppTest, label: str) -> str:
+    """The shown value of the metric with this label."""
+    values = [m.value for m in at.metric if m.label == label]
+    assert values, f"no metric {label!r} in {[m.label for m in at.metric]}"
+    return values[0]
+
+
+def messages(at: AppTest) -> list[str]:
+    """Every error, warning and info text shown (main area and sidebar)."""
+    return [e.value for kind in ("error", "warning", "info", "success") for e in getattr(at, kind)]

@@ -1,0 +1,235 @@
+"""Attention page through the real app: before/after masking, softmax rows, every head, one query's arithmetic."""
+import base64
+import json
+import math
+import re
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+import torch
+from apptest_support import SMALL, messages, no_pages_dir_mode, open_app
+
+from transformer_core.attention import attention
+from transformer_core.attention_view import (
+    block_kind,
+    layer_blocks,
+    query_steps,
+    row_sums,
+    weighted_sum,
+)
+from transformer_core.config import preset
+from transformer_core.masks import attention_mask
+from transformer_core.model import build_model
+from transformer_core.tokenizer import load_encoding
+from transformer_core.trace import run_with_trace
+from ui.figures import add_mask_marks, heatmap
+
+PAGE = "attention"
+BASE = "preset:course-base@cl100k_base"
+SRC_TOKENS, TGT_TOKENS = 13, 7  # the course's sentences 同志们!我踩着地雷了 / 我现在开始排雷。 in cl100k
+WEIGHT, MASKED, KEY = "softmax weight", "masked score", "key token"
+BAD_INPUTS = {
+    "empty": "",
+    "endoftext": "<|endoftext|>",
+    "script": "<script>alert(1)</script>",
+    "emoji_combining_rtl": "👩‍👩‍👧‍👦 🏳️‍🌈 שלום عربي e\u0301 a\u0308\u0323 \u202eabc",
+    "hundred_thousand_chars": "同志们!我踩着地雷了 " * 9_091,
+}
+
+
+@pytest.fixture(autouse=True)
+def _through_app_py():
+    with no_pages_dir_mode():
+        yield
+
+
+def figure(at, key: str) -> dict:
+    """The plotly spec the page sent for the chart with this key."""
+    for chart in at.get("plotly_chart"):
+        if chart.proto.id.endswith(f"-{key}"):
+            return json.loads(chart.proto.spec)
+    raise KeyError(f"no plotly chart with key {key!r}")
+
+
+def array(value) -> np.ndarray:
+    """A plotly array as numpy (plain list or the base64 typed-array encoding)."""
+    if isinstance(value, dict) and "bdata" in value:
+        arr = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        shape = value.get("shape")
+        return arr.reshape([int(s) for s in shape.split(",")] if isinstance(shape, str) else shape) if shape else arr
+    return np.asarray(value, dtype=float)
+
+
+def values(fig: dict) -> list[np.ndarray]:
+    """The value heatmaps of a figure (mask overlays left out)."""
+    return [array(tr["z"]) for tr in fig["data"] if tr["type"] == "heatmap" and tr.get("name") != "mask"]
+
+
+def step_table(at):
+    return next(df.value for df in at.dataframe if WEIGHT in df.value.columns)
+
+
+def chart_bytes(at) -> int:
+    return sum(len(c.proto.spec.encode("utf-8")) for c in at.get("plotly_chart"))
+
+
+def assert_clean(at):
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def test_decoder_only_page_shows_zero_weights_above_the_diagonal_and_rows_summing_to_one():
+    at = open_app(PAGE, model=SMALL, lang="en")
+    assert_clean(at)
+    assert at.session_state["block"] == "decoder.layers.0.self_attn" and at.session_state["mask_mode"] == "both"
+    df = step_table(at)
+    q = int(at.session_state["att_query_idx"])
+    w = df[WEIGHT].to_numpy()
+    assert (w[q + 1:] == 0).all() and (w[: q + 1] > 0).all()
+    assert list(df[MASKED][q + 1:]) == ["−∞"] * (len(df) - q - 1)
+    assert w.sum() == pytest.approx(1.0, abs=1e-6)
+    grid = values(figure(at, "att_grid"))
+    assert len(grid) == 4  # course-gpt has 4 heads
+    for m in grid:
+        assert (np.triu(m, k=1) == 0).all()
+        np.testing.assert_allclose(m.sum(-1), 1.0, atol=1e-5)
+    lo, hi = map(float, re.findall(r"\d\.\d{6}", next(s for s in messages(at) if s.startswith("Row sums"))))
+    assert lo == pytest.approx(1.0, abs=1e-5) and hi == pytest.approx(1.0, abs=1e-5)
+    assert any("flat" in s for s in messages(at))  # the seed's uniform-softmax pitfall
+
+
+@pytest.mark.parametrize("mode", ["none", "causal", "padding", "both"])
+def test_each_mask_mode_recomputes_the_weights(mode):
+    at = open_app(PAGE, model=SMALL, lang="en")
+    at.radio(key="mask_mode").set_value(mode).run()
+    assert_clean(at)
+    q = int(at.session_state["att_query_idx"])
+    df = step_table(at)
+    w = df[WEIGHT].to_numpy()
+    assert w.sum() == pytest.approx(1.0, abs=1e-6)
+    causal = mode in ("causal", "both")  # one sentence has no padding: the padding mask hides nothing
+    assert ((w[q + 1:] == 0).all() if causal else (w > 0).all())
+    assert (df[MASKED] == "−∞").sum() == (len(df) - q - 1 if causal else 0)
+    after = figure(at, "att_after")
+    overlays = [tr for tr in after["data"] if tr.get("name") == "mask"]
+    assert len(overlays) == (1 if causal else 0)
+    if causal:  # masked cells are blank (NaN) in the values and marked ✕ on the overlay
+        shown, marks = values(after)[0], array(overlays[0]["z"])
+        upper = np.triu(np.ones_like(shown, dtype=bool), k=1)
+        assert np.isnan(shown[upper]).all() and not np.isnan(shown[~upper]).any()
+        assert (np.isnan(marks) == ~upper).all()
+        assert all((t == "✕") == u for row, urow in zip(overlays[0]["text"], upper, strict=True)
+                   for t, u in zip(row, urow, strict=True))
+    for m in values(figure(at, "att_weights")) + values(figure(at, "att_grid")):
+        np.testing.assert_allclose(m.sum(-1), 1.0, atol=1e-5)
+        assert (np.triu(m, k=1) == 0).all() == causal
+
+
+def test_encoder_decoder_switches_to_cross_attention_with_encoder_keys():
+    at = open_app(PAGE, model=BASE, lang="en")
+    assert_clean(at)
+    assert len(step_table(at)) == TGT_TOKENS  # decoder self-attention: keys are the decoder's tokens
+    at.selectbox(key="block").set_value("decoder.layers.0.cross_attn").run()
+    assert_clean(at)
+    df = step_table(at)
+    assert len(df) == SRC_TOKENS and df[KEY].iloc[0] == "0·同" and df[KEY].iloc[3] == "3·!"
+    assert at.selectbox(key="att_query_idx").options[0] == "0·我"  # queries: the decoder's tokens
+    assert len(at.selectbox(key="att_query_idx").options) == TGT_TOKENS
+    assert df[WEIGHT].sum() == pytest.approx(1.0, abs=1e-6)
+    assert any("DecoderBlock" in s for s in messages(at))  # the cross-attention pitfall
+    at.radio(key="mask_mode").set_value("causal").run()  # never causal over the encoder memory
+    assert_clean(at)
+    assert (step_table(at)[MASKED] != "−∞").all()
+    at.selectbox(key="layer").set_value(2).run()  # a new layer keeps the kind of block
+    assert_clean(at)
+    assert at.session_state["block"] == "decoder.layers.2.cross_attn"
+    q_fig = figure(at, "att_q")
+    assert array(q_fig["data"][0]["z"]).shape == (TGT_TOKENS, 64)  # d_k = 512 / 8
+
+
+def test_chart_data_stays_under_one_megabyte_at_64_tokens():
+    enc = load_encoding("cl100k_base")
+    text = enc.decode(enc.encode("the quick brown fox jumps over the lazy dog " * 20)[:64])
+    at = open_app(PAGE, model=BASE, lang="en", text=text, tgt=text)
+    assert_clean(at)
+    assert array(figure(at, "att_before")["data"][0]["z"]).shape == (64, 64)
+    sizes = {"weights": chart_bytes(at)}
+    for stage in ("scores", "masked"):
+        at.radio(key="att_grid_stage_sel").set_value(stage).run()
+        assert_clean(at)
+        sizes[stage] = chart_bytes(at)
+    print("chart bytes at 64 tokens:", sizes)
+    assert max(sizes.values()) < 1_000_000, sizes
+
+
+def test_long_sequence_caps_the_heatmaps_and_says_so():
+    enc = load_encoding("cl100k_base")
+    text = enc.decode(enc.encode("the quick brown fox jumps over the lazy dog " * 40)[:300])
+    at = open_app(PAGE, model=BASE, lang="en", text=text, tgt="short target")
+    at.selectbox(key="block").set_value("encoder.layers.0.self_attn").run()
+    assert_clean(at)
+    assert any("heatmaps show the first 128" in s for s in messages(at))
+    assert array(figure(at, "att_weights")["data"][0]["z"]).shape == (128, 128)
+    assert values(figure(at, "att_grid"))[0].shape == (64, 64)
+    assert len(step_table(at)) == 300  # the table keeps every key
+    assert chart_bytes(at) < 1_500_000
+
+
+@pytest.mark.parametrize("text", list(BAD_INPUTS.values()), ids=list(BAD_INPUTS))
+def test_bad_inputs_never_raise(text):
+    at = open_app(PAGE, model=SMALL, lang="en")
+    at.sidebar.text_area(key="text").set_value(text).run()
+    assert not at.exception, [e.value for e in at.exception]
+    if text.strip():
+        assert step_table(at)[WEIGHT].sum() == pytest.approx(1.0, abs=1e-6)
+    else:
+        assert at.warning and not at.get("plotly_chart")
+
+
+# --- the small pure helpers the page reads the trace with -------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_model(preset("tiny", vocab_size=100277), "cpu")
+
+
+def test_query_steps_are_the_traced_numbers_and_match_the_reference_attention(tiny):
+    src, tgt = torch.tensor([[5, 6, 7, 8, 9]]), torch.tensor([[1, 2, 3]])
+    _, trace = run_with_trace(tiny, src, tgt)
+    stages = trace.attention("decoder.layers.1.self_attn")
+    s = query_steps(stages, head=1, query=1)
+    torch.testing.assert_close(s.scaled, s.raw / math.sqrt(s.d_k))
+    assert s.mask.tolist() == [True, True, False] and math.isinf(float(s.masked[2]))
+    assert float(s.weights[2]) == 0.0 and float(s.weights.sum()) == pytest.approx(1.0, abs=1e-6)
+    mask = attention_mask("causal", 1, 3, 3)[:, :, 1:2]  # (1, 1, 1, 3): query 1's row
+    out, ref = attention(stages["q"][:, 1:2, 1:2], stages["k"][:, 1:2], stages["v"][:, 1:2], mask)
+    torch.testing.assert_close(s.weights, ref[0, 0, 0])
+    torch.testing.assert_close(s.output, out[0, 0, 0])
+    torch.testing.assert_close(weighted_sum(s), s.output)
+
+
+def test_row_sums_skip_and_count_fully_masked_rows():
+    weights = torch.tensor([[0.25, 0.75], [0.0, 0.0], [1.0, 0.0]])
+    mask = torch.tensor([[True, True], [False, False], [True, False]])
+    assert row_sums(weights, mask) == (1.0, 1.0, 1)
+
+
+def test_block_paths_and_kinds(tiny):
+    assert layer_blocks(tiny.hook_names, 1) == [
+        "encoder.layers.1.self_attn", "decoder.layers.1.self_attn", "decoder.layers.1.cross_attn"]
+    assert [block_kind(b) for b in layer_blocks(tiny.hook_names, 0)] == ["enc_self", "dec_self", "cross"]
+    assert block_kind("not.a.block") is None
+
+
+def test_mask_marks_overlay_marks_only_masked_cells():
+    masked = np.triu(np.ones((3, 3), dtype=bool), k=1)
+    fig = heatmap(np.where(masked, np.nan, 1.0), list("abc"), list("xyz"))
+    add_mask_marks(fig, masked, list("abc"), list("xyz"), hovertemplate="masked")
+    main, overlay = fig.data
+    assert main.hoverongaps is False and overlay.name == "mask" and "masked" in overlay.hovertemplate
+    assert [list(r) for r in overlay.text] == [["", "✕", "✕"], ["", "", "✕"], ["", "", ""]]
+    assert (np.isnan(np.asarray(overlay.z, dtype=float)) == ~masked).all()
+    empty = go.Figure()
+    add_mask_marks(empty, np.zeros((2, 2), dtype=bool), ["a", "b"], ["x", "y"])
+    assert not empty.data

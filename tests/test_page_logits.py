@@ -1,0 +1,270 @@
+"""Logits page: the shown distribution (sums, entropy, top-k), bad sampling settings, step-by-step generation."""
+import math
+
+import pytest
+import torch
+from apptest_support import (
+    SMALL,
+    messages,
+    metric,
+    no_pages_dir_mode,
+    open_app,
+    page_file,
+)
+
+from transformer_core import build_model, preset
+from transformer_core.generation import Sampling, SamplingError
+from transformer_core.next_token import decoder_ids, distribution, grow, tokens_of
+from transformer_core.pipeline import trace_text
+from ui.i18n import strings
+
+EN = {k: v["en"] for k, v in strings().items()}
+SENT_1 = "同志们!我踩着地雷了"  # 13 cl100k tokens; the small preset's max_len is 16
+
+
+@pytest.fixture(autouse=True)
+def _through_app_py():
+    with no_pages_dir_mode():
+        yield
+
+
+def probs_column(at):
+    """The top-k table's 'probability' column as floats."""
+    frames = [d.value for d in at.dataframe if EN["col_prob"] in d.value.columns]
+    assert frames, "no top-k table shown"
+    return [float(x) for x in frames[0][EN["col_prob"]]]
+
+
+def top_table(at):
+    return next(d.value for d in at.dataframe if EN["col_prob_raw"] in d.value.columns)
+
+
+def shapes_shown(at) -> dict[str, str]:
+    """name -> shape string from the model page's table of every intermediate."""
+    df = next(d.value for d in at.dataframe if EN["col_shape"] in d.value.columns)
+    return dict(zip(df[EN["col_name"]], df[EN["col_shape"]]))
+
+
+# --- transformer_core.next_token ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt():
+    return build_model(preset("tiny-gpt"), "cpu")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_model(preset("tiny"), "cpu")
+
+
+def test_distribution_sums_to_one_and_matches_plain_softmax():
+    logits = torch.randn(100_277, generator=torch.Generator().manual_seed(0)) * 3
+    d = distribution(logits, Sampling(), top=10)
+    assert d.total == pytest.approx(1.0, abs=1e-9)
+    assert d.kept == 100_277
+    assert d.probs == pytest.approx(d.raw, rel=1e-6)
+    assert d.ids == torch.topk(logits, 10).indices.tolist()
+    assert d.probs == sorted(d.probs, reverse=True)
+
+
+def test_distribution_entropy_grows_with_temperature():
+    logits = torch.randn(1000, generator=torch.Generator().manual_seed(1)) * 2
+    entropies = [distribution(logits, Sampling(temperature=t)).entropy for t in (0.25, 0.5, 1.0, 2.0, 4.0)]
+    assert entropies == sorted(entropies) and entropies[0] < entropies[-1] - 1
+    assert entropies[-1] <= math.log2(1000)
+
+
+def test_distribution_top_k_keeps_k_tokens_summing_to_one():
+    logits = torch.randn(5000, generator=torch.Generator().manual_seed(2))
+    d = distribution(logits, Sampling(top_k=5), top=10)
+    assert d.kept == 5
+    assert sum(d.probs[:5]) == pytest.approx(1.0, abs=1e-12) and d.probs[5:] == [0.0] * 5
+
+
+def test_distribution_rejects_impossible_settings():
+    with pytest.raises(SamplingError, match="temperature"):
+        distribution(torch.zeros(10), Sampling(temperature=0.0))
+    with pytest.raises(SamplingError, match="top-p"):
+        distribution(torch.zeros(10), Sampling(top_p=0.0))
+
+
+def test_grow_greedy_appends_the_argmax_of_the_traced_last_position(tiny_gpt):
+    _, trace = trace_text(tiny_gpt, SENT_1)
+    new = grow(tiny_gpt, [], decoder_ids(trace).tolist(), 1, Sampling(greedy=True))
+    assert new == [int(trace.logits[0, -1].argmax())]
+
+
+def test_grow_seeds_each_step_so_five_at_once_equals_five_single_steps(tiny_gpt):
+    _, trace = trace_text(tiny_gpt, SENT_1)
+    dec, s = decoder_ids(trace).tolist(), Sampling(temperature=1.5)
+    at_once = grow(tiny_gpt, [], dec, 5, s, seed=7)
+    one_by_one = []
+    for _ in range(5):
+        one_by_one += grow(tiny_gpt, [], dec + one_by_one, 1, s, seed=7)
+    assert at_once == one_by_one and len(at_once) == 5
+    assert grow(tiny_gpt, [], dec, 5, s, seed=7) == at_once
+
+
+def test_grow_never_passes_max_len(tiny_gpt):
+    dec = [0] * (tiny_gpt.cfg.max_len - 2)
+    assert len(grow(tiny_gpt, [], dec, 5, Sampling(greedy=True))) == 2
+    assert grow(tiny_gpt, [], dec + [0, 0], 5, Sampling(greedy=True)) == []
+
+
+def test_grow_extends_the_target_of_an_encoder_decoder(tiny):
+    prep, trace = trace_text(tiny, SENT_1, "我现在开始排雷。")
+    assert decoder_ids(trace).tolist() == prep.tgt_ids[0].tolist()
+    new = grow(tiny, prep.src_ids[0].tolist(), prep.tgt_ids[0].tolist(), 1, Sampling(greedy=True))
+    assert new == [int(trace.logits[0, -1].argmax())]
+
+
+def test_tokens_of_groups_partial_bytes_and_marks_ids_without_a_token():
+    toks = tokens_of([42016, 164, 116, 102, 100256], "cl100k_base")
+    assert [t.text for t in toks] == ["同", "<0xE8>", "<0xB8>", "<0xA9>", "<100256>"]
+    assert [t.partial for t in toks] == [False, True, True, True, False]
+    assert toks[1].group == toks[2].group == toks[3].group != toks[0].group
+
+
+# --- the page (AppTest, small decoder-only preset) ----------------------------------------------------------
+
+
+@pytest.fixture()
+def page():
+    at = open_app("logits", model=SMALL, text=SENT_1)
+    assert not at.exception
+    return at
+
+
+def test_page_shows_probabilities_summing_to_one(page):
+    assert metric(page, EN["log_sum"]) == "1.000000"
+    assert metric(page, EN["log_kept"]) == "100277"
+    probs = probs_column(page)
+    assert len(probs) == 10 and probs == sorted(probs, reverse=True) and 0 < probs[0] < 1
+    assert float(metric(page, EN["log_entropy"])) > 15  # random weights: nearly log2(100277) = 16.6 bits
+    assert EN["log_random_note"] in messages(page)
+
+
+def test_higher_temperature_shows_higher_entropy(page):
+    entropies = []
+    for temperature in (0.5, 1.0, 2.0):
+        page.slider(key="log_T").set_value(temperature).run()
+        entropies.append(float(metric(page, EN["log_entropy"])))
+        assert metric(page, EN["log_sum"]) == "1.000000"
+    assert entropies[0] < entropies[1] < entropies[2]
+
+
+def test_top_k_five_keeps_five_tokens(page):
+    page.number_input(key="log_topk").set_value(5).run()
+    assert metric(page, EN["log_kept"]) == "5"
+    probs = probs_column(page)
+    assert sum(p > 0 for p in probs) == 5 and probs[5:] == [0.0] * 5
+    assert sum(probs) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_top_p_keeps_fewer_tokens(page):
+    page.slider(key="log_T").set_value(0.1).run()
+    page.slider(key="log_topp").set_value(0.5).run()
+    kept = int(metric(page, EN["log_kept"]))
+    assert 1 <= kept < 100277
+    assert metric(page, EN["log_sum"]) == "1.000000"
+
+
+@pytest.mark.parametrize(("widget", "key", "value", "word"), [
+    ("slider", "log_T", 0.0, "temperature"),
+    ("slider", "log_topp", 0.0, "top-p"),
+])
+def test_impossible_sampling_settings_show_a_message(page, widget, key, value, word):
+    getattr(page, widget)(key=key).set_value(value).run()
+    assert not page.exception
+    shown = [m for m in messages(page) if m.startswith(EN["log_bad_sampling"])]
+    assert shown and word in shown[0].split("Details:")[1]
+    assert not [m for m in page.metric if m.label == EN["log_sum"]]
+    assert not page.button(key="log_next").disabled  # greedy (the default) ignores the controls
+    page.radio(key="log_greedy").set_value(False).run()
+    assert page.button(key="log_next").disabled  # sampling needs valid settings
+
+
+def test_position_slider_opens_on_the_last_position(page):
+    slider = page.slider(key="log_pos_13")
+    assert slider.value == 12 and slider.max == 12
+
+
+def test_greedy_append_adds_the_top_token_and_every_page_sees_it(page):
+    top_id = int(top_table(page)[EN["col_id"]].iloc[0])
+    page.button(key="log_next").click().run()
+    assert not page.exception
+    assert len(page.session_state["gen_ids"]) == 1
+    assert page.session_state["gen_ids"][0] == top_id  # identity vocabulary: model id == tokenizer id
+    assert page.slider(key="log_pos_14").value == 13  # the grown sequence opens on its new last position
+    assert EN["log_gen_count"].format(n=1) in [c.value for c in page.sidebar.caption]
+    page.switch_page(page_file("model")).run()
+    assert not page.exception and shapes_shown(page)["src_ids"] == "(1, 14)"
+    assert shapes_shown(page)["hook_logits"] == "(1, 14, 100277)"
+    page.switch_page(page_file("attention")).run()
+    assert not page.exception
+    figures = " ".join(c.proto.spec for c in page.get("plotly_chart"))
+    assert "13·" in figures and "14·" not in figures  # the attention heatmaps have a 14th token
+    page.switch_page(page_file("tokenizer")).run()
+    assert not page.exception
+    page.switch_page(page_file("logits")).run()
+    page.button(key="log_undo").click().run()
+    assert page.session_state["gen_ids"] == []
+    page.switch_page(page_file("model")).run()
+    assert shapes_shown(page)["src_ids"] == "(1, 13)"
+
+
+def test_undo_removes_the_last_token(page):
+    page.button(key="log_next").click().run()
+    page.button(key="log_next").click().run()
+    two = list(page.session_state["gen_ids"])
+    page.button(key="log_undo").click().run()
+    assert page.session_state["gen_ids"] == two[:1]
+    assert page.slider(key="log_pos_14").max == 13
+    page.button(key="log_undo").click().run()
+    assert page.session_state["gen_ids"] == [] and page.button(key="log_undo").disabled
+
+
+def test_append_five_stops_at_max_len_with_a_message(page):
+    page.button(key="log_five").click().run()
+    assert not page.exception
+    assert len(page.session_state["gen_ids"]) == 3  # 13 tokens + 3 = max_len 16
+    assert any(EN["log_full"] in m for m in messages(page))
+    assert page.button(key="log_next").disabled and page.button(key="log_five").disabled
+
+
+def test_sampled_generation_is_reproducible_with_the_seed():
+    runs = []
+    for _ in range(2):
+        at = open_app("logits", model=SMALL, text=SENT_1)
+        at.radio(key="log_greedy").set_value(False).run()
+        at.number_input(key="log_seed").set_value(7).run()
+        at.slider(key="log_T").set_value(3.0).run()
+        at.button(key="log_five").click().run()
+        runs.append(list(at.session_state["gen_ids"]))
+    assert runs[0] == runs[1] and len(runs[0]) == 3
+
+
+def test_sidebar_button_clears_generated_tokens(page):
+    page.button(key="log_next").click().run()
+    page.sidebar.button(key="gen_clear").click().run()
+    assert page.session_state["gen_ids"] == []
+    assert page.slider(key="log_pos_13").max == 12
+
+
+def test_editing_the_text_clears_generated_tokens(page):
+    page.button(key="log_next").click().run()
+    page.sidebar.text_area(key="text").set_value("hello world").run()
+    assert not page.exception and page.session_state["gen_ids"] == []
+    assert page.slider(key="log_pos_2").max == 1
+
+
+def test_encoder_decoder_generates_into_the_target():
+    at = open_app("logits", model="preset:course-base@cl100k_base", text=SENT_1, tgt="我现在开始排雷。")
+    assert not at.exception
+    assert at.slider(key="log_pos_7").value == 6  # positions of the target, not of the source
+    at.button(key="log_next").click().run()
+    assert not at.exception and len(at.session_state["gen_ids"]) == 1
+    at.switch_page(page_file("model")).run()
+    shapes = shapes_shown(at)
+    assert shapes["src_ids"] == "(1, 13)" and shapes["tgt_ids"] == "(1, 8)"
