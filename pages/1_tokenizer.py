@@ -4,9 +4,10 @@ import streamlit as st
 
 from transformer_core.pipeline import padded_batch
 from transformer_core.tokenizer import available_encodings, tokenize
+from ui.figures import visible
 from ui.i18n import t
 from ui.session import page_context, show_error, through_app
-from ui.widgets import explain, table, token_chips
+from ui.widgets import count_text, explain, table, token_chips
 
 through_app()
 
@@ -20,12 +21,13 @@ tok = tokenize(ss.text, encoding, allow_special=bool(ss.get("allow_special")), m
 c1, c2, c3 = st.columns(3)
 c1.metric(t("tok_counts"), tok.n_chars)
 c2.metric(t("tok_bytes"), tok.n_bytes)
-c3.metric(t("tok_tokens"), len(tok.tokens) if not tok.truncated else f"{len(tok.tokens)} / {tok.n_tokens_before_truncation}+")
+c3.metric(t("tok_tokens"),
+          f"{len(tok.tokens)} / {tok.n_tokens_before_truncation}+" if tok.truncated else len(tok.tokens))
 st.subheader(f"{t('tok_chips')} · {encoding}")
 token_chips(tok.tokens)
 df = pd.DataFrame({
     t("col_position"): range(len(tok.tokens)),
-    t("col_token"): [x.text for x in tok.tokens],
+    t("col_token"): [visible(x.text) for x in tok.tokens],
     t("col_id"): [x.id for x in tok.tokens],
     t("col_bytes"): [x.raw.hex(" ") for x in tok.tokens],
     t("col_partial"): [x.partial for x in tok.tokens],
@@ -38,7 +40,7 @@ groups = [(chars, idx) for chars, idx in tok.groups if len(idx) > 1]
 if groups:
     table(pd.DataFrame({
         t("col_chars"): [c for c, _ in groups],
-        t("col_tokens"): [" + ".join(tok.tokens[i].text for i in idx) for _, idx in groups],
+        t("col_tokens"): [" + ".join(visible(tok.tokens[i].text) for i in idx) for _, idx in groups],
         t("col_id"): [", ".join(str(tok.tokens[i].id) for i in idx) for _, idx in groups],
     }), "groups")
 else:
@@ -50,12 +52,12 @@ other = st.selectbox(t("tok_compare_with"), others, index=others.index("r50k_bas
                      key="compare_enc")
 left, right = st.columns(2)
 with left:
-    st.markdown(f"**{encoding}** · {len(tok.tokens)} {t('tok_tokens').lower()}")
+    st.markdown(f"**{encoding}** · {count_text('tok_n_tokens', len(tok.tokens))}")
     token_chips(tok.tokens)
 with right:
     try:
         tok2 = tokenize(ss.text, other, allow_special=bool(ss.get("allow_special")), max_tokens=ctx.model.cfg.max_len)
-        st.markdown(f"**{other}** · {len(tok2.tokens)} {t('tok_tokens').lower()}")
+        st.markdown(f"**{other}** · {count_text('tok_n_tokens', len(tok2.tokens))}")
         token_chips(tok2.tokens)
     except Exception as exc:  # noqa: BLE001 - an encoding that cannot load offline
         show_error(exc)
@@ -66,7 +68,7 @@ texts = [ss.text, ss.get("tgt") or ""]
 if texts[1].strip():
     ids, lengths, mask = padded_batch(texts, encoding, max_tokens=ctx.model.cfg.max_len)
     cols = [str(i) for i in range(ids.size(1))]
-    st.markdown(f"{t('tok_ids')} · shape `{tuple(ids.shape)}`")
+    st.markdown(f"{t('tok_ids')} · {t('tok_shape', shape=f'`{tuple(ids.shape)}`')}")
     table(pd.DataFrame(ids.numpy(), columns=cols), "batch_ids")
     st.markdown(t("tok_mask"))
     table(pd.DataFrame(mask.int().numpy(), columns=cols), "batch_mask")

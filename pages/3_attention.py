@@ -32,6 +32,7 @@ through_app()
 
 CAP = 128  # tokens shown per heatmap axis; longer sequences are cropped (tables keep every token)
 GRID_CAP = 64  # the all-heads grid draws n_heads heatmaps: fewer tokens keep it small
+GRID_WIDE = 32  # longer sequences get a 2-column grid with taller heatmaps, so every label stays readable
 KIND_LABEL = {"enc_self": "block_enc_self", "dec_self": "block_dec_self", "cross": "block_cross"}
 ss = st.session_state
 
@@ -54,11 +55,13 @@ def selectors(model) -> tuple[str, str]:
     c1, c2, c3, c4 = st.columns([1, 3, 1, 3])
     c1.selectbox(t("att_layer"), range(cfg.n_layers), key="layer")
     blocks = layer_blocks(model.hook_names, ss.layer)
-    if ss.get("block") not in blocks:  # keep the kind when the layer or model changes; start on the masked one
-        kind = block_kind(ss.get("block", ""))
+    if ss.get("block") not in blocks:  # keep the kind when the layer or model changes
+        prev = block_kind(ss.get("block", ""))
+        # not chosen yet: cross-attention shows most about a trained encoder-decoder; GPTs have only self-attention
+        kind = prev or ("cross" if model.is_encoder_decoder else "dec_self")
         same = [b for b in blocks if block_kind(b) == kind] or [b for b in blocks if block_kind(b) == "dec_self"]
         ss.block = same[0]
-        if block_kind(ss.block) != kind:
+        if block_kind(ss.block) != prev:
             _on_block_change()
     if ss.get("mask_mode") not in MASK_MODES:
         ss.mask_mode = DEFAULT_MASKS[block_kind(ss.block)]
@@ -90,6 +93,22 @@ def masked_hover() -> str:
     return f"{t('attn_hover_pos')}<br>{t('att_masked_hover')}"
 
 
+def zero_hover() -> str:
+    """Hover of a masked softmax weight: the overlay holds its value, 0."""
+    return f"{t('attn_hover_pos')}<br>{t('attn_hover_value')} %{{z:.4f}} ({t('attn_masked_zero')})"
+
+
+def four_decimals(df: pd.DataFrame) -> dict[str, str]:
+    """Show every number column of a table with 4 decimals (the CSV keeps full precision)."""
+    return {c: "%.4f" for c in df.columns if pd.api.types.is_numeric_dtype(df[c])}
+
+
+def mark_masked(fig, stage: str, masked, k_lab, q_lab, **where) -> None:
+    """✕ on masked cells (which hold NaN): scores hover as −∞, softmax weights as the exact 0 they are."""
+    hover, value = (zero_hover(), 0.0) if stage == "weights" else (masked_hover(), 1.0)
+    add_mask_marks(fig, masked, k_lab, q_lab, hovertemplate=hover, value=value, **where)
+
+
 def side_by_side(stages, head, q_lab, k_lab, n) -> None:
     scaled = head_stage(stages, "scaled", head, n).numpy()
     mask = head_stage(stages, "mask", head, n).bool().numpy()
@@ -100,9 +119,11 @@ def side_by_side(stages, head, q_lab, k_lab, n) -> None:
     figs = [
         heatmap(scaled, k_lab, q_lab, title=t("att_before"), **kw),
         heatmap(np.where(mask, scaled, np.nan), k_lab, q_lab, title=t("att_after"), **kw),
-        heatmap(weights, k_lab, q_lab, title=t("att_weights"), colorscale=SEQUENTIAL, zmin=0, **axes),
+        heatmap(np.where(mask, weights, np.nan), k_lab, q_lab, title=t("att_weights"), colorscale=SEQUENTIAL,
+                zmin=0, zmax=1, **axes),
     ]
-    add_mask_marks(figs[1], ~mask, k_lab, q_lab, hovertemplate=masked_hover())
+    mark_masked(figs[1], "masked", ~mask, k_lab, q_lab)
+    mark_masked(figs[2], "weights", ~mask, k_lab, q_lab)
     for col, fig, key in zip(st.columns(3), figs, ("before", "after", "weights"), strict=True):
         with col:
             chart(styled(fig, value_hover()), f"att_{key}")
@@ -114,16 +135,19 @@ def head_grid(stages, q_lab, k_lab, n) -> None:
                      format_func=lambda s: t(f"attn_stage_{s}"))
     mats = head_stage(stages, stage, None, n).numpy()
     masked = ~head_stage(stages, "mask", None, n).bool().numpy()
-    if stage == "masked":
+    marked = stage in ("masked", "weights")
+    if marked:
         mats = np.where(masked, np.nan, mats)
-    kw = {"colorscale": SEQUENTIAL, "zmin": 0} if stage == "weights" else {"colorscale": DIVERGING, "zmid": 0}
-    cols = min(4, len(mats))
-    fig = heatmap_grid(list(mats), [f"{t('att_head')} {h}" for h in range(len(mats))], k_lab, q_lab, cols=cols, **kw)
+    weights = {"colorscale": SEQUENTIAL, "zmin": 0, "zmax": 1}  # weights always on 0..1, like the chart above
+    kw = weights if stage == "weights" else {"colorscale": DIVERGING, "zmid": 0}
+    wide = max(len(q_lab), len(k_lab)) > GRID_WIDE
+    cols = min(2 if wide else 4, len(mats))
+    fig = heatmap_grid(list(mats), [f"{t('att_head')} {h}" for h in range(len(mats))], k_lab, q_lab, cols=cols,
+                       row_height=460 if wide else None, x_title=t("attn_keys"), y_title=t("attn_queries"), **kw)
     styled(fig, value_hover())
-    if stage == "masked":
+    if marked:
         for h, m in enumerate(masked):
-            add_mask_marks(fig, m, k_lab, q_lab, hovertemplate=masked_hover(), row=h // cols + 1, col=h % cols + 1,
-                           marks=m.size <= 32 * 32)
+            mark_masked(fig, stage, m, k_lab, q_lab, row=h // cols + 1, col=h % cols + 1, marks=m.size <= 32 * 32)
     st.caption(t("attn_grid_note"))
     chart(fig, "att_grid")
 
@@ -141,7 +165,8 @@ def qkv(stages, head, q_lab, k_lab, n) -> None:
     with st.expander(t("attn_qkv_tables")):
         for tab, (s, m) in zip(st.tabs(["Q", "K", "V"]), mats.items(), strict=True):
             with tab:
-                table(tensor_frame(m.numpy(), labels[s], dims).reset_index(names=t("col_token")), f"attention_{s}")
+                df = tensor_frame(m.numpy(), labels[s], dims).reset_index(names=t("col_token"))
+                table(df, f"attention_{s}", formats=four_decimals(df))
 
 
 def steps(stages, head, q_lab, k_lab) -> None:
@@ -149,23 +174,24 @@ def steps(stages, head, q_lab, k_lab) -> None:
     st.markdown(t("attn_step_intro"))
     n_q = stages["weights"].size(-2)
     _clamp("att_query_idx", n_q, n_q // 2)
-    query = st.selectbox(t("att_query"), range(n_q), key="att_query_idx", format_func=lambda i: q_lab[i])
+    query = st.selectbox(t("attn_query_pick"), range(n_q), key="att_query_idx", format_func=lambda i: q_lab[i])
     s = query_steps(stages, head, query)
     st.caption(t("attn_dk", d_k=s.d_k, sqrt=scale_factor(s.d_k)))
+    masked = [f"{x:.4f}" if keep else "−∞" for x, keep in zip(s.masked.tolist(), s.mask.tolist(), strict=True)]
     df = pd.DataFrame({
         t("attn_col_key"): k_lab,
         t("attn_col_raw"): s.raw.numpy(),
         t("attn_col_scaled"): s.scaled.numpy(),
         t("attn_col_mask"): [t("attn_mask_keep") if m else t("attn_mask_block") for m in s.mask.tolist()],
-        t("attn_col_masked"): [f"{x:.4f}" if m else "−∞" for x, m in zip(s.masked.tolist(), s.mask.tolist(), strict=True)],
+        t("attn_col_masked"): masked,
         t("attn_col_weight"): s.weights.numpy(),
     })
-    table(df, f"attention_query_{query}")
+    table(df, f"attention_query_{query}", formats=four_decimals(df))
     st.caption(t("attn_step_sum", s=float(s.weights.sum()), n=int((~s.mask).sum()), total=len(s.mask)))
     st.markdown(f"**{t('att_output')}**")
     out = s.output.numpy()[None, :]
-    table(tensor_frame(out, [q_lab[query]], [str(d) for d in range(out.shape[1])]).reset_index(
-        names=t("col_token")), f"attention_output_{query}")
+    df = tensor_frame(out, [q_lab[query]], [str(d) for d in range(out.shape[1])]).reset_index(names=t("col_token"))
+    table(df, f"attention_output_{query}", formats=four_decimals(df))
     st.caption(t("attn_output_check", d=float((weighted_sum(s) - s.output).abs().max())))
 
 

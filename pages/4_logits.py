@@ -5,10 +5,10 @@ import streamlit as st
 from transformer_core.generation import Sampling, SamplingError
 from transformer_core.next_token import decoder_ids, distribution, grow, tokens_of
 from transformer_core.pipeline import real_ids, token_labels
-from ui.figures import axis_labels, bars
+from ui.figures import axis_labels, bars, visible
 from ui.i18n import t
 from ui.session import page_context, show_error, through_app
-from ui.widgets import chart, explain, table, token_chips
+from ui.widgets import chart, count_text, explain, table, token_chips
 
 through_app()
 
@@ -23,7 +23,8 @@ if ctx.key.startswith("preset:"):
 dec = decoder_ids(ctx.trace).tolist()  # model ids of the decoder-side sequence (incl. generated ones)
 src = ctx.trace.src_ids[0].tolist()
 n_gen = len(ss.get("gen_ids") or ())
-st.markdown(t("log_sequence", n=len(dec), g=n_gen))
+generated = f" · {count_text('log_generated', n_gen)}" if n_gen else ""
+st.markdown(count_text("log_sequence", len(dec)) + generated)
 token_chips(tokens_of(real_ids(model, dec), cfg.encoding))
 
 labels = token_labels(model, dec)
@@ -56,16 +57,17 @@ if dist is not None:
     m2.metric(t("log_sum"), f"{dist.total:.6f}")
     m3.metric(t("log_kept"), dist.kept)
     names = token_labels(model, dist.ids)
-    chart(bars(axis_labels(names), dist.probs, title=t("log_chart"), y_title=t("col_prob"),
-               secondary=(t("col_prob_raw"), dist.raw), height=max(260, 26 * len(names) + 80)), "log_probs")
+    chart(bars(axis_labels(names), dist.probs, title=t("log_chart"), y_title=t("col_prob"), x_title=t("col_prob"),
+               secondary=(t("col_prob_raw"), dist.raw), height=max(260, 26 * len(names) + 100), x_format="~%",
+               hover_format=".4~g"), "log_probs")
     st.subheader(t("log_table"))
     table(pd.DataFrame({
-        t("col_token"): names,
+        t("col_token"): [visible(x) for x in names],
         t("col_id"): real_ids(model, dist.ids),
-        t("col_logit"): [round(x, 4) for x in dist.logits],
+        t("col_logit"): dist.logits,
         t("col_prob"): dist.probs,
         t("col_prob_raw"): dist.raw,
-    }), "log_top")
+    }), "log_top", formats={t("col_logit"): "%.4f", t("col_prob"): "%.4g", t("col_prob_raw"): "%.4g"})
 
 
 def _append(model, src: list[int], dec: list[int], steps: int, s: Sampling, seed: int) -> None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Debian Chromium + CJK fonts for the real-browser tests (Playwright cannot download its own browser here).
+# Debian Chromium + CJK and emoji fonts for the real-browser tests (Playwright cannot download its own browser here).
 set -euo pipefail
-if [ -x /usr/bin/chromium ] && fc-list 2>/dev/null | grep -qi "noto sans cjk"; then exit 0; fi
+if [ -x /usr/bin/chromium ] && fc-list 2>/dev/null | grep -qi "noto sans cjk" && fc-list 2>/dev/null | grep -qi "color emoji"; then exit 0; fi
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 $SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium fonts-noto-cjk >/dev/null
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium fonts-noto-cjk fonts-noto-color-emoji >/dev/null

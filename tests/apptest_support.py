@@ -6,6 +6,7 @@ never happen. `no_pages_dir_mode()` switches that path off, as app.py's own st.n
 """
 from __future__ import annotations
 
+import json
 import re
 from contextlib import contextmanager
 from pathlib import Path
@@ -82,3 +83,20 @@ def metric(at: AppTest, label: str) -> str:
 def messages(at: AppTest) -> list[str]:
     """Every error, warning and info text shown (main area and sidebar)."""
     return [e.value for kind in ("error", "warning", "info", "success") for e in getattr(at, kind)]
+
+
+def shown_texts(at: AppTest) -> list[str]:
+    """Every heading, text, message, widget and metric label, table column and chart title / axis title /
+    legend name the run shows (e.g. to look for strings left in English on a Chinese page)."""
+    texts = [e.value for kind in ("title", "header", "subheader", "markdown", "caption") for e in getattr(at, kind)]
+    texts += messages(at) + [m.label for m in at.metric]
+    texts += [w.label for kind in ("selectbox", "radio", "slider", "number_input", "button", "text_area", "checkbox")
+              for w in getattr(at, kind)]
+    texts += [str(c) for d in at.dataframe for c in d.value.columns]
+    for chart in at.get("plotly_chart"):
+        spec = json.loads(chart.proto.spec)
+        layout = spec.get("layout", {})
+        texts += [a.get("text") for a in layout.get("annotations", [])] + [tr.get("name") for tr in spec["data"]]
+        texts += [v.get("title", {}).get("text") for k, v in layout.items() if k.startswith(("xaxis", "yaxis"))]
+        texts.append(layout.get("title", {}).get("text"))
+    return [s for s in texts if s]

@@ -56,9 +56,9 @@ def set_text(at, text: str) -> None:
 # --- every page ------------------------------------------------------------------------------------------
 
 
-def test_app_registers_six_pages():
-    assert [Path(p).stem for p in PAGES] == ["1_tokenizer", "2_embeddings", "3_attention", "4_logits", "5_model",
-                                             "6_train"]
+def test_app_registers_the_overview_and_six_steps():
+    assert [Path(p).stem for p in PAGES] == ["0_home", "1_tokenizer", "2_embeddings", "3_attention", "4_logits",
+                                             "5_model", "6_train"]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[Path(p).stem for p in PAGES])
@@ -236,12 +236,13 @@ def test_show_error_renders_a_config_error_as_st_error():
 
 def test_language_switch_to_chinese_renders_chinese_page_titles():
     at = open_app(model=SMALL)
-    assert at.title[0].value == EN["nav_tokenizer"]
+    assert at.title[0].value == EN["app_title"]  # the app opens on the overview
     at.sidebar.radio(key="lang").set_value("zh").run()  # this run's widgets were formatted in English
     with harness_language("zh"):
         assert at.query_params["lang"] == "zh"
         assert at.sidebar.text_area(key="text").label == ZH["input_text"]
-        navs = ("nav_tokenizer", "nav_embeddings", "nav_attention", "nav_logits", "nav_model", "nav_train")
+        navs = ("app_title", "nav_tokenizer", "nav_embeddings", "nav_attention", "nav_logits", "nav_model",
+                "nav_train")
         for page, nav in zip(PAGES, navs):
             at.switch_page(page).run()
             assert not at.exception, page

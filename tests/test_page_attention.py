@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 import torch
-from apptest_support import SMALL, messages, no_pages_dir_mode, open_app
+from apptest_support import SMALL, harness_language, messages, no_pages_dir_mode, open_app, shown_texts
 
 from transformer_core.attention import attention
 from transformer_core.attention_view import (
@@ -23,12 +23,14 @@ from transformer_core.masks import attention_mask
 from transformer_core.model import build_model
 from transformer_core.tokenizer import load_encoding
 from transformer_core.trace import run_with_trace
-from ui.figures import add_mask_marks, heatmap
+from ui.figures import add_mask_marks, heatmap, heatmap_grid
+from ui.i18n import strings
 
 PAGE = "attention"
 BASE = "preset:course-base@cl100k_base"
 SRC_TOKENS, TGT_TOKENS = 13, 7  # the course's sentences 同志们!我踩着地雷了 / 我现在开始排雷。 in cl100k
 WEIGHT, MASKED, KEY = "softmax weight", "masked score", "key token"
+ENGLISH_ONLY = {v["en"] for v in strings().values() if v["en"] != v["zh"]}
 BAD_INPUTS = {
     "empty": "",
     "endoftext": "<|endoftext|>",
@@ -66,6 +68,17 @@ def values(fig: dict) -> list[np.ndarray]:
     return [array(tr["z"]) for tr in fig["data"] if tr["type"] == "heatmap" and tr.get("name") != "mask"]
 
 
+def hover_values(fig: dict) -> list[np.ndarray]:
+    """The value heatmaps with each masked (NaN) cell read from its subplot's mask overlay, as hover shows it."""
+    overlays = {tr.get("xaxis", "x"): array(tr["z"]) for tr in fig["data"] if tr.get("name") == "mask"}
+    out = []
+    for tr in fig["data"]:
+        if tr["type"] == "heatmap" and tr.get("name") != "mask":
+            z, over = array(tr["z"]), overlays.get(tr.get("xaxis", "x"))
+            out.append(z if over is None else np.where(np.isnan(z), over, z))
+    return out
+
+
 def step_table(at):
     return next(df.value for df in at.dataframe if WEIGHT in df.value.columns)
 
@@ -89,11 +102,18 @@ def test_decoder_only_page_shows_zero_weights_above_the_diagonal_and_rows_summin
     assert (w[q + 1:] == 0).all() and (w[: q + 1] > 0).all()
     assert list(df[MASKED][q + 1:]) == ["−∞"] * (len(df) - q - 1)
     assert w.sum() == pytest.approx(1.0, abs=1e-6)
-    grid = values(figure(at, "att_grid"))
-    assert len(grid) == 4  # course-gpt has 4 heads
-    for m in grid:
-        assert (np.triu(m, k=1) == 0).all()
+    numbers = json.loads(next(d for d in at.dataframe if WEIGHT in d.value.columns).proto.columns)
+    assert {c: v["type_config"]["format"] for c, v in numbers.items()} == dict.fromkeys(
+        ["q·k", "q·k / √d_k", WEIGHT], "%.4f")  # every number shown with 4 decimals, like the masked column
+    assert all(re.fullmatch(r"-?\d+\.\d{4}|−∞", x) for x in df[MASKED])
+    weights = figure(at, "att_weights")["data"][0]
+    assert (weights["zmin"], weights["zmax"]) == (0, 1)
+    grid = figure(at, "att_grid")
+    assert len(values(grid)) == 4  # course-gpt has 4 heads
+    for m, raw in zip(hover_values(grid), values(grid), strict=True):
+        assert (np.triu(m, k=1) == 0).all() and np.isnan(raw[np.triu_indices_from(raw, 1)]).all()
         np.testing.assert_allclose(m.sum(-1), 1.0, atol=1e-5)
+    assert grid["layout"]["coloraxis"]["cmin"] == 0 and grid["layout"]["coloraxis"]["cmax"] == 1
     lo, hi = map(float, re.findall(r"\d\.\d{6}", next(s for s in messages(at) if s.startswith("Row sums"))))
     assert lo == pytest.approx(1.0, abs=1e-5) and hi == pytest.approx(1.0, abs=1e-5)
     assert any("flat" in s for s in messages(at))  # the seed's uniform-softmax pitfall
@@ -121,13 +141,26 @@ def test_each_mask_mode_recomputes_the_weights(mode):
         assert (np.isnan(marks) == ~upper).all()
         assert all((t == "✕") == u for row, urow in zip(overlays[0]["text"], upper, strict=True)
                    for t, u in zip(row, urow, strict=True))
-    for m in values(figure(at, "att_weights")) + values(figure(at, "att_grid")):
+    for m in hover_values(figure(at, "att_weights")) + hover_values(figure(at, "att_grid")):
         np.testing.assert_allclose(m.sum(-1), 1.0, atol=1e-5)
         assert (np.triu(m, k=1) == 0).all() == causal
+    weights = figure(at, "att_weights")
+    marks = [tr for tr in weights["data"] if tr.get("name") == "mask"]
+    assert len(marks) == (1 if causal else 0)
+    if causal:  # like "after masking": blank + ✕, and hover reads the exact 0 the weight is
+        upper = np.triu(np.ones_like(values(weights)[0], dtype=bool), k=1)
+        assert np.isnan(values(weights)[0][upper]).all() and (array(marks[0]["z"])[upper] == 0).all()
+        assert all((t == "✕") == u for row, urow in zip(marks[0]["text"], upper, strict=True)
+                   for t, u in zip(row, urow, strict=True))
+        assert "masked → 0" in marks[0]["hovertemplate"] and "%{z:.4f}" in marks[0]["hovertemplate"]
 
 
-def test_encoder_decoder_switches_to_cross_attention_with_encoder_keys():
+def test_encoder_decoder_opens_on_cross_attention_with_encoder_keys():
     at = open_app(PAGE, model=BASE, lang="en")
+    assert_clean(at)
+    assert at.session_state["block"] == "decoder.layers.0.cross_attn"  # no block chosen yet: cross-attention
+    assert at.session_state["mask_mode"] == "padding"
+    at.selectbox(key="block").set_value("decoder.layers.0.self_attn").run()
     assert_clean(at)
     assert len(step_table(at)) == TGT_TOKENS  # decoder self-attention: keys are the decoder's tokens
     at.selectbox(key="block").set_value("decoder.layers.0.cross_attn").run()
@@ -151,9 +184,12 @@ def test_encoder_decoder_switches_to_cross_attention_with_encoder_keys():
 def test_chart_data_stays_under_one_megabyte_at_64_tokens():
     enc = load_encoding("cl100k_base")
     text = enc.decode(enc.encode("the quick brown fox jumps over the lazy dog " * 20)[:64])
-    at = open_app(PAGE, model=BASE, lang="en", text=text, tgt=text)
+    at = open_app(PAGE, model=BASE, lang="en", text=text, tgt=text, block="decoder.layers.0.self_attn")
     assert_clean(at)
     assert array(figure(at, "att_before")["data"][0]["z"]).shape == (64, 64)
+    layout = figure(at, "att_grid")["layout"]  # 64 tokens: 8 heads in 2 columns, labels on the outer edges
+    assert layout["xaxis3"]["domain"] == layout["xaxis"]["domain"] != layout["xaxis2"]["domain"]
+    assert layout["yaxis"]["showticklabels"] and not layout["yaxis2"].get("showticklabels")
     sizes = {"weights": chart_bytes(at)}
     for stage in ("scores", "masked"):
         at.radio(key="att_grid_stage_sel").set_value(stage).run()
@@ -185,6 +221,23 @@ def test_bad_inputs_never_raise(text):
         assert step_table(at)[WEIGHT].sum() == pytest.approx(1.0, abs=1e-6)
     else:
         assert at.warning and not at.get("plotly_chart")
+
+
+def test_one_token_weights_keep_the_zero_to_one_colour_scale():
+    at = open_app(PAGE, model=SMALL, lang="en", text="hello")
+    assert_clean(at)
+    weights = figure(at, "att_weights")["data"][0]
+    assert array(weights["z"]).tolist() == [[1.0]] and (weights["zmin"], weights["zmax"]) == (0, 1)
+    assert figure(at, "att_grid")["layout"]["coloraxis"]["cmax"] == 1
+
+
+def test_chinese_page_has_no_english_labels():
+    with harness_language("zh"):
+        at = open_app(PAGE, model=BASE, lang="zh")
+        assert_clean(at)
+        assert not [s for s in shown_texts(at) if s in ENGLISH_ONLY]
+        assert at.selectbox(key="att_query_idx").label == "查询 token（query）"
+        assert any("键 token（key）" in df.value.columns for df in at.dataframe)
 
 
 # --- the small pure helpers the page reads the trace with -------------------------------------------------------
@@ -220,6 +273,15 @@ def test_block_paths_and_kinds(tiny):
         "encoder.layers.1.self_attn", "decoder.layers.1.self_attn", "decoder.layers.1.cross_attn"]
     assert [block_kind(b) for b in layer_blocks(tiny.hook_names, 0)] == ["enc_self", "dec_self", "cross"]
     assert block_kind("not.a.block") is None
+
+
+def test_grid_labels_rows_on_the_first_column_and_keys_under_the_last_heatmap_of_each_column():
+    fig = heatmap_grid([np.eye(3)] * 6, list("abcdef"), list("xyz"), list("pqr"), cols=4, x_title="k", y_title="q")
+    shows = {ax: bool(fig.layout[ax].showticklabels) for ax in fig.layout if ax.startswith(("xaxis", "yaxis"))}
+    assert [shows[f"yaxis{i or ''}"] for i in (0, 2, 3, 4, 5, 6)] == [True, False, False, False, True, False]
+    assert [shows[f"xaxis{i or ''}"] for i in (0, 2, 3, 4, 5, 6)] == [False, False, True, True, True, True]
+    assert fig.layout.xaxis5.title.text == "k" and fig.layout.yaxis5.title.text == "q"
+    assert not fig.layout.xaxis.title.text and not fig.layout.yaxis2.title.text
 
 
 def test_mask_marks_overlay_marks_only_masked_cells():

@@ -1,24 +1,29 @@
 """Logits page: the shown distribution (sums, entropy, top-k), bad sampling settings, step-by-step generation."""
+import json
 import math
 
 import pytest
 import torch
 from apptest_support import (
     SMALL,
+    harness_language,
     messages,
     metric,
     no_pages_dir_mode,
     open_app,
     page_file,
+    shown_texts,
 )
 
 from transformer_core import build_model, preset
 from transformer_core.generation import Sampling, SamplingError
 from transformer_core.next_token import decoder_ids, distribution, grow, tokens_of
 from transformer_core.pipeline import trace_text
+from ui.figures import axis_labels, visible
 from ui.i18n import strings
 
 EN = {k: v["en"] for k, v in strings().items()}
+ENGLISH_ONLY = {v["en"] for v in strings().values() if v["en"] != v["zh"]}
 SENT_1 = "同志们!我踩着地雷了"  # 13 cl100k tokens; the small preset's max_len is 16
 
 
@@ -143,6 +148,34 @@ def test_page_shows_probabilities_summing_to_one(page):
     assert len(probs) == 10 and probs == sorted(probs, reverse=True) and 0 < probs[0] < 1
     assert float(metric(page, EN["log_entropy"])) > 15  # random weights: nearly log2(100277) = 16.6 bits
     assert EN["log_random_note"] in messages(page)
+
+
+def test_chart_and_table_show_the_same_whitespace_visible_tokens_with_readable_numbers(page):
+    chart = json.loads(next(c for c in page.get("plotly_chart") if c.proto.id.endswith("-log_probs")).proto.spec)
+    table = top_table(page)
+    assert [y.split("·", 1)[1] for y in chart["data"][0]["y"]] == list(table[EN["col_token"]])
+    assert not any(ch.isspace() for tok in table[EN["col_token"]] for ch in tok)
+    axis = chart["layout"]["xaxis"]  # percentages, not SI prefixes ("20μ"), and a named axis
+    assert axis["tickformat"] == "~%" and axis["title"]["text"] == EN["col_prob"]
+    shown = json.loads(next(d for d in page.dataframe if EN["col_prob_raw"] in d.value.columns).proto.columns)
+    assert {c: v["type_config"]["format"] for c, v in shown.items()} == {
+        EN["col_logit"]: "%.4f", EN["col_prob"]: "%.4g", EN["col_prob_raw"]: "%.4g"}
+
+
+def test_visible_marks_spaces_tabs_and_newlines():
+    assert visible("\t  a\r\n") == "⇥␣␣a␍⏎"
+    assert axis_labels(["\t x", "y"]) == ["0·⇥␣x", "1·y"]
+
+
+def test_counts_are_singular_for_one_token():
+    at = open_app("logits", model=SMALL, text="hello", lang="en")
+    assert "Decoder-side sequence: 1 token" in [m.value for m in at.markdown]
+    at.button(key="log_next").click().run()
+    assert "Decoder-side sequence: 2 tokens · the last one generated here" in [m.value for m in at.markdown]
+    with harness_language("zh"):
+        at = open_app("logits", model=SMALL, text="hello", lang="zh")
+        assert "解码器一侧的序列：1 个 token" in [m.value for m in at.markdown]
+        assert not [s for s in shown_texts(at) if s in ENGLISH_ONLY]
 
 
 def test_higher_temperature_shows_higher_entropy(page):

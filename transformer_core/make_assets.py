@@ -25,15 +25,19 @@ ACCURACY_N, ACCURACY_SEED = 512, 99
 
 TASK_BASE = TrainConfig(batch_size=64, d_model=64, n_layers=2, n_heads=4, dropout=0.0, eval_interval=100,
                         eval_iters=4, lr_schedule="cosine", seed=SEED, device="cpu")
+SEQ2SEQ_BASE = replace(TASK_BASE, d_model=128, d_ffn=512, lr=3e-3)  # wider: sharper cross-attention maps
 PLANS: dict[str, TrainConfig] = {
-    "copy": replace(TASK_BASE, task="copy", max_iters=600),
-    "reverse": replace(TASK_BASE, task="reverse", max_iters=1000),
-    "sort": replace(TASK_BASE, task="sort", max_iters=2500),
+    "copy": replace(SEQ2SEQ_BASE, task="copy", max_iters=600),
+    "reverse": replace(SEQ2SEQ_BASE, task="reverse", max_iters=1500),
+    "sort": replace(SEQ2SEQ_BASE, task="sort", max_iters=2000),
     "repeat": replace(TASK_BASE, task="repeat", max_iters=1500),
     "count": replace(TASK_BASE, task="count", max_iters=1000),
     # the course's small GPT (doc 003 hyper-parameters) on the project's own text
     "corpus-gpt": TrainConfig(text=corpus.TEXT, max_iters=2000, seed=SEED, device="cpu"),
 }
+
+
+DEFAULT_MODEL = "reverse"  # cross-attention shows a learned anti-diagonal at first sight
 
 
 def task_meta(name: str, result: TrainResult) -> dict:
@@ -44,6 +48,7 @@ def task_meta(name: str, result: TrainResult) -> dict:
         "example_src": task.example.src, "example_tgt": task.example.tgt,
         "accuracy": round(task.accuracy(result.model, n=ACCURACY_N, seed=ACCURACY_SEED), 4),
         "accuracy_metric": task.metric, "accuracy_examples": ACCURACY_N, "accuracy_seed": ACCURACY_SEED,
+        "default": name == DEFAULT_MODEL,  # the app opens on this one
     }
     if isinstance(task, SeqToSeqTask):
         meta["answer_steps"] = "as many tokens as the input has"

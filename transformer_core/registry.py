@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,8 @@ SHIPPED_DIR = ROOT / "assets" / "checkpoints"
 USER_DIR = Path(os.environ.get("TRANSFORMER_EXPLORER_CHECKPOINTS", ROOT / "checkpoints"))
 GPT2_ENV = "GPT2_WEIGHTS"
 APP_PRESETS = ("course-base", "course-base-scaled", "course-gpt")
+_GPT2_PATHS: list[str] = []  # GPT-2 weights registered at runtime (the Train page's "load"), process-wide
+_GPT2_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,20 @@ def list_models() -> list[ModelEntry]:
     gpt2 = os.environ.get(GPT2_ENV)
     if gpt2:
         entries.append(ModelEntry(f"gpt2:{gpt2}", "GPT-2", "gpt2", {"path": gpt2, "arch": "decoder_only"}))
+    with _GPT2_LOCK:
+        added = [p for p in _GPT2_PATHS if p != gpt2]
+    entries += [ModelEntry(f"gpt2:{p}", f"GPT-2 · {Path(p).name}", "gpt2", {"path": p, "arch": "decoder_only"})
+                for p in added]
     return entries
+
+
+def add_gpt2_path(path: str | Path) -> str:
+    """Register GPT-2 weights loaded at runtime so list_models() shows them; returns their model key."""
+    path = str(path)
+    with _GPT2_LOCK:
+        if path not in _GPT2_PATHS:
+            _GPT2_PATHS.append(path)
+    return f"gpt2:{path}"
 
 
 def default_key() -> str:
@@ -79,5 +95,6 @@ def load_model(key: str, device=None) -> tuple[Transformer, dict]:
     if kind == "gpt2":
         from .gpt2 import load_gpt2
 
-        return load_gpt2(rest, device=device), {"name": "GPT-2", "kind": "gpt2", "path": rest}
+        model, meta = load_gpt2(rest, device=device)
+        return model, {**meta, "name": "GPT-2", "kind": "gpt2", "path": rest}
     raise ValueError(f"unknown model key {key!r}")

@@ -114,7 +114,8 @@ class SeqToSeqTask(Task):
         self.name, self.fn, self.symbols, self.lengths = name, fn, symbols, lengths
         self.source_of = source_of  # (answer position i, length L) -> the input position it copies
         self.description, self.description_zh = description, description_zh
-        self.example = Example(example, BOS)
+        answer = self.fn(example.split())
+        self.example = Example(example, " ".join([BOS, *answer[:-1]]))  # the decoder input of teacher forcing
 
     def sample(self, rng: random.Random) -> Example:
         syms = [rng.choice(self.symbols) for _ in range(rng.randint(*self.lengths))]
@@ -157,6 +158,9 @@ class SeqToSeqTask(Task):
     def solve(self, model: Transformer, src_text: str) -> str:
         """The model's greedy answer text for one input (as many tokens as the input has)."""
         ids = torch.tensor([self.to_ids(src_text)])
+        if not 1 <= ids.size(1) < self.max_len:
+            raise TaskError(f"type 1 to {self.max_len - 1} letters (the model was trained on "
+                            f"{self.lengths[0]} to {self.lengths[1]})")
         out = self.greedy(model, ids, torch.tensor([ids.size(1)]), ids.size(1))[0]
         return load_encoding(ENCODING).decode([self.vocab_map[i] for i in out.tolist()])
 

@@ -68,7 +68,8 @@ class TrainConfig:
             (0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}"),
             (math.isfinite(self.lr) and 0.0 < self.lr <= 1.0, f"learning rate must be in (0, 1], got {self.lr}"),
             (1 <= self.max_iters <= MAX_ITERS, f"iterations must be between 1 and {MAX_ITERS:,}, got {self.max_iters}"),
-            (0 <= self.eval_interval <= MAX_ITERS, f"eval interval must be 0 (off) or positive, got {self.eval_interval}"),
+            (0 <= self.eval_interval <= MAX_ITERS,
+             f"eval interval must be 0 (off) or a positive number of steps, got {self.eval_interval}"),
             (1 <= self.eval_iters <= 1000, f"eval batches must be between 1 and 1000, got {self.eval_iters}"),
             (0.05 <= self.val_fraction <= 0.5, f"validation fraction must be in [0.05, 0.5], got {self.val_fraction}"),
             (self.lr_schedule in LR_SCHEDULES, f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}"),
@@ -174,8 +175,7 @@ def lr_at(tc: TrainConfig, it: int) -> float:
 
 
 def train_step(model, opt, b: Batch, grad_clip: float) -> torch.Tensor:
-    """One AdamW step in train mode; returns the (detached) loss."""
-    model.train()
+    """One AdamW step (the model is in train mode); returns the (detached) loss."""
     loss = batch_loss(model, b)
     opt.zero_grad(set_to_none=True)
     loss.backward()
@@ -204,12 +204,18 @@ def train(tc: TrainConfig, callback: Callable[[Progress], None] | None = None,
         torch.manual_seed(tc.seed)
         while it < tc.max_iters and not (stop is not None and stop.is_set()):
             if tc.eval_interval and (it % tc.eval_interval == 0 or it == tc.max_iters - 1):
-                _record_eval(hist, it, estimate_loss(model, data, tc, device, stop))
-            b = data.batch("train", tc.batch_size).to(device)
+                losses = estimate_loss(model, data, tc, device, stop)
+                if stop is not None and stop.is_set():
+                    break  # a cut-short estimate is not recorded
+                _record_eval(hist, it, losses)
+            if not model.training:
+                model.train()  # once, and again after each evaluation
+            b = data.batch("train", tc.batch_size)
+            tokens += b.n_tokens  # counted on the CPU: no device sync
             for group in opt.param_groups:
                 group["lr"] = lr_at(tc, it)
-            loss = float(train_step(model, opt, b, tc.grad_clip))
-            it, tokens = it + 1, tokens + b.n_tokens
+            loss = float(train_step(model, opt, b.to(device), tc.grad_clip))
+            it += 1
             hist.step_loss.append(loss)
             if callback is not None:
                 callback(Progress(it, tc.max_iters, loss, hist))
@@ -228,6 +234,12 @@ def train_text(text: str, **changes) -> TrainResult:
     return train(TrainConfig(text=text, **changes))
 
 
+# small and quick on a CPU (about 10 s for both runs): reverse without positions cannot tell the
+# first input letter from the last (about 35 % accuracy against 99 %); sort barely needs positions
+EXPERIMENT_DEFAULTS = dict(batch_size=32, d_model=64, n_layers=2, n_heads=4, dropout=0.0, max_iters=600,
+                           eval_interval=50, eval_iters=4, seed=0)
+
+
 @dataclass
 class PositionalExperiment:
     """The course's "does positional information help?": the same run with and without positions."""
@@ -235,22 +247,20 @@ class PositionalExperiment:
     task: str
     histories: dict[str, History]  # "sinusoidal" / "none" -> loss curves
     accuracy: dict[str, float]  # on fresh examples
+    stopped: bool = False
 
 
 def positional_experiment(task: str = "reverse", callback=None, stop=None, **changes) -> PositionalExperiment:
-    """Train the same model on an order-sensitive task with positional='sinusoidal' and 'none'."""
+    """Train the same model on a task with positional='sinusoidal', then 'none' (the callback sees both runs)."""
     base = TrainConfig(task=task, **{**EXPERIMENT_DEFAULTS, **changes})
-    histories, accuracy = {}, {}
+    exp = PositionalExperiment(task, {}, {})
     for positional in ("sinusoidal", "none"):
         result = train(replace(base, positional=positional), callback, stop)
-        histories[positional] = result.history
-        accuracy[positional] = TASKS[task].accuracy(result.model, n=128)
-    return PositionalExperiment(task, histories, accuracy)
+        exp.histories[positional] = result.history
+        exp.accuracy[positional] = TASKS[task].accuracy(result.model, n=128)
+        exp.stopped |= result.stopped
+    return exp
 
-
-# small and quick on a CPU: reverse without positions cannot tell "first" from "last" in the input
-EXPERIMENT_DEFAULTS = dict(batch_size=32, d_model=64, n_layers=2, n_heads=4, dropout=0.0, max_iters=600,
-                           eval_interval=50, eval_iters=4, seed=0)
 
 
 def describe(tc: TrainConfig) -> dict:

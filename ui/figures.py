@@ -14,9 +14,17 @@ SEQUENTIAL = "Blues"
 MASK_COLOUR = "rgba(120,120,120,0.35)"
 
 
+WHITESPACE = str.maketrans({" ": "␣", "\t": "⇥", "\n": "⏎", "\r": "␍"})
+
+
+def visible(token: str) -> str:
+    """A token's text with its whitespace made visible (space ␣, tab ⇥, newline ⏎, carriage return ␍)."""
+    return str(token).translate(WHITESPACE)
+
+
 def axis_labels(tokens: list[str]) -> list[str]:
     """Unique category labels: position and token (whitespace made visible)."""
-    return [f"{i}·{tok.replace(' ', '␣').replace(chr(10), '⏎')}" for i, tok in enumerate(tokens)]
+    return [f"{i}·{visible(tok)}" for i, tok in enumerate(tokens)]
 
 
 def _f32(a) -> np.ndarray:
@@ -60,13 +68,21 @@ def add_heatmap(fig, z, x_labels, y_labels, *, masked=None, colorscale=DIVERGING
 
 
 def heatmap_grid(mats, titles, x_labels, y_labels, *, cols=4, masked=None, colorscale=SEQUENTIAL, zmin=None,
-                 zmax=None, zmid=None, hover_masked="masked (−∞)", row_height=None) -> go.Figure:
-    """Several heatmaps with one shared colour scale (e.g. every head of a layer)."""
+                 zmax=None, zmid=None, hover_masked="masked (−∞)", row_height=None, x_title="",
+                 y_title="") -> go.Figure:
+    """Several heatmaps with one shared colour scale (e.g. every head of a layer).
+
+    Row labels only on the first column and column labels only under the lowest heatmap of each column, so no
+    heatmap's labels are drawn over its neighbour.
+    """
     n = len(mats)
     cols = min(cols, n)
     rows = (n + cols - 1) // cols
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.03,
-                        vertical_spacing=0.08 if rows > 1 else 0.02)
+    row_h = row_height or min(120 + 16 * len(y_labels), 420)
+    gap, top, below = 46, 40, 90  # px: room for each row's subplot titles, and for the bottom x labels
+    plot_h = rows * row_h + (rows - 1) * gap
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.015,
+                        vertical_spacing=gap / plot_h if rows > 1 else 0.02)
     finite = [m[np.isfinite(m)] for m in map(_f32, mats)]
     lo = zmin if zmin is not None else min((f.min() for f in finite if f.size), default=0.0)
     hi = zmax if zmax is not None else max((f.max() for f in finite if f.size), default=1.0)
@@ -74,10 +90,15 @@ def heatmap_grid(mats, titles, x_labels, y_labels, *, cols=4, masked=None, color
         add_heatmap(fig, m, x_labels, y_labels, masked=None if masked is None else masked[i], row=i // cols + 1,
                     col=i % cols + 1, coloraxis="coloraxis", hover_masked=hover_masked)
     fig.update_layout(coloraxis=dict(colorscale=colorscale, cmin=float(lo), cmax=float(hi),
-                                     cmid=zmid), margin=dict(l=10, r=10, t=40, b=10),
-                      height=rows * (row_height or min(120 + 16 * len(y_labels), 420)) + 40)
-    fig.update_yaxes(autorange="reversed", type="category", showticklabels=len(y_labels) <= 40)
-    fig.update_xaxes(type="category", showticklabels=False)
+                                     cmid=zmid), margin=dict(l=10, r=10, t=top, b=10), height=plot_h + top + below)
+    fig.update_yaxes(autorange="reversed", type="category", showticklabels=False, tickfont_size=10)
+    fig.update_xaxes(type="category", showticklabels=False, tickangle=-60, tickfont_size=10)
+    for i in range(n):
+        r, c = i // cols + 1, i % cols + 1
+        if c == 1:
+            fig.update_yaxes(showticklabels=True, title_text=y_title, row=r, col=c)
+        if i + cols >= n:  # no heatmap below this one
+            fig.update_xaxes(showticklabels=True, title_text=x_title, row=r, col=c)
     return fig
 
 
@@ -89,8 +110,12 @@ def lines(x, series: dict[str, list], *, title="", x_title="", y_title="", heigh
     return fig
 
 
-def bars(labels, values, *, title="", x_title="", y_title="", height=360, secondary=None) -> go.Figure:
-    """Horizontal bars (largest on top); `secondary` adds a second series for comparison."""
+def bars(labels, values, *, title="", x_title="", y_title="", height=360, secondary=None, x_format=None,
+         hover_format=None) -> go.Figure:
+    """Horizontal bars (largest on top); `secondary` adds a second series for comparison.
+
+    `x_format` / `hover_format`: d3 formats of the value axis ticks and the hover value (e.g. "~%", ".4~g").
+    """
     fig = go.Figure(go.Bar(x=_f32(values).tolist(), y=labels, orientation="h", name=y_title or "value"))
     if secondary is not None:
         name, vals = secondary
@@ -98,6 +123,10 @@ def bars(labels, values, *, title="", x_title="", y_title="", height=360, second
     fig.update_layout(title=title, xaxis_title=x_title, height=height, barmode="overlay",
                       margin=dict(l=10, r=10, t=40, b=10))
     fig.update_yaxes(autorange="reversed", type="category")
+    if x_format:
+        fig.update_xaxes(tickformat=x_format)
+    if hover_format:
+        fig.update_traces(hovertemplate=f"%{{y}}<br>%{{fullData.name}}: %{{x:{hover_format}}}<extra></extra>")
     return fig
 
 
@@ -107,10 +136,11 @@ def figure_bytes(fig: go.Figure) -> int:
 
 
 def add_mask_marks(fig, masked, x_labels, y_labels, *, hovertemplate="query %{y}<br>key %{x}<br>masked (−∞)",
-                   row=None, col=None, marks: bool | None = None) -> None:
+                   row=None, col=None, marks: bool | None = None, value: float = 1.0) -> None:
     """Mark masked cells compactly: one grey overlay heatmap, ✕ as cell text (`marks`, default up to 64×64 cells).
 
     The marked heatmap should already hold NaN there; its gaps stop answering hover, the overlay does instead.
+    The overlay's cells hold `value` (e.g. 0 for softmax weights), which `hovertemplate` may show as %{z}.
     """
     masked = np.asarray(masked, dtype=bool)
     if not masked.any():
@@ -118,7 +148,7 @@ def add_mask_marks(fig, masked, x_labels, y_labels, *, hovertemplate="query %{y}
     marks = masked.size <= 64 * 64 if marks is None else marks
     fig.update_traces(hoverongaps=False, selector={"type": "heatmap"})
     fig.add_trace(go.Heatmap(
-        z=np.where(masked, 1.0, np.nan).astype(np.float32), x=x_labels, y=y_labels, showscale=False,
+        z=np.where(masked, float(value), np.nan).astype(np.float32), x=x_labels, y=y_labels, showscale=False,
         colorscale=[[0, MASK_COLOUR], [1, MASK_COLOUR]], hoverongaps=False,
         hovertemplate=hovertemplate + "<extra></extra>",
         text=np.where(masked, "✕", "").tolist() if marks else None, texttemplate="%{text}" if marks else None,

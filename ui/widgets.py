@@ -6,7 +6,8 @@ import html
 import pandas as pd
 import streamlit as st
 
-from .i18n import t
+from .figures import visible
+from .i18n import strings, t
 
 PLOTLY_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
 CHIP_COLOURS = ("#fde2e4", "#e2ece9", "#dfe7fd", "#fff1e6", "#e9f5db", "#f0e6ef", "#d7f9f1", "#fcf4dd")
@@ -24,9 +25,13 @@ def chart(fig, key: str) -> None:
     st.plotly_chart(fig, key=key, config=PLOTLY_CONFIG, width="stretch")
 
 
-def table(df: pd.DataFrame, key: str, *, height: int | None = None) -> None:
-    """A dataframe with a CSV download button."""
-    st.dataframe(df, width="stretch", height=height or "auto")
+def table(df: pd.DataFrame, key: str, *, height: int | None = None, formats: dict[str, str] | None = None) -> None:
+    """A dataframe with a CSV download button; `formats` maps number columns to a printf format ("%.4f").
+
+    The formats change only what is shown: the values (and the CSV) keep full precision.
+    """
+    config = {c: st.column_config.NumberColumn(format=f) for c, f in (formats or {}).items()}
+    st.dataframe(df, width="stretch", height=height or "auto", column_config=config or None)
     st.download_button(t("download_csv"), df.to_csv(index=False).encode("utf-8"), file_name=f"{key}.csv",
                        mime="text/csv", key=f"dl_{key}")
 
@@ -37,7 +42,7 @@ def token_chips(tokens, *, show_ids: bool = True) -> None:
     for i, tok in enumerate(tokens):
         colour = CHIP_COLOURS[tok.group % len(CHIP_COLOURS)]
         border = "2px dashed #c0392b" if tok.partial else "1px solid #bbb"
-        label = html.escape(tok.text.replace(" ", "␣").replace("\n", "⏎"))
+        label = html.escape(visible(tok.text))
         title = html.escape(f"#{i} id {tok.id} bytes {tok.raw.hex(' ')}", quote=True)
         sub = f"<sub style='color:#555'>{tok.id}</sub>" if show_ids else ""
         chips.append(f"<span title='{title}' style='background:{colour};border:{border};border-radius:4px;"
@@ -48,3 +53,9 @@ def token_chips(tokens, *, show_ids: bool = True) -> None:
 def tensor_frame(mat, index, columns) -> pd.DataFrame:
     """A 2-D tensor/array as a DataFrame with token labels (rounded for reading)."""
     return pd.DataFrame(mat, index=index, columns=columns).round(4)
+
+
+def count_text(key: str, n: int, **fmt) -> str:
+    """t(key, n=n): the key's "_one" variant ("1 token") when n == 1 and that string exists."""
+    one = f"{key}_one"
+    return t(one if n == 1 and one in strings() else key, n=n, **fmt)

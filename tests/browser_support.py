@@ -1,0 +1,161 @@
+"""Start the app in a real Streamlit server and drive it with Debian Chromium (shared by tests and bench).
+
+Importable without Playwright installed. From a bench script in the repo:
+    sys.path.insert(0, str(REPO_ROOT / "tests")); from browser_support import start_app, launch_browser
+(or `from tests.browser_support import ...` with the repo root on sys.path).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_CACHE = ROOT.parent / "shared" / "tiktoken-cache"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
+APP = "[data-testid='stApp']"
+IDLE_APP = "[data-testid='stApp'][data-test-script-state='notRunning'][data-test-connection-state='CONNECTED']"
+RUNNING_ICON = "[data-testid='stStatusWidgetRunningIcon'], [data-testid='stStatusWidgetRunningManIcon']"
+CHART = "[data-testid='stPlotlyChart']"
+CHART_SVG = "[data-testid='stPlotlyChart'] .main-svg"
+EXCEPTION = "[data-testid='stException']"
+
+
+def free_port() -> int:
+    """A TCP port that is free on localhost right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tiktoken_cache() -> str | None:
+    """A writable copy of ../shared/tiktoken-cache (tiktoken deletes a file whose hash does not match)."""
+    if not SHARED_CACHE.is_dir():
+        return None
+    tmp = Path(tempfile.mkdtemp(prefix="tiktoken-cache-"))
+    for f in SHARED_CACHE.iterdir():
+        shutil.copy(f, tmp / f.name)
+    return str(tmp)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM the server's process group, SIGKILL it if it lingers."""
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@contextmanager
+def start_app(port: int | None = None, env: dict | None = None, timeout: float = 90.0):
+    """Yield (process, url) of `streamlit run app.py` on localhost once /_stcore/health answers.
+
+    The server runs in its own process group, killed in finally; its output goes to `process.log_path`
+    (read it with log_tail while the server runs; it is removed afterwards).
+    """
+    port = port or free_port()
+    url = f"http://localhost:{port}"
+    full_env = {**os.environ, **(env or {})}
+    cache = None
+    if "TIKTOKEN_CACHE_DIR" not in full_env and (cache := _tiktoken_cache()):
+        full_env["TIKTOKEN_CACHE_DIR"] = cache
+    log = tempfile.NamedTemporaryFile(prefix="streamlit-", suffix=".log", delete=False)  # noqa: SIM115
+    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+           "--server.port", str(port), "--server.address", "localhost", "--browser.gatherUsageStats", "false",
+           "--server.fileWatcherType", "none"]  # an edited source must not turn the status widget into "Rerun?"
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    proc.log_path = log.name
+    try:
+        deadline = time.monotonic() + timeout
+        while not _healthy(url):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"streamlit did not come up on {url} (exit {proc.poll()}):\n{log_tail(proc)}")
+            time.sleep(0.25)
+        yield proc, url
+    finally:
+        _stop(proc)
+        log.close()
+        Path(log.name).unlink(missing_ok=True)
+        if cache:
+            shutil.rmtree(cache, ignore_errors=True)
+
+
+def log_tail(proc: subprocess.Popen, n_chars: int = 4000) -> str:
+    """The end of the server's output (for failure messages)."""
+    try:
+        return Path(proc.log_path).read_text(encoding="utf-8", errors="replace")[-n_chars:]
+    except (AttributeError, OSError):
+        return ""
+
+
+def launch_browser(playwright, **kwargs):
+    """Debian's Chromium through Playwright (Playwright cannot download its own browser here)."""
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, **kwargs)
+
+
+def wait_rendered(page, *, charts: bool = False, timeout: float = 120_000, chart_timeout: float = 20_000,
+                  settle_ms: int = 400) -> None:
+    """Wait until the app shows and its script run is over (and stays over for settle_ms).
+
+    With charts=True, also wait (up to chart_timeout ms more) for a plotly chart whose svg has drawn,
+    and raise AssertionError if none does. Timeouts are in milliseconds, like Playwright's.
+    """
+    page.wait_for_selector(APP, state="attached", timeout=timeout)
+    deadline = time.monotonic() + timeout / 1000
+    idle_since = None
+    while True:
+        idle = page.locator(IDLE_APP).count() > 0 and page.locator(RUNNING_ICON).count() == 0
+        now = time.monotonic()
+        if idle:
+            idle_since = idle_since or now
+            if (now - idle_since) * 1000 >= settle_ms:
+                break
+        else:
+            idle_since = None
+        if now > deadline:
+            raise TimeoutError(f"the app was still running after {timeout / 1000:.0f} s")
+        page.wait_for_timeout(100)
+    if charts:
+        try:
+            page.wait_for_selector(CHART_SVG, state="visible", timeout=chart_timeout)
+        except Exception as exc:  # playwright's TimeoutError
+            raise AssertionError(f"no plotly chart drew on {page.url} within {chart_timeout / 1000:.0f} s") from exc
+
+def full_screenshot(page, path, *, max_height: int = 12_000) -> None:
+    """A screenshot of the whole page: Streamlit scrolls inside stMain, so grow the viewport to fit first."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    size = page.viewport_size
+    height = page.evaluate("""() => Math.max(...['stMain', 'stSidebarContent'].map(
+        id => document.querySelector(`[data-testid='${id}']`)?.scrollHeight || 0))""")
+    page.set_viewport_size({"width": size["width"], "height": min(max(height, size["height"]), max_height)})
+    try:
+        page.wait_for_timeout(500)  # plotly relayouts on resize
+        page.screenshot(path=str(path), full_page=True)
+    finally:
+        page.set_viewport_size(size)

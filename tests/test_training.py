@@ -1,0 +1,172 @@
+"""The training loop: validation messages, loss goes down, stop flag, compacted vocabulary, the position experiment."""
+import threading
+
+import pytest
+import torch
+
+from transformer_core import training
+from transformer_core.corpus import TEXT
+from transformer_core.pipeline import prepare
+from transformer_core.tokenizer import load_encoding
+from transformer_core.training import (
+    MAX_ITERS,
+    TrainConfig,
+    TrainingError,
+    lr_at,
+    positional_experiment,
+    train,
+    train_text,
+)
+
+TINY = dict(d_model=16, n_heads=2, n_layers=1, dropout=0.0, eval_interval=0, seed=0, device="cpu")
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny models gain nothing from threads, and on a busy 2-core machine threads wait on each other."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    (dict(lr=0.0), "learning rate must be in"),
+    (dict(lr=-1e-3), "learning rate must be in"),
+    (dict(lr=float("nan")), "learning rate must be in"),
+    (dict(batch_size=0), "batch size must be between 1 and 512"),
+    (dict(d_model=66, n_heads=4), r"d_model \(66\) must be divisible by the number of heads \(4\)"),
+    (dict(max_iters=MAX_ITERS + 1), "iterations must be between 1 and"),
+    (dict(n_layers=0), "layers must be between 1 and 24"),
+    (dict(dropout=1.0), r"dropout must be in \[0, 1\)"),
+    (dict(context=1), "context length must be between 2"),
+    (dict(lr_schedule="linear"), "lr_schedule must be one of"),
+    (dict(task="translate"), "unknown task 'translate'"),
+    (dict(text="   "), "paste some text to train on"),
+])
+def test_invalid_settings_raise_a_clear_training_error(changes, message):
+    tc = TrainConfig(**({"text": TEXT} | changes))
+    with pytest.raises(TrainingError, match=message):
+        train(tc)
+
+
+def test_text_too_short_for_the_context_says_how_many_tokens_it_needs():
+    with pytest.raises(TrainingError, match=r"too short: it has 5 tokens.*context length 16.*at least 86 tokens"):
+        train_text("one two three four five")
+
+
+def test_a_short_run_reduces_the_loss():
+    result = train_text(TEXT, batch_size=16, context=8, max_iters=80, lr=3e-3, **TINY)
+    first, last = result.history.step_loss[:5], result.history.step_loss[-5:]
+    assert sum(last) / 5 < sum(first) / 5 - 0.5
+    assert result.iterations == 80 and not result.stopped and result.tokens == 80 * 16 * 8
+
+
+def test_the_stop_flag_stops_training_at_the_next_step():
+    stop = threading.Event()
+
+    def callback(p):
+        if p.iteration == 5:
+            stop.set()
+
+    result = train(TrainConfig(text=TEXT, max_iters=1000, **TINY), callback, stop)
+    assert result.stopped and result.iterations == 5 and len(result.history.step_loss) == 5
+
+
+def test_a_stop_flag_set_before_the_start_trains_nothing():
+    stop = threading.Event()
+    stop.set()
+    result = train(TrainConfig(text=TEXT, max_iters=50, **TINY), None, stop)
+    assert result.stopped and result.iterations == 0
+
+
+def test_callback_gets_progress_and_the_course_eval_schedule():
+    seen = []
+    tc = TrainConfig(text=TEXT, max_iters=25, eval_iters=2, **(TINY | {"eval_interval": 10}))
+    result = train(tc, seen.append)
+    assert [p.iteration for p in seen] == list(range(1, 26)) and seen[-1].fraction == 1.0
+    assert result.history.eval_steps == [0, 10, 20, 24]  # every eval_interval and the last step, as the course
+    assert len(result.history.val_loss) == 4 and all(v > 0 for v in result.history.val_loss)
+
+
+def test_user_text_compacts_the_vocabulary_and_maps_back_to_the_real_tokens():
+    text = TEXT[:600]
+    result = train_text(text, max_iters=2, **TINY)
+    enc = load_encoding("cl100k_base")
+    ids = enc.encode(text)
+    cfg = result.model.cfg
+    assert cfg.vocab_size == len(set(ids)) < 1000 and cfg.vocab_map == tuple(sorted(set(ids)))
+    assert {enc.decode([i]) for i in cfg.vocab_map} == {enc.decode([i]) for i in ids}
+    prep = prepare(result.model, "A Transformer reads")  # the app's pipeline maps real ids to model ids
+    assert [cfg.vocab_map[i] for i in prep.src_ids[0].tolist()] == enc.encode("A Transformer reads")
+
+
+def test_course_defaults_build_the_course_gpt():
+    result = train_text(TEXT, max_iters=1, eval_interval=0, device="cpu")
+    cfg = result.model.cfg
+    assert (cfg.arch, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.max_len, cfg.d_ffn) == (
+        "decoder_only", 64, 8, 4, 16, 256)
+    assert result.config.batch_size == 4 and result.config.lr == 1e-3 and not result.model.training
+
+
+def test_special_token_text_trains_as_plain_text():
+    result = train_text("<|endoftext|> is just text here. " * 20, max_iters=2, **TINY)
+    assert result.iterations == 2
+
+
+def test_training_is_seeded_and_leaves_the_global_rng_alone():
+    before = torch.random.get_rng_state()
+    a = train_text(TEXT, max_iters=10, **(TINY | {"dropout": 0.1}))
+    b = train_text(TEXT, max_iters=10, **(TINY | {"dropout": 0.1}))
+    assert a.history.step_loss == b.history.step_loss and a.model is not b.model
+    assert torch.equal(torch.random.get_rng_state(), before)
+
+
+def test_cosine_schedule_ends_at_a_tenth_of_the_rate():
+    tc = TrainConfig(text=TEXT, lr=1e-3, max_iters=100, lr_schedule="cosine")
+    assert lr_at(tc, 0) == pytest.approx(1e-3) and lr_at(tc, 100) == pytest.approx(1e-4)
+    assert lr_at(TrainConfig(text=TEXT), 4999) == 1e-3
+
+
+def test_task_training_reduces_the_loss():
+    result = train(TrainConfig(task="count", batch_size=16, max_iters=40, lr=3e-3, **TINY))
+    assert sum(result.history.step_loss[-5:]) < sum(result.history.step_loss[:5])
+    assert result.model.cfg.vocab_size == 101
+
+
+def test_positional_experiment_returns_a_curve_with_and_without_positions():
+    exp = positional_experiment("reverse", max_iters=12, eval_interval=6, eval_iters=1, batch_size=8,
+                                d_model=16, n_heads=2, n_layers=1)
+    assert set(exp.histories) == set(exp.accuracy) == {"sinusoidal", "none"}
+    for hist in exp.histories.values():
+        assert hist.eval_steps == [0, 6, 11] and len(hist.val_loss) == 3 and len(hist.step_loss) == 12
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_training_runs_on_cuda():
+    result = train_text(TEXT, max_iters=5, **(TINY | {"device": "cuda"}))
+    assert next(result.model.parameters()).device.type == "cuda"
+
+
+def test_stop_during_an_evaluation_records_no_partial_estimate(monkeypatch):
+    stop = threading.Event()
+    real = training.estimate_loss
+
+    calls = []
+
+    def estimate_then_stop(model, data, tc, device, flag=None):
+        calls.append(tc)
+        if len(calls) == 2:
+            stop.set()  # as if the learner pressed Stop during the second evaluation
+        return real(model, data, tc, device, flag)
+
+    monkeypatch.setattr(training, "estimate_loss", estimate_then_stop)
+    result = train(TrainConfig(text=TEXT, max_iters=100, eval_iters=3, **(TINY | {"eval_interval": 2})), None, stop)
+    assert result.stopped and result.iterations == 2 and result.history.eval_steps == [0]
+    assert all(v > 0 for v in result.history.val_loss)
+
+
+def test_positional_experiment_on_reverse_shows_that_positions_help():
+    exp = positional_experiment("reverse", max_iters=150, eval_interval=50)
+    assert exp.histories["sinusoidal"].val_loss[-1] < exp.histories["none"].val_loss[-1]
+    assert exp.accuracy["sinusoidal"] > exp.accuracy["none"]
