@@ -1,6 +1,285 @@
+"""Page 6: train a model here (a task or your text) and watch its losses; open it on every page; bring weights."""
+import uuid
+from dataclasses import replace
+
+import pandas as pd
 import streamlit as st
 
-from ui.session import through_app
+from transformer_core import jobs
+from transformer_core.checkpoint import CheckpointError
+from transformer_core.corpus import TEXT
+from transformer_core.gpt2 import Gpt2LoadError
+from transformer_core.tasks import TASKS, SeqToSeqTask
+from transformer_core.training import TrainingError
+from ui import cache
+from ui.figures import lines
+from ui.i18n import lang, t
+from ui.session import on_model_change, show_error, through_app
+from ui.widgets import chart, explain, table
 
 through_app()
-st.write("todo")
+
+REFRESH_S = 1.0  # how often the live part redraws while a job runs
+TARGETS = (*TASKS, "text")
+ss = st.session_state
+sid = ss.setdefault("_train_sid", uuid.uuid4().hex)
+
+
+def show(exc: BaseException) -> None:
+    """A clear message for everything this page can refuse; never a traceback."""
+    if isinstance(exc, jobs.SessionBusy):
+        st.warning(t("tr_busy"), icon="⏳")
+    elif isinstance(exc, jobs.TooManyJobs):
+        st.warning(t("tr_limit", n=jobs.limit(jobs.MAX_ENV)), icon="🚦")
+    elif isinstance(exc, TrainingError):
+        st.error(f"{t('tr_err_settings')} {exc}", icon="⚙️")
+    elif isinstance(exc, CheckpointError):
+        st.error(f"{t('tr_err_ckpt')} {exc}", icon="🛡️")
+    elif isinstance(exc, Gpt2LoadError):
+        st.error(f"{t('tr_err_gpt2')} {exc}", icon="📦")
+    else:
+        show_error(exc)
+
+
+def open_model(key: str) -> None:
+    """Select a model in the sidebar (a button callback: it runs before the sidebar is drawn)."""
+    ss.model = key
+    on_model_change()
+
+
+def open_button(key: str, widget_key: str) -> None:
+    c1, c2, c3 = st.columns(3)
+    c1.button(t("tr_open"), key=widget_key, on_click=open_model, args=(key,), type="primary")
+    c2.page_link("pages/3_attention.py", label=t("tr_see_attention"), icon="🔍")
+    c3.page_link("pages/4_logits.py", label=t("tr_see_logits"), icon="🎲")
+
+
+def target_label(name: str) -> str:
+    return t("tr_text") if name == "text" else name
+
+
+def target_caption(name: str) -> str:
+    if name == "text":
+        return t("tr_text_help")
+    return TASKS[name].description_zh if lang() == "zh" else TASKS[name].description
+
+
+def training_text() -> str | None:
+    """The pasted text, or an uploaded .txt file (None after a shown error)."""
+    up = st.file_uploader(t("tr_txt_upload"), type=["txt"], key="tr_txt_file", max_upload_size=1,
+                          help=t("tr_txt_upload_help"))
+    body = st.text_area(t("tr_txt_body"), TEXT, key="tr_txt_body", height=160, max_chars=jobs.MAX_TEXT_UPLOAD_BYTES)
+    if up is None:
+        return body
+    try:
+        text = jobs.read_text_upload(up.getvalue())
+    except TrainingError as exc:
+        show(exc)
+        return None
+    st.info(t("tr_txt_using_file", n=len(text)), icon="📄")
+    return text
+
+
+def settings(target: str, device: str):
+    """The hyper-parameter widgets of one target (each target keeps its own values); returns a TrainConfig."""
+    d = jobs.defaults(target)
+    k = f"tr_{target}_"
+
+    def num(col, field: str, fmt: str | None = None):
+        value = getattr(d, field)
+        return col.number_input(t(f"tr_{field}"), value=value, step=type(value)(1) if fmt is None else 1e-4,
+                                format=fmt, key=k + field, help=t(f"tr_{field}_help"))
+
+    c = st.columns(4)
+    changes = {f: num(c[i % 4], f) for i, f in enumerate(("batch_size", "d_model", "n_layers", "n_heads"))}
+    c = st.columns(4)
+    changes["lr"] = num(c[0], "lr", "%.5f")
+    changes["max_iters"] = num(c[1], "max_iters")
+    changes["eval_interval"] = num(c[2], "eval_interval")
+    changes["eval_iters"] = num(c[3], "eval_iters")
+    if target == "text":
+        c = st.columns(4)
+        changes["context"] = num(c[0], "context")
+        changes["val_fraction"] = c[1].number_input(t("tr_val_fraction"), value=d.val_fraction, step=0.05,
+                                                    key=k + "val_fraction", help=t("tr_val_fraction_help"))
+    return replace(d, **changes, device=None if device == "auto" else device)
+
+
+def train_tab(device: str) -> None:
+    target = st.radio(t("tr_what"), TARGETS, key="tr_target", format_func=target_label,
+                      captions=[target_caption(n) for n in TARGETS])
+    text = training_text() if target == "text" else ""
+    st.markdown(f"**{t('tr_hparams')}** · {t('tr_hparams_' + ('text' if target == 'text' else 'task'))}")
+    tc = settings(target, device)
+    name = st.text_input(t("tr_name"), f"my-{target}", key=f"tr_{target}_name", max_chars=jobs.NAME_CHARS,
+                         help=t("tr_name_help"))
+    st.caption(t("tr_shared_note"))
+    if st.button(t("tr_start"), key="tr_start", type="primary") and text is not None:
+        try:
+            with st.spinner(t("tr_checking")):
+                jobs.start(sid, replace(tc, text=text), name.strip() or f"my-{target}")
+        except Exception as exc:  # noqa: BLE001 - every refusal becomes a message
+            show(exc)
+
+
+def experiment_tab(device: str) -> None:
+    explain("tr_pos_intro")
+    c1, c2 = st.columns(2)
+    task = c1.selectbox(t("tr_pos_task"), jobs.EXPERIMENT_TASKS, key="tr_pos_task")
+    iters = c2.number_input(t("tr_max_iters"), value=jobs.EXPERIMENT_DEFAULTS["max_iters"], step=1, key="tr_pos_iters",
+                            help=t("tr_pos_iters_help"))
+    if st.button(t("tr_pos_start"), key="tr_pos_start", type="primary"):
+        try:
+            jobs.start_experiment(sid, task, max_iters=int(iters), device=None if device == "auto" else device)
+        except Exception as exc:  # noqa: BLE001
+            show(exc)
+
+
+def loss_chart(job: jobs.Job) -> None:
+    if job.experiment:
+        series, x = {}, []
+        for run, hist in job.histories.items():
+            steps, _, val = jobs.eval_curves(hist)
+            series[t(f"tr_pos_{run}")] = val
+            x = max(x, steps, key=len)
+        chart(lines(x, series, x_title=t("tr_step"), y_title=t("tr_val_loss")), "tr_pos_loss")
+        return
+    hist = job.histories.get("model")
+    if hist is None:
+        return
+    steps, train_loss, val_loss = jobs.eval_curves(hist)
+    if steps:
+        fig = lines(steps, {t("tr_train_loss"): train_loss, t("tr_val_loss"): val_loss}, x_title=t("tr_step"),
+                    y_title=t("tr_loss"))
+    else:
+        x, y = jobs.step_curve(hist)
+        fig = lines(x, {t("tr_step_loss"): y}, x_title=t("tr_step"), y_title=t("tr_loss"))
+    chart(fig, "tr_loss")
+
+
+def results(job: jobs.Job) -> None:
+    """What a finished job produced: status, accuracy, the saved checkpoint and the button that opens it."""
+    if job.status == "error":
+        show(job.error)
+        return
+    note = t("tr_timed_out") if job.timed_out else ""
+    done = t("tr_done" if job.status == "done" else "tr_stopped", it=job.iteration, s=job.seconds)
+    (st.success if job.status == "done" else st.info)(f"{done} {note}".strip())
+    if job.experiment:
+        cols = st.columns(len(job.accuracy) or 1)
+        for col, (run, acc) in zip(cols, job.accuracy.items()):
+            col.metric(f"{t('tr_accuracy')} · {t(f'tr_pos_{run}')}", f"{acc:.1%}")
+        st.markdown(t("tr_pos_result"))
+        return
+    tc = job.configs["model"]
+    if "model" in job.accuracy:
+        c1, c2 = st.columns(2)
+        c1.metric(t("tr_accuracy"), f"{job.accuracy['model']:.1%}")
+        c2.metric(t("tr_checkpoint"), job.checkpoint.name if job.checkpoint else "—")
+        st.caption(t("tr_acc_text" if tc.task is None else f"tr_acc_{TASKS[tc.task].arch}"))
+    if job.checkpoint is None:
+        return
+    task = TASKS.get(tc.task or "")
+    if isinstance(task, SeqToSeqTask):
+        try:
+            model, _ = cache.get_model(job.model_key, cache.get_device()[0])
+            st.markdown(t("tr_answer", src=task.example.src, out=task.solve(model, task.example.src).strip()))
+        except Exception as exc:  # noqa: BLE001
+            show(exc)
+    open_button(job.model_key, "tr_open_job")
+
+
+def live() -> None:
+    """Progress, live loss curves and the stop button, redrawn every second while the job runs (a fragment)."""
+    job = jobs.get(sid)
+    if job is None or not job.active:
+        st.rerun()  # the whole page: results, and the new model in the sidebar
+    header(job)
+    st.progress(job.fraction, text=t("tr_progress", it=job.iteration, total=job.total_iters, s=job.seconds))
+    st.button(t("tr_stop"), key="tr_stop", on_click=jobs.stop, args=(sid,))
+    loss_chart(job)
+
+
+def header(job: jobs.Job) -> None:
+    name = t("tr_pos_title") if job.experiment else jobs.safe_name(job.name)  # no markdown from user text
+    st.markdown(f"**{name}** · {t('tr_status_' + job.status)}")
+
+
+def your_models() -> None:
+    entries = jobs.user_models()
+    if not entries:
+        st.caption(t("tr_no_models"))
+        return
+    table(pd.DataFrame({
+        t("tr_col_name"): [e.label for e in entries],
+        t("tr_col_task"): [e.meta.get("task", "—") for e in entries],
+        t("tr_accuracy"): [e.meta.get("accuracy") for e in entries],
+        t("tr_col_iters"): [e.meta.get("iterations") for e in entries],
+        t("tr_col_file"): [e.key.rsplit("/", 1)[-1] for e in entries],
+    }), "your_models")
+    labels = {e.key: e.label for e in entries}
+    chosen = st.selectbox(t("tr_pick_model"), list(labels), format_func=labels.get, key="tr_pick_model")
+    open_button(chosen, "tr_open_pick")
+
+
+def upload_checkpoint() -> None:
+    st.markdown(t("tr_ckpt_intro"))
+    files = st.file_uploader(t("tr_ckpt_files"), type=["pt", "json"], accept_multiple_files=True, key="tr_ckpt_up",
+                             max_upload_size=jobs.MAX_WEIGHTS_UPLOAD_BYTES >> 20)
+    name = st.text_input(t("tr_name"), "uploaded", key="tr_ckpt_name", max_chars=jobs.NAME_CHARS)
+    if not st.button(t("tr_ckpt_import"), key="tr_ckpt_import"):
+        return
+    pts = [f for f in files or () if f.name.lower().endswith(".pt")]
+    jsons = [f for f in files or () if f.name.lower().endswith(".json")]
+    if len(pts) != 1 or len(jsons) != 1:
+        st.warning(t("tr_ckpt_pair"), icon="🧩")
+        return
+    try:
+        path = jobs.import_checkpoint(pts[0].getvalue(), jsons[0].getvalue(), name.strip() or "uploaded")
+    except Exception as exc:  # noqa: BLE001 - refused files become messages
+        show(exc)
+        return
+    st.success(t("tr_ckpt_ok", name=path.name))
+    open_button(f"ckpt:{path}", "tr_open_upload")
+
+
+def load_gpt2() -> None:
+    st.markdown(t("tr_gpt2_intro"))
+    path = st.text_input(t("tr_gpt2_path"), key="tr_gpt2_path", placeholder="/models/gpt2/model.safetensors")
+    if st.button(t("tr_gpt2_load"), key="tr_gpt2_load"):
+        try:
+            with st.spinner(t("tr_gpt2_loading")):
+                ss["_tr_gpt2_key"], meta = jobs.register_gpt2(path)
+            st.success(t("tr_gpt2_ok", n=meta["n_layers"], d=meta["d_model"], h=meta["n_heads"]))
+        except Exception as exc:  # noqa: BLE001
+            show(exc)
+    if ss.get("_tr_gpt2_key"):
+        open_button(ss["_tr_gpt2_key"], "tr_open_gpt2")
+
+
+st.title(t("nav_train"))
+explain("tr_intro")
+device = st.selectbox(t("tr_device"), jobs.device_choices(), key="tr_device", help=t("tr_device_help"))
+tab_train, tab_pos = st.tabs([t("tr_tab_train"), t("tr_pos_title")])
+with tab_train:
+    train_tab(device)
+with tab_pos:
+    experiment_tab(device)
+
+st.subheader(t("tr_live"))
+job = jobs.get(sid)
+if job is None:
+    st.caption(t("tr_idle", n=jobs.running_count(), limit=jobs.limit(jobs.MAX_ENV)))
+elif job.active:
+    st.fragment(run_every=REFRESH_S)(live)()
+else:  # drawn by the full page, so its buttons (open this model) rerun the sidebar too
+    header(job)
+    loss_chart(job)
+    results(job)
+
+st.subheader(t("tr_your_models"))
+your_models()
+with st.expander(t("tr_ckpt_title")):
+    upload_checkpoint()
+with st.expander(t("tr_gpt2_title")):
+    load_gpt2()

@@ -60,7 +60,8 @@ def _persist() -> None:
             st.session_state[k] = st.session_state[k]
 
 
-def _on_model_change() -> None:
+def on_model_change() -> None:
+    """A newly selected model opens on its own example texts, from the first layer and head."""
     ss = st.session_state
     ss.text = _example(ss.model, "example_src", DEFAULT_TEXT)
     ss.tgt = _example(ss.model, "example_tgt", DEFAULT_TARGET)
@@ -86,7 +87,7 @@ def sidebar() -> None:
     entries = {e.key: e for e in registry.list_models()}
     with st.sidebar:
         st.radio(t("language"), list(LANGS), format_func=LANGS.get, key="lang", horizontal=True)
-        st.selectbox(t("model"), list(entries), key="model", help=t("model_help"), on_change=_on_model_change,
+        st.selectbox(t("model"), list(entries), key="model", help=t("model_help"), on_change=on_model_change,
                      format_func=lambda k: f"{entries[k].label} · {t('kind_' + entries[k].kind)}")
         entry = entries[ss.model]
         if entry.kind == "preset":
