@@ -25,7 +25,7 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from any folder
 
-from transformer_core import (
+from transformer_core import (  # noqa: E402 - after the sys.path line
     TransformerConfig,
     build_model,
     preset,
@@ -33,7 +33,7 @@ from transformer_core import (
     run_with_trace,
     sinusoid_table,
 )
-from transformer_core.device import device_name, pick_device
+from transformer_core.device import device_name, pick_device  # noqa: E402
 
 DEFAULT_JSON = ROOT / "bench" / "results" / "forward.json"
 

@@ -24,7 +24,7 @@ last = decoder_ids(trace)
 top = distribution(trace.logits[0, -1], Sampling(), top=1)
 steps = [
     ("pages/1_tokenizer.py", "nav_tokenizer", t("home_tokens", n=len(ctx.prep.src.tokens), enc=cfg.encoding)),
-    ("pages/2_embeddings.py", "nav_embeddings", t("home_embed", shape=tuple(trace.all_shapes[f"{side}.embed.hook_sum"]))),
+    ("pages/2_embeddings.py", "nav_embeddings", t("home_embed", shape=trace.all_shapes[f"{side}.embed.hook_sum"])),
     ("pages/3_attention.py", "nav_attention", t("home_attention", blocks=n_blocks, heads=cfg.n_heads)),
     ("pages/4_logits.py", "nav_logits", t("home_logits", tok=token_labels(ctx.model, top.ids)[0],
                                           after=token_labels(ctx.model, last[-1:])[0], p=top.probs[0])),

@@ -289,6 +289,7 @@ def test_no_string_key_is_defined_in_two_files():
 def test_every_string_key_used_in_the_code_exists():
     sources = [ROOT / "app.py", *(ROOT / p for p in PAGES), *sorted((ROOT / "ui").glob("*.py"))]
     used = {(src.name, key) for src in sources
-            for key in re.findall(r"\b(?:t|explain)\(\s*[\"']([a-z0-9_]+)[\"']\s*[,)]", src.read_text(encoding="utf-8"))}
+            for key in re.findall(r"\b(?:t|explain)\(\s*[\"']([a-z0-9_]+)[\"']\s*[,)]",
+                                  src.read_text(encoding="utf-8"))}
     assert used
     assert not sorted((src, key) for src, key in used if key not in strings())

@@ -45,7 +45,8 @@ def assert_clean_trace(trace):
 # --- prepare / trace_text ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text", ["", " ", "   \n\t  ", "\u3000"], ids=["empty", "space", "whitespace", "ideographic_space"])
+@pytest.mark.parametrize("text", ["", " ", "   \n\t  ", "\u3000"],
+                         ids=["empty", "space", "whitespace", "ideographic_space"])
 def test_empty_or_whitespace_text_raises_input_error(tiny_gpt, tiny, text):
     with pytest.raises(InputError, match="empty"):
         prepare(tiny_gpt, text)

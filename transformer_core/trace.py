@@ -87,7 +87,8 @@ def run_with_trace(
     with torch.inference_mode(), capture_all(names) as store:
         logits = model(src, tgt, src_lengths=src_lengths, tgt_lengths=tgt_lengths, masks=masks)
     trace = Trace(
-        tensors=dict(store.tensors), all_shapes=dict(store.shapes), src_ids=src.cpu(), tgt_ids=None if tgt is None else tgt.cpu(),
+        tensors=dict(store.tensors), all_shapes=dict(store.shapes),
+        src_ids=src.cpu(), tgt_ids=None if tgt is None else tgt.cpu(),
         src_lengths=src_lengths, tgt_lengths=tgt_lengths, masks={**DEFAULT_MASKS, **(masks or {})},
     )
     return logits, trace

@@ -24,7 +24,7 @@ def browser_lang() -> str:
     """'zh' when the browser asks for Chinese, else 'en'."""
     try:
         locale = (st.context.locale or "").lower()
-    except Exception:  # no browser context (AppTest)
+    except Exception:  # noqa: BLE001 - no browser context (AppTest, bare mode)
         locale = ""
     return "zh" if locale.startswith("zh") else "en"
 
