@@ -1,0 +1,103 @@
+"""Cold start: from launching `streamlit run app.py` to the first page rendered in a browser, 3 times.
+
+    python bench/cold_start.py [--quick] [--device cpu|cuda] [--runs 3] [--no-deep-link]
+
+Chromium is started first (not timed: a learner's browser is already open). Each run times, from the
+launch of a fresh server: /_stcore/health answering, the default page (tokenizer) rendered and idle, and
+the first charts drawn (attention page reached through its sidebar link). Target: first charts < 15 s.
+
+Also checked once: a deep link (/attention?text=...) as the very first request to a fresh server, which
+Streamlit runs in its legacy pages/-folder mode unless app.py's st.navigation has already run once.
+"""
+from __future__ import annotations
+
+import time
+from urllib.parse import urlencode
+
+from common import COURSE_BASE, figure, median, parser, print_table, setup_env, write_result
+
+TARGET_S = 15.0
+
+
+def one_run(browser, env) -> dict:
+    from browser_bench import EXCEPTION, count, nav, start_app, wait_rendered
+
+    start = time.perf_counter()
+    with start_app(env=env) as (_proc, url):
+        health = time.perf_counter() - start
+        ctx = browser.new_context()
+        page = ctx.new_page()
+        page.goto(url)
+        wait_rendered(page, settle_ms=200)
+        first_page = time.perf_counter() - start
+        nav(page, "attention")
+        wait_rendered(page, charts=True, settle_ms=200, chart_timeout=120_000)
+        first_chart = time.perf_counter() - start
+        errors = count(page, EXCEPTION)
+        ctx.close()
+    return {"health_s": health, "first_page_s": first_page, "first_chart_s": first_chart, "exceptions": errors}
+
+
+def deep_link_run(browser, env) -> dict:
+    """A fresh server whose very first request is a deep link to the attention page."""
+    from browser_bench import CHART, EXCEPTION, count, start_app, wait_rendered
+
+    start = time.perf_counter()
+    with start_app(env=env) as (_proc, url):
+        ctx = browser.new_context()
+        page = ctx.new_page()
+        page.goto(f"{url}/attention?{urlencode({'model': COURSE_BASE, 'text': 'The quiet river'})}")
+        try:
+            wait_rendered(page, charts=True, chart_timeout=30_000, settle_ms=200)
+        except AssertionError:
+            pass  # counted below
+        out = {"s": time.perf_counter() - start, "exceptions": count(page, EXCEPTION), "charts": count(page, CHART)}
+        ctx.close()
+    return out
+
+
+def main(argv=None) -> int:
+    p = parser(__doc__)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--no-deep-link", action="store_true", help="skip the deep-link-first check")
+    args = p.parse_args(argv)
+    setup_env(args.device)
+    from browser_bench import launch_browser, server_env
+    from playwright.sync_api import sync_playwright
+
+    runs = 1 if args.quick else args.runs
+    rows = []
+    with sync_playwright() as pw:
+        browser = launch_browser(pw)
+        browser.new_page().goto("about:blank")  # Chromium warmed up
+        for i in range(runs):
+            row = one_run(browser, server_env())
+            rows.append(row)
+            print(f"run {i + 1}: health {row['health_s']:.1f} s, first page {row['first_page_s']:.1f} s, "
+                  f"first charts {row['first_chart_s']:.1f} s, exceptions {row['exceptions']}", flush=True)
+        deep = None if args.no_deep_link else deep_link_run(browser, server_env())
+        browser.close()
+    print()
+    print_table(("run", "health s", "first page s", "first charts s", "exceptions"),
+                [(i + 1, f"{r['health_s']:.1f}", f"{r['first_page_s']:.1f}", f"{r['first_chart_s']:.1f}",
+                  r["exceptions"]) for i, r in enumerate(rows)])
+    each = ", ".join(f"{r['first_chart_s']:.1f}" for r in rows)
+    figures = [
+        figure("cold start: server healthy (median)", median([r["health_s"] for r in rows]), "s"),
+        figure("cold start: first page rendered (median)", median([r["first_page_s"] for r in rows]), "s",
+               note="the default page"),
+        figure("cold start: first charts drawn (median)", median([r["first_chart_s"] for r in rows]), "s", TARGET_S,
+               note=f"runs: {each} s"),
+        figure("cold start: exceptions", sum(r["exceptions"] for r in rows), "", 0, "<="),
+    ]
+    if deep:
+        print(f"\ndeep link first: {deep['exceptions']} exceptions, {deep['charts']} charts after {deep['s']:.1f} s")
+        figures.append(figure("deep link as first request: exceptions", deep["exceptions"], "", 0, "<=",
+                              note=f"/attention?model=course-base..., {deep['s']:.1f} s"))
+        figures.append(figure("deep link as first request: charts drawn", deep["charts"], "", 1, ">="))
+    write_result("cold_start", figures, runs=rows, deep_link=deep)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
