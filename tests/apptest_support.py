@@ -6,11 +6,13 @@ never happen. `no_pages_dir_mode()` switches that path off, as app.py's own st.n
 """
 from __future__ import annotations
 
+import base64
 import json
 import re
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 from streamlit.runtime.pages_manager import PagesManager
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 from streamlit.testing.v1 import AppTest
@@ -100,3 +102,22 @@ def shown_texts(at: AppTest) -> list[str]:
         texts += [v.get("title", {}).get("text") for k, v in layout.items() if k.startswith(("xaxis", "yaxis"))]
         texts.append(layout.get("title", {}).get("text"))
     return [s for s in texts if s]
+
+
+def figure(at: AppTest, key: str) -> dict:
+    """The plotly spec (data, layout) the page sent for the chart rendered with `key`."""
+    for chart in at.get("plotly_chart"):
+        if chart.proto.id.endswith(f"-{key}"):
+            return json.loads(chart.proto.spec)
+    raise KeyError(f"no plotly chart with key {key!r}")
+
+
+def array(value) -> np.ndarray:
+    """A plotly array as numpy: a plain list, or the {'dtype', 'bdata', 'shape'} typed-array encoding."""
+    if isinstance(value, dict) and "bdata" in value:
+        arr = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        shape = value.get("shape")
+        if isinstance(shape, str):
+            shape = [int(s) for s in shape.split(",")]
+        return arr.reshape(shape) if shape else arr
+    return np.asarray(value, dtype=float)

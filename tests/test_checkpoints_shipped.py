@@ -23,13 +23,7 @@ FRESH_SEED = 31337  # not the seed make_assets measured with
 MARGIN = 0.03
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models gain nothing from threads, and on a busy 2-core machine threads wait on each other."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
 @pytest.fixture(scope="module")

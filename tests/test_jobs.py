@@ -19,13 +19,7 @@ TINY = dict(d_model=16, n_heads=2, n_layers=1, batch_size=8, dropout=0.0, eval_i
 LONG = dict(TINY, max_iters=MAX_ITERS, eval_interval=0)  # runs until stopped
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models gain nothing from threads; new threads (the jobs') take the process setting."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
 @pytest.fixture(autouse=True)

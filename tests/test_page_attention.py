@@ -1,5 +1,4 @@
 """Attention page through the real app: before/after masking, softmax rows, every head, one query's arithmetic."""
-import base64
 import json
 import math
 import re
@@ -8,7 +7,7 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 import torch
-from apptest_support import SMALL, harness_language, messages, no_pages_dir_mode, open_app, shown_texts
+from apptest_support import SMALL, array, figure, harness_language, messages, no_pages_dir_mode, open_app, shown_texts
 
 from transformer_core.attention import attention
 from transformer_core.attention_view import (
@@ -46,21 +45,8 @@ def _through_app_py():
         yield
 
 
-def figure(at, key: str) -> dict:
-    """The plotly spec the page sent for the chart with this key."""
-    for chart in at.get("plotly_chart"):
-        if chart.proto.id.endswith(f"-{key}"):
-            return json.loads(chart.proto.spec)
-    raise KeyError(f"no plotly chart with key {key!r}")
 
 
-def array(value) -> np.ndarray:
-    """A plotly array as numpy (plain list or the base64 typed-array encoding)."""
-    if isinstance(value, dict) and "bdata" in value:
-        arr = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        shape = value.get("shape")
-        return arr.reshape([int(s) for s in shape.split(",")] if isinstance(shape, str) else shape) if shape else arr
-    return np.asarray(value, dtype=float)
 
 
 def values(fig: dict) -> list[np.ndarray]:

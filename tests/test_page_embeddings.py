@@ -1,11 +1,9 @@
 """Embeddings page through the real app: the model's embedding rows, the PE table, the course's numbers."""
-import base64
-import json
 import re
 
 import numpy as np
 import pytest
-from apptest_support import SMALL, messages, no_pages_dir_mode, open_app
+from apptest_support import SMALL, array, figure, messages, no_pages_dir_mode, open_app
 
 from transformer_core import registry
 from transformer_core.layers import sinusoid_table
@@ -33,23 +31,8 @@ def gpt():
     return registry.load_model(SMALL, "cpu")[0]
 
 
-def figure(at, key: str) -> dict:
-    """The plotly spec (data, layout) of the chart rendered with `key`."""
-    for chart in at.get("plotly_chart"):
-        if chart.proto.id.endswith(f"-{key}"):
-            return json.loads(chart.proto.spec)
-    raise KeyError(f"no plotly chart with key {key!r}")
 
 
-def array(value) -> np.ndarray:
-    """A plotly array as numpy: a plain list, or the {'dtype', 'bdata', 'shape'} typed-array encoding."""
-    if isinstance(value, dict) and "bdata" in value:
-        arr = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        shape = value.get("shape")
-        if isinstance(shape, str):
-            shape = [int(s) for s in shape.split(",")]
-        return arr.reshape(shape) if shape else arr
-    return np.asarray(value, dtype=float)
 
 
 def small_table(at):

@@ -21,13 +21,7 @@ from transformer_core.training import (
 TINY = dict(d_model=16, n_heads=2, n_layers=1, dropout=0.0, eval_interval=0, seed=0, device="cpu")
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models gain nothing from threads, and on a busy 2-core machine threads wait on each other."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
 @pytest.mark.parametrize(("changes", "message"), [
