@@ -159,3 +159,26 @@ def full_screenshot(page, path, *, max_height: int = 12_000) -> None:
         page.screenshot(path=str(path), full_page=True)
     finally:
         page.set_viewport_size(size)
+
+
+def require_browser():
+    """playwright.sync_api, or skip the calling test module when Playwright or Chromium is missing."""
+    import pytest
+
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (python) is not installed")
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.skip(f"{CHROMIUM} is missing (run scripts/install_browser.sh)", allow_module_level=True)
+    return sync_api
+
+
+def page_problem(page, proc: subprocess.Popen) -> str | None:
+    """Why a rendered page is broken: an exception box, or a modal (Streamlit's "Page not found" makes the
+    page inert); None when neither is shown."""
+    modals = page.locator("[role='dialog']")
+    if modals.count():
+        return f"a modal is open: {modals.first.inner_text()[:300]!r}"
+    boxes = page.locator(EXCEPTION)
+    if boxes.count():
+        return (f"exception shown in the page:\n{boxes.first.inner_text()[:1500]}\n"
+                f"--- server log ---\n{log_tail(proc, 1500)}")
+    return None

@@ -26,3 +26,28 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One Debian Chromium per browser-test module (skips when Playwright or Chromium is missing)."""
+    from browser_support import launch_browser, require_browser
+
+    sync_api = require_browser()
+    sync_api.expect.set_options(timeout=60_000)
+    with sync_api.sync_playwright() as p:
+        b = launch_browser(p)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def tab(browser):
+    """A fresh English tab that records every JS dialog in `tab.dialogs` (none may open)."""
+    ctx = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1000})
+    page = ctx.new_page()
+    page.set_default_timeout(60_000)
+    page.dialogs = []
+    page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
+    yield page
+    ctx.close()

@@ -1,28 +1,15 @@
 """Real browser (Debian Chromium): every page renders, typed text reaches the tokens and the URL,
 HTML in the text stays text, 中文 titles render. Screenshots go to artifacts/screenshots/ (git-ignored)."""
-import os
 import re
 import time
 from urllib.parse import parse_qs, quote, urlparse
 
 import pytest
-from browser_support import (
-    CHART_SVG,
-    CHROMIUM,
-    EXCEPTION,
-    ROOT,
-    full_screenshot,
-    launch_browser,
-    log_tail,
-    start_app,
-    wait_rendered,
-)
+from browser_support import CHART_SVG, ROOT, full_screenshot, page_problem, require_browser, start_app, wait_rendered
 
 from ui.i18n import strings
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (python) is not installed")
-if not os.access(CHROMIUM, os.X_OK):
-    pytest.skip(f"{CHROMIUM} is missing (run scripts/install_browser.sh)", allow_module_level=True)
+sync_api = require_browser()
 
 SHOTS = ROOT / "artifacts" / "screenshots"
 # url_path -> (nav string key, the page must draw a plotly chart); Streamlit serves the default page at "/"
@@ -66,15 +53,6 @@ def server():
 
 
 @pytest.fixture(scope="module")
-def browser():
-    sync_api.expect.set_options(timeout=60_000)
-    with sync_api.sync_playwright() as p:
-        b = launch_browser(p)
-        yield b
-        b.close()
-
-
-@pytest.fixture(scope="module")
 def warm(server, browser):
     """One visit to the root first: builds the default model once, so later pages get normal timeouts."""
     ctx = browser.new_context(locale="en-US")
@@ -85,27 +63,11 @@ def warm(server, browser):
     return server
 
 
-@pytest.fixture
-def tab(browser):
-    """A fresh English browser tab that records every JS dialog (none may open)."""
-    ctx = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 900})
-    page = ctx.new_page()
-    page.set_default_timeout(60_000)
-    page.dialogs = []
-    page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
-    yield page
-    ctx.close()
-
-
 def assert_no_exception(page, server, where: str) -> None:
-    """No exception box and no modal (Streamlit's "Page not found" is a modal that makes the page inert)."""
-    dialogs = page.locator("[role='dialog']")
-    if dialogs.count():
-        pytest.fail(f"{where}: a dialog is open: {dialogs.first.inner_text()[:300]!r}")
-    boxes = page.locator(EXCEPTION)
-    if boxes.count():
-        pytest.fail(f"{where}: exception shown in the page:\n{boxes.first.inner_text()[:1500]}\n"
-                    f"--- server log ---\n{log_tail(server[0], 1500)}")
+    """No exception box and no modal."""
+    problem = page_problem(page, server[0])
+    if problem:
+        pytest.fail(f"{where}: {problem}")
 
 
 def type_text(page, text: str) -> None:

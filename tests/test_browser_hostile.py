@@ -1,19 +1,16 @@
 """Real browser (Debian Chromium), hostile input: HTML/script payloads in every text field stay text and never run,
 a 1 MB paste is cut to max_len and leaves the app responsive, a checkpoint with pickled code is refused unrun."""
 import json
-import os
 import re
 import time
 from urllib.parse import quote
 
 import pytest
-from browser_support import CHROMIUM, EXCEPTION, ROOT, launch_browser, log_tail, start_app, wait_rendered
+from browser_support import ROOT, page_problem, require_browser, start_app, wait_rendered
 
 from ui.i18n import strings
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (python) is not installed")
-if not os.access(CHROMIUM, os.X_OK):
-    pytest.skip(f"{CHROMIUM} is missing (run scripts/install_browser.sh)", allow_module_level=True)
+sync_api = require_browser()
 
 PAYLOAD = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2;alert(1)">'
 SHORT_PAYLOAD = '<img src=x onerror="alert(1)">'  # fits the 40-character checkpoint-name fields whole
@@ -42,36 +39,11 @@ def server(tmp_path_factory):
     print(f"\nbrowser hostile: server up for {time.monotonic() - t0:.1f} s")
 
 
-@pytest.fixture(scope="module")
-def browser():
-    sync_api.expect.set_options(timeout=60_000)
-    with sync_api.sync_playwright() as p:
-        b = launch_browser(p)
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def tab(browser):
-    """A fresh English tab that records every JS dialog (none may open)."""
-    ctx = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1000})
-    page = ctx.new_page()
-    page.set_default_timeout(60_000)
-    page.dialogs = []
-    page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
-    yield page
-    ctx.close()
-
-
 def assert_safe(page, server, where: str) -> None:
     """No exception box, no modal, no JS dialog, the payload's script never ran and its <img> was never made."""
-    boxes = page.locator(EXCEPTION)
-    if boxes.count():
-        pytest.fail(f"{where}: exception shown in the page:\n{boxes.first.inner_text()[:1500]}\n"
-                    f"--- server log ---\n{log_tail(server[0], 1500)}")
-    modals = page.locator("[role='dialog']")
-    if modals.count():
-        pytest.fail(f"{where}: a modal is open: {modals.first.inner_text()[:300]!r}")
+    problem = page_problem(page, server[0])
+    if problem:
+        pytest.fail(f"{where}: {problem}")
     assert page.dialogs == [], f"{where}: a JS dialog opened: {page.dialogs}"
     assert page.evaluate("() => typeof window.__xss") == "undefined", f"{where}: the payload's script ran"
     assert page.evaluate("() => document.querySelectorAll('img[src=\"x\"]').length") == 0, \

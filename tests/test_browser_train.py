@@ -1,24 +1,12 @@
 """Real browser (Debian Chromium), the issue's "done" scenario: a newcomer trains a model on the reverse task,
 sees cross-attention form the anti-diagonal, switches to a shipped checkpoint and generates text step by step.
 Screenshots go to artifacts/screenshots/ (git-ignored)."""
-import os
 import time
 
 import pytest
-from browser_support import (
-    CHROMIUM,
-    EXCEPTION,
-    ROOT,
-    full_screenshot,
-    launch_browser,
-    log_tail,
-    start_app,
-    wait_rendered,
-)
+from browser_support import ROOT, full_screenshot, page_problem, require_browser, start_app, wait_rendered
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (python) is not installed")
-if not os.access(CHROMIUM, os.X_OK):
-    pytest.skip(f"{CHROMIUM} is missing (run scripts/install_browser.sh)", allow_module_level=True)
+sync_api = require_browser()
 
 SHOTS = ROOT / "artifacts" / "screenshots"
 TRAIN_MS = 300_000  # the reverse task's defaults take 10-20 s on an idle 2-core CPU; a busy one is slower
@@ -38,19 +26,14 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture
-def page(server):
-    with sync_api.sync_playwright() as p:
-        browser = launch_browser(p)
-        ctx = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1000})
-        tab = ctx.new_page()
-        tab.set_default_timeout(60_000)
-        yield tab
-        browser.close()
+def page(tab):
+    return tab  # conftest.py's English tab
 
 
 def no_exception(page, server, where: str) -> None:
-    if page.locator(EXCEPTION).count():
-        pytest.fail(f"{where}: {page.locator(EXCEPTION).first.inner_text()[:1500]}\n{log_tail(server[0], 1500)}")
+    problem = page_problem(page, server[0])
+    if problem:
+        pytest.fail(f"{where}: {problem}")
 
 
 def test_newcomer_trains_reverse_sees_the_anti_diagonal_then_generates_with_a_shipped_model(server, page):
