@@ -60,17 +60,22 @@ def choose(probs: torch.Tensor, s: Sampling, generator: torch.Generator | None =
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
+def step(model: Transformer, dec: list[int], s: Sampling, *, src: list[int] | None = None,
+         generator: torch.Generator | None = None) -> int:
+    """The next model id after `dec` (its last max_len tokens; encoder-decoder: the target, given src)."""
+    window = torch.tensor([dec[-model.cfg.max_len:]])  # (1, T)
+    if model.is_encoder_decoder:
+        logits = run(model, torch.tensor([src[-model.cfg.max_len:]]), window)  # (1, T, vocab)
+    else:
+        logits = run(model, window)  # (1, T, vocab)
+    return choose(next_token_probs(logits[0, -1].float().cpu(), s), s, generator)
+
+
 def generate(model: Transformer, ids: list[int], steps: int, s: Sampling, *, src: list[int] | None = None,
              seed: int = 0) -> list[int]:
     """Append `steps` tokens to ids (decoder-only: the prompt; encoder-decoder: the target, given src)."""
     gen = torch.Generator().manual_seed(seed)
     ids = list(ids)
     for _ in range(steps):
-        window = ids[-model.cfg.max_len:]
-        x = torch.tensor([window])
-        if model.is_encoder_decoder:
-            logits = run(model, torch.tensor([src[-model.cfg.max_len:]]), x)
-        else:
-            logits = run(model, x)
-        ids.append(choose(next_token_probs(logits[0, -1].cpu(), s), s, gen))
+        ids.append(step(model, ids, s, src=src, generator=gen))
     return ids

@@ -5,10 +5,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .generation import Sampling, choose, entropy_bits, next_token_probs
+from .generation import Sampling, entropy_bits, next_token_probs, step
 from .model import Transformer
 from .tokenizer import Token, _group_tokens, _is_partial, display_bytes, load_encoding
-from .trace import Trace, run
+from .trace import Trace
 
 
 @dataclass(frozen=True)
@@ -55,14 +55,9 @@ def grow(model: Transformer, src: list[int], dec: list[int], steps: int, s: Samp
     """
     dec, new = list(dec), []
     for _ in range(max(0, min(steps, model.cfg.max_len - len(dec)))):
-        if model.is_encoder_decoder:
-            logits = run(model, torch.tensor([src]), torch.tensor([dec]))  # (1, Tt, vocab)
-        else:
-            logits = run(model, torch.tensor([dec]))  # (1, T, vocab)
         gen = torch.Generator().manual_seed(seed * 100_003 + len(dec))
-        nxt = choose(next_token_probs(logits[0, -1].float().cpu(), s), s, gen)
-        dec.append(nxt)
-        new.append(nxt)
+        new.append(step(model, dec, s, src=src, generator=gen))
+        dec.append(new[-1])
     return new
 
 
