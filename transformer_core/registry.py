@@ -20,6 +20,7 @@ SHIPPED_DIR = ROOT / "assets" / "checkpoints"
 USER_DIR = Path(os.environ.get("TRANSFORMER_EXPLORER_CHECKPOINTS", ROOT / "checkpoints"))
 GPT2_ENV = "GPT2_WEIGHTS"
 APP_PRESETS = ("course-base", "course-base-scaled", "course-gpt")
+GPT2_META = {"arch": "decoder_only", "encoding": "r50k_base"}
 _GPT2_PATHS: list[str] = []  # GPT-2 weights registered at runtime (the Train page's "load"), process-wide
 _GPT2_LOCK = threading.Lock()
 
@@ -56,10 +57,10 @@ def list_models() -> list[ModelEntry]:
     entries += [ModelEntry(preset_key(p), p, "preset", {"arch": PRESETS[p].arch}) for p in APP_PRESETS]
     gpt2 = os.environ.get(GPT2_ENV)
     if gpt2:
-        entries.append(ModelEntry(f"gpt2:{gpt2}", "GPT-2", "gpt2", {"path": gpt2, "arch": "decoder_only"}))
+        entries.append(ModelEntry(f"gpt2:{gpt2}", "GPT-2", "gpt2", GPT2_META | {"path": gpt2}))
     with _GPT2_LOCK:
         added = [p for p in _GPT2_PATHS if p != gpt2]
-    entries += [ModelEntry(f"gpt2:{p}", f"GPT-2 · {Path(p).name}", "gpt2", {"path": p, "arch": "decoder_only"})
+    entries += [ModelEntry(f"gpt2:{p}", f"GPT-2 · {Path(p).name}", "gpt2", GPT2_META | {"path": p})
                 for p in added]
     return entries
 

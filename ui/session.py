@@ -95,11 +95,15 @@ def sidebar() -> None:
             if ss.enc not in encs:
                 ss.enc = "cl100k_base"
             st.selectbox(t("encoding"), encs, key="enc", help=t("encoding_help"), on_change=clear_generated)
+        elif entry.meta.get("encoding"):
+            st.caption(t("encoding_fixed", enc=entry.meta["encoding"]))
         st.text_area(t("input_text"), key="text", help=t("input_help"), max_chars=TEXT_MAX_CHARS, height=90,
                      on_change=clear_generated)
         if model_is_encoder_decoder(entry):
             st.text_area(t("target_text"), key="tgt", help=t("target_help"), max_chars=TEXT_MAX_CHARS, height=70,
                          on_change=clear_generated)
+        else:
+            st.caption(t("target_unused"))
         st.checkbox(t("allow_special"), key="allow_special", help=t("allow_special_help"))
         generated_sidebar()
         _, dev_label = cache.get_device()
