@@ -196,7 +196,7 @@ TARGET_SENTENCE = ("A little machine crossed the calm park and counted the flowe
 
 def text_of_tokens(n: int, sentence: str = SOURCE_SENTENCE, encoding: str = "cl100k_base") -> str:
     """A text that encodes to exactly n tokens (the sentence repeated and cut at a token boundary)."""
-    from transformer_core.tokenizer import decode, tokenize
+    from transformer_core.text.tokenizer import decode, tokenize
 
     ids = tokenize(sentence * (n // 4 + 2), encoding).ids
     for cut in range(n, n + 8):  # a cut can merge on re-encoding; step until the count is exact

@@ -33,7 +33,7 @@ from transformer_core import (  # noqa: E402 - after the sys.path line
     run_with_trace,
     sinusoid_table,
 )
-from transformer_core.device import device_name, pick_device  # noqa: E402
+from transformer_core.model.device import device_name, pick_device  # noqa: E402
 
 DEFAULT_JSON = ROOT / "bench" / "results" / "forward.json"
 

@@ -23,10 +23,10 @@ if "TIKTOKEN_CACHE_DIR" not in os.environ and SHARED_CACHE.is_dir():
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from transformer_core.corpus import TEXT  # noqa: E402
-from transformer_core.device import device_name, pick_device  # noqa: E402
-from transformer_core.model import build_model  # noqa: E402
-from transformer_core.training import TrainConfig, make_data, model_config, train  # noqa: E402
+from transformer_core.model.device import device_name, pick_device  # noqa: E402
+from transformer_core.model.transformer import build_model  # noqa: E402
+from transformer_core.train.corpus import TEXT  # noqa: E402
+from transformer_core.train.loop import TrainConfig, make_data, model_config, train  # noqa: E402
 
 DEFAULT_JSON = ROOT / "bench" / "results" / "train_speed.json"
 

@@ -1,10 +1,9 @@
 """Home: the whole flow for the current text on one screen, each step linking to its page."""
 import streamlit as st
 
-from transformer_core.generation import Sampling
-from transformer_core.model import param_counts
-from transformer_core.next_token import decoder_ids, distribution
-from transformer_core.pipeline import token_labels
+from transformer_core.analysis.next_token import distribution
+from transformer_core.model.transformer import param_counts
+from transformer_core.text.inputs import token_labels
 from ui import cache
 from ui.i18n import lang, t
 from ui.session import page_context, through_app
@@ -14,17 +13,17 @@ st.title(t("app_title"))
 st.markdown(t("home_intro"))
 ctx = page_context()
 cfg, trace = ctx.model.cfg, ctx.trace
-description = ctx.meta.get("description")
+description = ctx.card.get("description")
 if isinstance(description, dict):
     st.info(description.get(lang()) or description.get("en", ""), icon=":material/school:")
 
 side = "encoder" if ctx.model.is_encoder_decoder else "decoder"
-n_blocks = len([n for n in trace.all_shapes if n.endswith(".hook_weights")])
-last = decoder_ids(trace)
-top = distribution(trace.logits[0, -1], Sampling(), top=1)
+n_blocks = trace.n_blocks()
+last = trace.decoder_ids
+top = distribution(trace.logits[0, -1], top=1)
 steps = [
     ("pages/1_tokenizer.py", "nav_tokenizer", t("home_tokens", n=len(ctx.prep.src.tokens), enc=cfg.encoding)),
-    ("pages/2_embeddings.py", "nav_embeddings", t("home_embed", shape=trace.all_shapes[f"{side}.embed.hook_sum"])),
+    ("pages/2_embeddings.py", "nav_embeddings", t("home_embed", shape=trace.shape("embed", side=side))),
     ("pages/3_attention.py", "nav_attention", t("home_attention", blocks=n_blocks, heads=cfg.n_heads)),
     ("pages/4_logits.py", "nav_logits", t("home_logits", tok=token_labels(ctx.model, top.ids)[0],
                                           after=token_labels(ctx.model, last[-1:])[0], p=top.probs[0])),

@@ -2,21 +2,38 @@
 import pandas as pd
 import streamlit as st
 
-from transformer_core.pipeline import padded_batch
-from transformer_core.tokenizer import available_encodings, tokenize
+from transformer_core.text.inputs import missing_positions, padded_batch, unknown_id
+from transformer_core.text.tokenizer import available_encodings, tokenize
+from ui.errors import show_error
 from ui.figures import visible
 from ui.i18n import t
-from ui.session import page_context, show_error, through_app
+from ui.session import load_selected_model, through_app
 from ui.widgets import count_text, explain, table, token_chips
 
 through_app()
 
 st.title(t("nav_tokenizer"))
 explain("tok_intro", r"\text{text} \xrightarrow{\text{BPE}} [t_1, \dots, t_n],\quad t_i \in \{0, \dots, |V|-1\}")
-ctx = page_context()
+# The tokenizer works on any text with any model: the model only decides the encoding, and which tokens it knows.
+_, model, card, _ = load_selected_model()
 ss = st.session_state
-encoding = ctx.model.cfg.encoding
-tok = tokenize(ss.text, encoding, allow_special=bool(ss.get("allow_special")), max_tokens=ctx.model.cfg.max_len)
+encoding = model.cfg.encoding
+if not str(ss.get("text", "")).strip():
+    st.warning(t("err.empty_input"), icon="✍️")
+    st.stop()
+try:
+    tok = tokenize(ss.text, encoding, allow_special=bool(ss.get("allow_special")), max_tokens=model.cfg.max_len)
+except Exception as exc:  # noqa: BLE001 - an encoding that cannot load
+    show_error(exc)
+    st.stop()
+if tok.truncated:
+    st.info(t("note_truncated", n_chars=tok.n_chars, n_tokens=len(tok.tokens)), icon="✂️")
+if tok.cleaned:
+    st.info(t("note_cleaned"), icon="🩹")
+missing = missing_positions(tok, model)
+if missing:
+    key = "tok_unknown" if unknown_id(model) is not None else "tok_outside_alphabet"
+    st.info(t(key, n=len(missing), total=len(tok.tokens), model=card.get("name", "")), icon="🔤")
 
 c1, c2, c3 = st.columns(3)
 c1.metric(t("tok_counts"), tok.n_chars)
@@ -24,7 +41,7 @@ c2.metric(t("tok_bytes"), tok.n_bytes)
 c3.metric(t("tok_tokens"),
           f"{len(tok.tokens)} / {tok.n_tokens_before_truncation}+" if tok.truncated else len(tok.tokens))
 st.subheader(f"{t('tok_chips')} · {encoding}")
-token_chips(tok.tokens)
+token_chips(tok.tokens, unknown=missing)
 df = pd.DataFrame({
     t("col_position"): range(len(tok.tokens)),
     t("col_token"): [visible(x.text) for x in tok.tokens],
@@ -56,7 +73,7 @@ with left:
     token_chips(tok.tokens)
 with right:
     try:
-        tok2 = tokenize(ss.text, other, allow_special=bool(ss.get("allow_special")), max_tokens=ctx.model.cfg.max_len)
+        tok2 = tokenize(ss.text, other, allow_special=bool(ss.get("allow_special")), max_tokens=model.cfg.max_len)
         st.markdown(f"**{other}** · {count_text('tok_n_tokens', len(tok2.tokens))}")
         token_chips(tok2.tokens)
     except Exception as exc:  # noqa: BLE001 - an encoding that cannot load offline
@@ -66,7 +83,7 @@ st.subheader(t("tok_batch"))
 st.markdown(t("tok_batch_intro"))
 texts = [ss.text, ss.get("tgt") or ""]
 if texts[1].strip():
-    ids, lengths, mask = padded_batch(texts, encoding, max_tokens=ctx.model.cfg.max_len)
+    ids, lengths, mask = padded_batch(texts, encoding, max_tokens=model.cfg.max_len)
     cols = [str(i) for i in range(ids.size(1))]
     st.markdown(f"{t('tok_ids')} · {t('tok_shape', shape=f'`{tuple(ids.shape)}`')}")
     table(pd.DataFrame(ids.numpy(), columns=cols), "batch_ids")

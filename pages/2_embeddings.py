@@ -2,12 +2,13 @@
 import pandas as pd
 import streamlit as st
 
-from transformer_core.layers import sinusoid_table
-from transformer_core.pipeline import token_labels
-from transformer_core.positional import position_table, scale_balance, similarity
+from transformer_core.analysis.positions import position_table, scale_balance, similarity
+from transformer_core.model.positional import sinusoid_table
+from transformer_core.text.inputs import token_labels
+from ui.errors import show_error
 from ui.figures import SEQUENTIAL, axis_labels, bars, heatmap, lines
 from ui.i18n import t
-from ui.session import page_context, show_error, through_app
+from ui.session import page_context, through_app
 from ui.widgets import chart, explain, table, tensor_frame
 
 through_app()
@@ -35,8 +36,8 @@ if ctx.model.is_encoder_decoder:
                       key="emb_side")
     side = "encoder" if choice == "src" else "decoder"
 ids = (ctx.trace.src_ids if side == "encoder" or not ctx.model.is_encoder_decoder else ctx.trace.tgt_ids)[0]
-tok, scaled, pe, summed = (ctx.trace[f"{side}.embed.{h}"][0]
-                           for h in ("hook_tok", "hook_scaled", "pos.hook_pe", "hook_sum"))  # (T, d)
+emb = ctx.trace.embeddings(side)
+tok, scaled, pe, summed = emb.tok[0], emb.scaled[0], emb.pe[0], emb.sum[0]  # (T, d) each
 n_tok = ids.numel()
 labels = axis_labels(token_labels(ctx.model, ids))
 st.caption(t("emb_shapes", side=side, n=n_tok, d=d, shape=f"(1, {n_tok}, {d})"))

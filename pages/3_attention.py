@@ -3,19 +3,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from transformer_core.attention_view import (
-    GRID_STAGES,
-    block_kind,
-    head_stage,
-    layer_blocks,
-    query_steps,
-    row_sums,
-    scale_factor,
-    weighted_sum,
-)
-from transformer_core.masks import MASK_MODES
-from transformer_core.model import DEFAULT_MASKS
-from transformer_core.pipeline import token_labels
+from transformer_core.analysis.attention_steps import query_steps, row_sums
+from transformer_core.model.masks import MASK_MODES
+from transformer_core.model.transformer import DEFAULT_MASKS
+from transformer_core.text.inputs import token_labels
+from ui.errors import show_error
 from ui.figures import (
     DIVERGING,
     SEQUENTIAL,
@@ -25,7 +17,7 @@ from ui.figures import (
     heatmap_grid,
 )
 from ui.i18n import t
-from ui.session import load_selected_model, page_context, show_error, through_app
+from ui.session import load_selected_model, page_context, through_app
 from ui.widgets import chart, explain, table, tensor_frame
 
 through_app()
@@ -33,6 +25,7 @@ through_app()
 CAP = 128  # tokens shown per heatmap axis; longer sequences are cropped (tables keep every token)
 GRID_CAP = 64  # the all-heads grid draws n_heads heatmaps: fewer tokens keep it small
 GRID_WIDE = 32  # longer sequences get a 2-column grid with taller heatmaps, so every label stays readable
+GRID_STAGES = ("scores", "scaled", "masked", "weights")
 KIND_LABEL = {"enc_self": "block_enc_self", "dec_self": "block_dec_self", "cross": "block_cross"}
 ss = st.session_state
 
@@ -44,37 +37,30 @@ def _clamp(key: str, n: int, default: int = 0) -> None:
 
 
 def _on_block_change() -> None:
-    ss.mask_mode = DEFAULT_MASKS[block_kind(ss.block)]
+    ss.mask_mode = DEFAULT_MASKS[ss.block]
 
 
-def selectors(model) -> tuple[str, str]:
-    """Layer, block, head and mask widgets (before the trace, which depends on them); returns (block, kind)."""
+def selectors(model) -> str:
+    """Layer, block, head and mask widgets (before the trace, which depends on them); returns the block kind."""
     cfg = model.cfg
     _clamp("layer", cfg.n_layers)
     _clamp("head", cfg.n_heads)
     c1, c2, c3, c4 = st.columns([1, 3, 1, 3])
     c1.selectbox(t("att_layer"), range(cfg.n_layers), key="layer")
-    blocks = layer_blocks(model.hook_names, ss.layer)
-    if ss.get("block") not in blocks:  # keep the kind when the layer or model changes
-        prev = block_kind(ss.get("block", ""))
-        # not chosen yet: cross-attention shows most about a trained encoder-decoder; GPTs have only self-attention
-        kind = prev or ("cross" if model.is_encoder_decoder else "dec_self")
-        same = [b for b in blocks if block_kind(b) == kind] or [b for b in blocks if block_kind(b) == "dec_self"]
-        ss.block = same[0]
-        if block_kind(ss.block) != prev:
-            _on_block_change()
+    kinds = ["enc_self", "dec_self", "cross"] if model.is_encoder_decoder else ["dec_self"]
+    if ss.get("block") not in kinds:  # not chosen yet (or another model's): cross-attention shows most
+        ss.block = kinds[-1]
+        _on_block_change()
     if ss.get("mask_mode") not in MASK_MODES:
-        ss.mask_mode = DEFAULT_MASKS[block_kind(ss.block)]
+        ss.mask_mode = DEFAULT_MASKS[ss.block]
 
-    def block_label(b: str) -> str:
-        kind = block_kind(b)
-        name = "block_gpt_self" if not model.is_encoder_decoder else KIND_LABEL[kind]
-        return f"{t(name)} · {b}"
+    def block_label(kind: str) -> str:
+        return t("block_gpt_self" if not model.is_encoder_decoder else KIND_LABEL[kind])
 
-    c2.selectbox(t("att_block"), blocks, key="block", format_func=block_label, on_change=_on_block_change)
+    c2.selectbox(t("att_block"), kinds, key="block", format_func=block_label, on_change=_on_block_change)
     c3.selectbox(t("att_head"), range(cfg.n_heads), key="head")
     c4.radio(t("att_mask_mode"), MASK_MODES, key="mask_mode", horizontal=True, format_func=lambda m: t(f"mask_{m}"))
-    return ss.block, block_kind(ss.block)
+    return ss.block
 
 
 def styled(fig, template: str):
@@ -110,9 +96,9 @@ def mark_masked(fig, stage: str, masked, k_lab, q_lab, **where) -> None:
 
 
 def side_by_side(stages, head, q_lab, k_lab, n) -> None:
-    scaled = head_stage(stages, "scaled", head, n).numpy()
-    mask = head_stage(stages, "mask", head, n).bool().numpy()
-    weights = head_stage(stages, "weights", head, n).numpy()
+    scaled = stages.head("scaled", head, n).numpy()
+    mask = stages.head("mask", head, n).numpy()
+    weights = stages.head("weights", head, n).numpy()
     lim = float(np.abs(scaled).max()) or 1.0  # one colour scale for before and after
     axes = {"x_title": t("attn_keys"), "y_title": t("attn_queries")}
     kw = {**axes, "zmin": -lim, "zmax": lim, "zmid": 0, "colorscale": DIVERGING}
@@ -133,8 +119,8 @@ def head_grid(stages, q_lab, k_lab, n) -> None:
     st.subheader(t("att_grid"))
     stage = st.radio(t("att_grid_stage"), GRID_STAGES, index=3, horizontal=True, key="att_grid_stage_sel",
                      format_func=lambda s: t(f"attn_stage_{s}"))
-    mats = head_stage(stages, stage, None, n).numpy()
-    masked = ~head_stage(stages, "mask", None, n).bool().numpy()
+    mats = stages.head(stage, None, n).numpy()
+    masked = ~stages.head("mask", None, n).numpy()
     marked = stage in ("masked", "weights")
     if marked:
         mats = np.where(masked, np.nan, mats)
@@ -154,7 +140,7 @@ def head_grid(stages, q_lab, k_lab, n) -> None:
 
 def qkv(stages, head, q_lab, k_lab, n) -> None:
     st.subheader(t("att_qkv"))
-    mats = {s: head_stage(stages, s, head) for s in ("q", "k", "v")}
+    mats = {s: stages.head(s, head) for s in ("q", "k", "v")}
     labels = {"q": q_lab, "k": k_lab, "v": k_lab}
     dims = [str(d) for d in range(mats["q"].size(-1))]
     for col, (s, m) in zip(st.columns(3), mats.items(), strict=True):
@@ -172,11 +158,11 @@ def qkv(stages, head, q_lab, k_lab, n) -> None:
 def steps(stages, head, q_lab, k_lab) -> None:
     st.subheader(t("att_step"))
     st.markdown(t("attn_step_intro"))
-    n_q = stages["weights"].size(-2)
+    n_q = stages.weights.size(-2)
     _clamp("att_query_idx", n_q, n_q // 2)
     query = st.selectbox(t("attn_query_pick"), range(n_q), key="att_query_idx", format_func=lambda i: q_lab[i])
     s = query_steps(stages, head, query)
-    st.caption(t("attn_dk", d_k=s.d_k, sqrt=scale_factor(s.d_k)))
+    st.caption(t("attn_dk", d_k=s.d_k, sqrt=s.scale))
     masked = [f"{x:.4f}" if keep else "−∞" for x, keep in zip(s.masked.tolist(), s.mask.tolist(), strict=True)]
     df = pd.DataFrame({
         t("attn_col_key"): k_lab,
@@ -192,11 +178,11 @@ def steps(stages, head, q_lab, k_lab) -> None:
     out = s.output.numpy()[None, :]
     df = tensor_frame(out, [q_lab[query]], [str(d) for d in range(out.shape[1])]).reset_index(names=t("col_token"))
     table(df, f"attention_output_{query}", formats=four_decimals(df))
-    st.caption(t("attn_output_check", d=float((weighted_sum(s) - s.output).abs().max())))
+    st.caption(t("attn_output_check", d=s.max_difference))
 
 
 def sums_and_pitfalls(stages, kind: str, mode: str) -> None:
-    lo, hi, n_empty = row_sums(stages["weights"], stages["mask"])
+    lo, hi, n_empty = row_sums(stages.weights, stages.mask)
     st.success(t("att_rowsum", lo=lo, hi=hi), icon="✅")
     if n_empty:
         st.info(t("att_all_masked"), icon="ℹ️")
@@ -211,15 +197,15 @@ st.title(t("nav_attention"))
 explain("att_intro", r"\mathrm{Attention}(Q,K,V)=\mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}+M\right)V")
 st.caption(t("attn_formula_note"))
 _, model, _, _ = load_selected_model()
-block, kind = selectors(model)
+kind = selectors(model)
 if kind == "cross" and ss.mask_mode in ("causal", "both"):
     st.caption(t("attn_cross_no_causal"))
 ctx = page_context(layer=ss.layer, masks={kind: ss.mask_mode})
 try:
-    if block not in ctx.trace.attention_blocks():
+    stages = ctx.trace.attention(kind, ss.layer)
+    if stages is None:
         st.error(t("attn_missing"))
         st.stop()
-    stages = ctx.trace.attention(block)
     src = axis_labels(token_labels(model, ctx.trace.src_ids[0]))
     tgt = axis_labels(token_labels(model, ctx.trace.tgt_ids[0])) if ctx.trace.tgt_ids is not None else src
     q_lab, k_lab = (src if kind == "enc_self" else tgt), (tgt if kind == "dec_self" else src)

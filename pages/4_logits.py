@@ -2,12 +2,14 @@
 import pandas as pd
 import streamlit as st
 
-from transformer_core.generation import Sampling, SamplingError
-from transformer_core.next_token import decoder_ids, distribution, grow, tokens_of
-from transformer_core.pipeline import real_ids, token_labels
+from transformer_core.analysis.next_token import GREEDY, Sampling, distribution, generate
+from transformer_core.errors import SamplingError
+from transformer_core.text.inputs import real_ids, token_labels
+from transformer_core.text.tokenizer import tokens_of
+from ui.errors import error_text, show_error
 from ui.figures import axis_labels, bars, visible
 from ui.i18n import t
-from ui.session import page_context, show_error, through_app
+from ui.session import page_context, through_app
 from ui.widgets import chart, count_text, explain, table, token_chips
 
 through_app()
@@ -20,7 +22,7 @@ model, cfg = ctx.model, ctx.model.cfg
 if ctx.key.startswith("preset:"):
     st.info(t("log_random_note"), icon="🎲")
 
-dec = decoder_ids(ctx.trace).tolist()  # model ids of the decoder-side sequence (incl. generated ones)
+dec = ctx.trace.decoder_ids.tolist()  # model ids of the decoder-side sequence (incl. generated ones)
 src = ctx.trace.src_ids[0].tolist()
 n_gen = len(ss.get("gen_ids") or ())
 generated = f" · {count_text('log_generated', n_gen)}" if n_gen else ""
@@ -45,7 +47,7 @@ sampling = Sampling(temperature=float(temperature), top_k=int(top_k), top_p=floa
 try:
     dist = distribution(ctx.trace.logits[0, pos], sampling, top=int(shown))
 except SamplingError as exc:
-    st.warning(f"{t('log_bad_sampling')} {exc}", icon="🎛️")
+    st.warning(f"{t('log_bad_sampling')} {error_text(exc)}", icon="🎛️")
     dist = None
 except Exception as exc:  # noqa: BLE001 - never a traceback
     show_error(exc)
@@ -73,10 +75,9 @@ if dist is not None:
 def _append(model, src: list[int], dec: list[int], steps: int, s: Sampling, seed: int) -> None:
     """Button callback (runs before the rerun, so every page already sees the new tokens)."""
     try:
-        new = grow(model, src, dec, steps, s, seed)
+        new = generate(model, dec, steps, s, src=src if model.is_encoder_decoder else None, seed=seed)
     except Exception as exc:  # noqa: BLE001 - shown on the rerun, never a traceback
-        prefix = t("log_bad_sampling") if isinstance(exc, SamplingError) else t("err_unexpected")
-        ss["_log_flash"] = ("error", f"{prefix} {exc}")
+        ss["_log_flash"] = ("error", error_text(exc))
         return
     ss.gen_ids = list(ss.get("gen_ids") or ()) + new
     text = t("log_added", toks=" ".join(repr(x) for x in token_labels(model, new))) if new else ""
@@ -100,7 +101,7 @@ seed = int(g2.number_input(t("log_seed"), 0, 2**31 - 1, 0, 1, key="log_seed", he
 full = len(dec) >= cfg.max_len
 b1, b2, b3 = st.columns(3)
 blocked = full or (dist is None and not greedy)
-rule = Sampling(greedy=True) if greedy else sampling
+rule = GREEDY if greedy else sampling
 b1.button(t("log_next"), key="log_next", on_click=_append, args=(model, src, dec, 1, rule, seed), disabled=blocked)
 b2.button(t("log_steps"), key="log_five", on_click=_append, args=(model, src, dec, 5, rule, seed), disabled=blocked)
 b3.button(t("log_undo"), key="log_undo", on_click=_undo, disabled=not n_gen)

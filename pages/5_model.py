@@ -4,11 +4,12 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
-from transformer_core.model import COMPONENTS, param_counts
+from transformer_core.model.transformer import COMPONENTS, param_counts
 from ui import cache
+from ui.errors import show_error
 from ui.figures import bars
 from ui.i18n import t
-from ui.session import page_context, show_error, through_app
+from ui.session import page_context, through_app
 from ui.widgets import chart, explain, table
 
 through_app()

@@ -5,16 +5,16 @@ from dataclasses import replace
 import pandas as pd
 import streamlit as st
 
-from transformer_core import jobs
-from transformer_core.checkpoint import CheckpointError
-from transformer_core.corpus import TEXT
-from transformer_core.gpt2 import Gpt2LoadError
-from transformer_core.tasks import TASKS, SeqToSeqTask
-from transformer_core.training import TrainingError
+from service import jobs, uploads
+from service.settings import settings as server_settings
+from transformer_core.train.corpus import TEXT
+from transformer_core.train.defaults import EXPERIMENT, EXPERIMENT_TASKS, quick
+from transformer_core.train.tasks import TASKS, SeqToSeqTask
 from ui import cache
+from ui.errors import show_error
 from ui.figures import lines
 from ui.i18n import lang, t
-from ui.session import on_model_change, show_error, through_app
+from ui.session import on_model_change, through_app
 from ui.widgets import chart, explain, table
 
 through_app()
@@ -23,22 +23,6 @@ REFRESH_S = 1.0  # how often the live part redraws while a job runs
 TARGETS = (*TASKS, "text")
 ss = st.session_state
 sid = ss.setdefault("_train_sid", uuid.uuid4().hex)
-
-
-def show(exc: BaseException) -> None:
-    """A clear message for everything this page can refuse; never a traceback."""
-    if isinstance(exc, jobs.SessionBusy):
-        st.warning(t("tr_busy"), icon="⏳")
-    elif isinstance(exc, jobs.TooManyJobs):
-        st.warning(t("tr_limit", n=jobs.limit(jobs.MAX_ENV)), icon="🚦")
-    elif isinstance(exc, TrainingError):
-        st.error(f"{t('tr_err_settings')} {exc}", icon="⚙️")
-    elif isinstance(exc, CheckpointError):
-        st.error(f"{t('tr_err_ckpt')} {exc}", icon="🛡️")
-    elif isinstance(exc, Gpt2LoadError):
-        st.error(f"{t('tr_err_gpt2')} {exc}", icon="📦")
-    else:
-        show_error(exc)
 
 
 def open_model(key: str) -> None:
@@ -68,13 +52,14 @@ def training_text() -> str | None:
     """The pasted text, or an uploaded .txt file (None after a shown error)."""
     up = st.file_uploader(t("tr_txt_upload"), type=["txt"], key="tr_txt_file", max_upload_size=1,
                           help=t("tr_txt_upload_help"))
-    body = st.text_area(t("tr_txt_body"), TEXT, key="tr_txt_body", height=160, max_chars=jobs.MAX_TEXT_UPLOAD_BYTES)
+    body = st.text_area(t("tr_txt_body"), TEXT, key="tr_txt_body", height=160,
+                        max_chars=uploads.MAX_TEXT_UPLOAD_BYTES)
     if up is None:
         return body
     try:
-        text = jobs.read_text_upload(up.getvalue())
-    except TrainingError as exc:
-        show(exc)
+        text = uploads.read_text_upload(up.getvalue())
+    except Exception as exc:  # noqa: BLE001 - a refused file becomes a message
+        show_error(exc)
         return None
     st.info(t("tr_txt_using_file", n=len(text)), icon="📄")
     return text
@@ -82,7 +67,7 @@ def training_text() -> str | None:
 
 def settings(target: str, device: str):
     """The hyper-parameter widgets of one target (each target keeps its own values); returns a TrainConfig."""
-    d = jobs.defaults(target)
+    d = quick(target)
     k = f"tr_{target}_"
 
     def num(col, field: str, fmt: str | None = None):
@@ -119,20 +104,20 @@ def train_tab(device: str) -> None:
             with st.spinner(t("tr_checking")):
                 jobs.start(sid, replace(tc, text=text), name.strip() or f"my-{target}")
         except Exception as exc:  # noqa: BLE001 - every refusal becomes a message
-            show(exc)
+            show_error(exc)
 
 
 def experiment_tab(device: str) -> None:
     explain("tr_pos_intro")
     c1, c2 = st.columns(2)
-    task = c1.selectbox(t("tr_pos_task"), jobs.EXPERIMENT_TASKS, key="tr_pos_task")
-    iters = c2.number_input(t("tr_max_iters"), value=jobs.EXPERIMENT_DEFAULTS["max_iters"], step=1, key="tr_pos_iters",
+    task = c1.selectbox(t("tr_pos_task"), EXPERIMENT_TASKS, key="tr_pos_task")
+    iters = c2.number_input(t("tr_max_iters"), value=EXPERIMENT.max_iters, step=1, key="tr_pos_iters",
                             help=t("tr_pos_iters_help"))
     if st.button(t("tr_pos_start"), key="tr_pos_start", type="primary"):
         try:
             jobs.start_experiment(sid, task, max_iters=int(iters), device=None if device == "auto" else device)
         except Exception as exc:  # noqa: BLE001
-            show(exc)
+            show_error(exc)
 
 
 def loss_chart(job: jobs.Job) -> None:
@@ -160,7 +145,7 @@ def loss_chart(job: jobs.Job) -> None:
 def results(job: jobs.Job) -> None:
     """What a finished job produced: status, accuracy, the saved checkpoint and the button that opens it."""
     if job.status == "error":
-        show(job.error)
+        show_error(job.error)
         return
     note = t("tr_timed_out") if job.timed_out else ""
     done = t("tr_done" if job.status == "done" else "tr_stopped", it=job.iteration, s=job.seconds)
@@ -175,7 +160,7 @@ def results(job: jobs.Job) -> None:
     if "model" in job.accuracy:
         c1, c2 = st.columns(2)
         c1.metric(t("tr_accuracy"), f"{job.accuracy['model']:.1%}")
-        c2.metric(t("tr_checkpoint"), job.checkpoint.name if job.checkpoint else "—")
+        c2.metric(t("tr_checkpoint"), jobs.safe_name(job.name) if job.checkpoint else "—")
         st.caption(t("tr_acc_text" if tc.task is None else f"tr_acc_{TASKS[tc.task].arch}"))
     if job.checkpoint is None:
         return
@@ -185,7 +170,7 @@ def results(job: jobs.Job) -> None:
             model, _ = cache.get_model(job.model_key, cache.get_device()[0])
             st.markdown(t("tr_answer", src=task.example.src, out=task.solve(model, task.example.src).strip()))
         except Exception as exc:  # noqa: BLE001
-            show(exc)
+            show_error(exc)
     open_button(job.model_key, "tr_open_job")
 
 
@@ -212,49 +197,32 @@ def your_models() -> None:
         return
     table(pd.DataFrame({
         t("tr_col_name"): [e.label for e in entries],
-        t("tr_col_task"): [e.meta.get("task", "—") for e in entries],
-        t("tr_accuracy"): [e.meta.get("accuracy") for e in entries],
-        t("tr_col_iters"): [e.meta.get("iterations") for e in entries],
-        t("tr_col_file"): [e.key.rsplit("/", 1)[-1] for e in entries],
+        t("tr_col_task"): [e.card.get("task", "—") for e in entries],
+        t("tr_accuracy"): [e.card.get("accuracy") for e in entries],
+        t("tr_col_iters"): [e.card.get("steps") for e in entries],
     }), "your_models")
     labels = {e.key: e.label for e in entries}
     chosen = st.selectbox(t("tr_pick_model"), list(labels), format_func=labels.get, key="tr_pick_model")
     open_button(chosen, "tr_open_pick")
 
 
-def upload_checkpoint() -> None:
+def upload_model() -> None:
     st.markdown(t("tr_ckpt_intro"))
-    files = st.file_uploader(t("tr_ckpt_files"), type=["pt", "json"], accept_multiple_files=True, key="tr_ckpt_up",
-                             max_upload_size=jobs.MAX_WEIGHTS_UPLOAD_BYTES >> 20)
+    up = st.file_uploader(t("tr_ckpt_files"), type=["safetensors", "pt"], key="tr_ckpt_up",
+                          max_upload_size=uploads.MAX_MODEL_UPLOAD_BYTES >> 20)
     name = st.text_input(t("tr_name"), "uploaded", key="tr_ckpt_name", max_chars=jobs.NAME_CHARS)
     if not st.button(t("tr_ckpt_import"), key="tr_ckpt_import"):
         return
-    pts = [f for f in files or () if f.name.lower().endswith(".pt")]
-    jsons = [f for f in files or () if f.name.lower().endswith(".json")]
-    if len(pts) != 1 or len(jsons) != 1:
+    if up is None:
         st.warning(t("tr_ckpt_pair"), icon="🧩")
         return
     try:
-        path = jobs.import_checkpoint(pts[0].getvalue(), jsons[0].getvalue(), name.strip() or "uploaded")
+        key = uploads.import_model(up.getvalue(), up.name, name.strip() or "uploaded")
     except Exception as exc:  # noqa: BLE001 - refused files become messages
-        show(exc)
+        show_error(exc)
         return
-    st.success(t("tr_ckpt_ok", name=path.name))
-    open_button(f"ckpt:{path}", "tr_open_upload")
-
-
-def load_gpt2() -> None:
-    st.markdown(t("tr_gpt2_intro"))
-    path = st.text_input(t("tr_gpt2_path"), key="tr_gpt2_path", placeholder="/models/gpt2/model.safetensors")
-    if st.button(t("tr_gpt2_load"), key="tr_gpt2_load"):
-        try:
-            with st.spinner(t("tr_gpt2_loading")):
-                ss["_tr_gpt2_key"], meta = jobs.register_gpt2(path)
-            st.success(t("tr_gpt2_ok", n=meta["n_layers"], d=meta["d_model"], h=meta["n_heads"]))
-        except Exception as exc:  # noqa: BLE001
-            show(exc)
-    if ss.get("_tr_gpt2_key"):
-        open_button(ss["_tr_gpt2_key"], "tr_open_gpt2")
+    st.success(t("tr_ckpt_ok", name=jobs.safe_name(name)))
+    open_button(key, "tr_open_upload")
 
 
 st.title(t("nav_train"))
@@ -269,7 +237,7 @@ with tab_pos:
 st.subheader(t("tr_live"))
 job = jobs.get(sid)
 if job is None:
-    st.caption(t("tr_idle", n=jobs.running_count(), limit=jobs.limit(jobs.MAX_ENV)))
+    st.caption(t("tr_idle", n=jobs.running_count(), limit=server_settings().max_trainings))
 elif job.active:
     st.fragment(run_every=REFRESH_S)(live)()
 else:  # drawn by the full page, so its buttons (open this model) rerun the sidebar too
@@ -280,6 +248,4 @@ else:  # drawn by the full page, so its buttons (open this model) rerun the side
 st.subheader(t("tr_your_models"))
 your_models()
 with st.expander(t("tr_ckpt_title")):
-    upload_checkpoint()
-with st.expander(t("tr_gpt2_title")):
-    load_gpt2()
+    upload_model()

@@ -51,3 +51,28 @@ def tab(browser):
     page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
     yield page
     ctx.close()
+
+
+@pytest.fixture
+def server_env(monkeypatch):
+    """Set server settings (environment variables) for one test: server_env(TRANSFORMER_EXPLORER_X="1")."""
+    from service import catalog
+    from service.settings import settings
+
+    def apply(**env):
+        for k, v in env.items():
+            monkeypatch.setenv(k, str(v))
+        settings.cache_clear()
+        catalog.refresh()
+
+    yield apply
+    settings.cache_clear()
+    catalog.refresh()
+
+
+@pytest.fixture
+def user_dir(tmp_path, server_env):
+    """A fresh folder for models trained or uploaded in this test."""
+    folder = tmp_path / "user"
+    server_env(TRANSFORMER_EXPLORER_CHECKPOINTS=folder)
+    return folder

@@ -13,13 +13,14 @@ from transformer_core import (
     run,
     trace_text,
 )
-from transformer_core.generation import (
+from transformer_core.analysis.next_token import (
     Sampling,
-    SamplingError,
     entropy_bits,
     generate,
+    generate_batch,
     next_token_probs,
 )
+from transformer_core.errors import SamplingError
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +34,8 @@ def tiny_gpt():
 
 
 def assert_clean_trace(trace):
-    for block in trace.attention_blocks():
-        stages = trace.attention(block)
+    for block in trace.blocks():
+        stages = trace.attention(*block)
         weights, mask = stages["weights"], stages["mask"]
         assert not torch.isnan(weights).any(), block
         assert torch.all(weights[~mask] == 0), block
@@ -129,7 +130,7 @@ def test_compacted_vocabulary_rejects_unknown_tokens_with_input_error():
     model = build_model(cfg, "cpu")
     prep = prepare(model, "hello world!")
     assert prep.src_ids.tolist() == [[1, 2, 0]]
-    with pytest.raises(InputError, match="not in it"):
+    with pytest.raises(InputError, match="not among them"):
         prepare(model, "同志们")
 
 
@@ -170,10 +171,10 @@ def test_invalid_temperature_raises_sampling_error(temperature):
 
 
 def test_invalid_top_k_and_top_p_raise_sampling_error():
-    with pytest.raises(SamplingError, match="top-k"):
+    with pytest.raises(SamplingError, match="(?i)top-k"):
         next_token_probs(LOGITS, Sampling(top_k=-1))
     for p in (0.0, 1.5):
-        with pytest.raises(SamplingError, match="top-p"):
+        with pytest.raises(SamplingError, match="(?i)top-p"):
             next_token_probs(LOGITS, Sampling(top_p=p))
 
 
@@ -186,15 +187,15 @@ def test_greedy_generation_is_deterministic(tiny_gpt):
     s = Sampling(greedy=True)
     a = generate(tiny_gpt, [15339, 1917], 5, s, seed=0)
     b = generate(tiny_gpt, [15339, 1917], 5, s, seed=123)
-    assert a == b and len(a) == 7 and a[:2] == [15339, 1917]
-    logits = run(tiny_gpt, torch.tensor([a[:2]]))
-    assert a[2] == int(logits[0, -1].argmax())
+    assert a == b and len(a) == 5
+    logits = run(tiny_gpt, torch.tensor([[15339, 1917]]))
+    assert a[0] == int(logits[0, -1].argmax())
 
 
 def test_greedy_generation_for_encoder_decoder_is_deterministic(tiny):
     s = Sampling(greedy=True)
     a = generate(tiny, [0], 4, s, src=[42016, 78228])
-    assert a == generate(tiny, [0], 4, s, src=[42016, 78228]) and len(a) == 5
+    assert a == generate(tiny, [0], 4, s, src=[42016, 78228]) and len(a) == 4
 
 
 def test_sampled_generation_is_reproducible_by_seed(tiny_gpt):
@@ -202,6 +203,16 @@ def test_sampled_generation_is_reproducible_by_seed(tiny_gpt):
     assert generate(tiny_gpt, [1], 6, s, seed=7) == generate(tiny_gpt, [1], 6, s, seed=7)
 
 
-def test_generation_past_max_len_slides_the_window(tiny_gpt):
-    out = generate(tiny_gpt, list(range(1, 63)), 4, Sampling(greedy=True))
-    assert len(out) == 66
+def test_generation_stops_at_max_len_and_the_batch_loop_slides_its_window(tiny_gpt):
+    assert len(generate(tiny_gpt, list(range(1, 63)), 4, Sampling(greedy=True))) == 2  # 62 + 2 = max_len 64
+    out = generate_batch(tiny_gpt, torch.tensor([list(range(1, 63))]), 4)  # the window keeps the last 64
+    assert out.shape == (1, 4)
+
+
+def test_appending_five_tokens_equals_appending_one_five_times(tiny_gpt):
+    s = Sampling(temperature=1.3)
+    five = generate(tiny_gpt, [1, 2], 5, s, seed=3)
+    grown = [1, 2]
+    for _ in range(5):
+        grown += generate(tiny_gpt, grown, 1, s, seed=3)
+    assert grown[2:] == five

@@ -1,24 +1,21 @@
 """The shipped checkpoints load, keep their accuracy on fresh examples, and bad checkpoints are refused."""
 import json
-import pickle
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
-from transformer_core import registry
-from transformer_core.alignment import alignment_mass
-from transformer_core.checkpoint import CheckpointError, load_checkpoint
-from transformer_core.corpus import TEXT
-from transformer_core.generation import Sampling, generate
-from transformer_core.pipeline import prepare, token_labels
-from transformer_core.tasks import TASKS
-from transformer_core.tokenizer import load_encoding
-from transformer_core.trace import run_with_trace
+from transformer_core.analysis.alignment import alignment_mass
+from transformer_core.analysis.next_token import Sampling, generate
+from transformer_core.model.trace import run_with_trace
+from transformer_core.text.inputs import prepare, token_labels
+from transformer_core.text.tokenizer import load_encoding
+from transformer_core.train.checkpoint import CheckpointError, load_checkpoint
+from transformer_core.train.tasks import TASKS
 
-ASSETS = Path(__file__).resolve().parents[1] / "assets" / "checkpoints"
-NAMES = ("copy", "reverse", "sort", "repeat", "count", "corpus-gpt")
+ASSETS = Path(__file__).resolve().parents[1] / "assets" / "models"
+NAMES = ("copy", "reverse", "sort", "repeat", "count")
 FRESH_SEED = 31337  # not the seed make_assets measured with
 MARGIN = 0.03
 
@@ -31,18 +28,18 @@ def shipped():
     return {name: load_checkpoint(ASSETS / name) for name in NAMES}
 
 
-def test_every_checkpoint_is_shipped_and_all_together_stay_under_20_mb():
-    files = sorted(p.name for p in ASSETS.iterdir())
-    assert files == sorted(f"{n}.{ext}" for n in NAMES for ext in ("json", "pt"))
-    assert sum(p.stat().st_size for p in ASSETS.iterdir()) < 20 * 2**20
+def test_every_task_model_is_shipped_as_a_folder_with_weights_config_and_card():
+    for name in NAMES:
+        assert sorted(p.name for p in (ASSETS / name).iterdir()) == ["card.json", "config.json", "model.safetensors"]
+    assert sum(p.stat().st_size for p in ASSETS.rglob("*") if p.is_file()) < 40 * 2**20
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_meta_describes_the_checkpoint(shipped, name):
-    _, meta = shipped[name]
-    assert meta["task"] == name and meta["description"]["en"] and meta["description"]["zh"]
-    assert meta["command"] == "python -m transformer_core.make_assets" and meta["seed"] == 0
-    assert meta["iterations"] > 0 and 0.0 <= meta["accuracy"] <= 1.0 and "example_src" in meta
+def test_card_describes_the_model(shipped, name):
+    _, card = shipped[name]
+    assert card["task"] == name and card["description"]["en"] and card["description"]["zh"]
+    assert card["command"] == f"python -m transformer_core.train.build --only {name}"
+    assert card["steps"] > 0 and 0.0 <= card["accuracy"] <= 1.0 and "example_src" in card
 
 
 @pytest.mark.parametrize("name", ("copy", "reverse", "sort", "repeat", "count"))
@@ -66,17 +63,13 @@ def test_encoder_decoder_checkpoint_solves_its_example(shipped, name):
     assert task.solve(model, meta["example_src"]).split() == answer
 
 
-def test_the_app_opens_on_the_reverse_checkpoint():
-    assert registry.default_key().endswith("reverse")
-
-
 def test_repeat_and_count_checkpoints_continue_their_examples(shipped):
     enc = load_encoding("cl100k_base")
     for name, prompt, expected in (("repeat", "d a c b g f d", " a c b g f"), ("count", "4 7 10 13", " 16 19")):
         model, _ = shipped[name]
         ids = prepare(model, prompt).src_ids[0].tolist()
         out = generate(model, ids, len(enc.encode(expected)), Sampling(greedy=True))
-        assert enc.decode([model.cfg.vocab_map[i] for i in out[len(ids):]]) == expected
+        assert enc.decode([model.cfg.vocab_map[i] for i in out]) == expected
 
 
 def test_reverse_cross_attention_forms_the_anti_diagonal(shipped):
@@ -85,44 +78,19 @@ def test_reverse_cross_attention_forms_the_anti_diagonal(shipped):
     assert last >= meta["cross_attention_alignment"][-1] - 0.05 and last > 0.4
 
 
-def test_corpus_gpt_vocabulary_maps_back_to_the_corpus_tokens(shipped):
-    model, meta = shipped["corpus-gpt"]
-    enc = load_encoding("cl100k_base")
-    assert model.cfg.vocab_map == tuple(sorted(set(enc.encode(TEXT))))
-    ids = prepare(model, meta["example_src"]).src_ids[0].tolist()
-    out = generate(model, ids, 8, Sampling(greedy=True))
-    assert len(out) == len(ids) + 8 and meta["train_accuracy"] > 0.5
-
-
-def test_checkpoint_with_pickled_code_is_refused_and_never_runs(tmp_path):
-    target = tmp_path / "pwned.txt"
-
-    class WritesAFile:
-        def __reduce__(self):
-            return (open, (str(target), "w"))
-
-    shutil.copy(ASSETS / "copy.json", tmp_path / "upload.json")
-    with (tmp_path / "upload.pt").open("wb") as f:
-        pickle.dump({"decoder.embed.tok.weight": WritesAFile()}, f, protocol=2)
-    with pytest.raises(CheckpointError, match="refused without running it"):
-        load_checkpoint(tmp_path / "upload")
-    assert not target.exists()
-
-
 def test_config_that_does_not_match_the_weights_is_a_clear_error(tmp_path):
-    doc = json.loads((ASSETS / "copy.json").read_text(encoding="utf-8"))
-    doc["config"]["d_model"] = 32
-    (tmp_path / "upload.json").write_text(json.dumps(doc), encoding="utf-8")
-    shutil.copy(ASSETS / "copy.pt", tmp_path / "upload.pt")
-    message = r"the weights do not match the config: .*file has \(21, 128\), config needs \(21, 32\)"
-    with pytest.raises(CheckpointError, match=message):
+    shutil.copytree(ASSETS / "copy", tmp_path / "upload")
+    doc = json.loads((tmp_path / "upload" / "config.json").read_text(encoding="utf-8"))
+    doc["d_model"] = 32
+    (tmp_path / "upload" / "config.json").write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(CheckpointError, match=r"do not fit the model settings: .*\(21, 128\) ≠ \(21, 32\)"):
         load_checkpoint(tmp_path / "upload")
 
 
 def test_weights_of_another_task_are_refused(tmp_path):
-    shutil.copy(ASSETS / "repeat.json", tmp_path / "upload.json")
-    shutil.copy(ASSETS / "copy.pt", tmp_path / "upload.pt")
-    with pytest.raises(CheckpointError, match="do not match the config"):
+    shutil.copytree(ASSETS / "repeat", tmp_path / "upload")
+    shutil.copy(ASSETS / "copy" / "model.safetensors", tmp_path / "upload" / "model.safetensors")
+    with pytest.raises(CheckpointError, match="do not fit"):
         load_checkpoint(tmp_path / "upload")
 
 

@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from transformer_core.gpt2 import ENV_VAR, Gpt2LoadError, load_gpt2
+from transformer_core.sources import Places, load_model
+from transformer_core.sources.gpt2 import Gpt2LoadError, load_gpt2
 
 D, LAYERS, HEADS, VOCAB, CTX = 64, 2, 4, 500, 32
 
@@ -81,20 +82,37 @@ def test_config_matches_gpt2(tmp_path):
     assert cfg.tie_embeddings and not cfg.output_bias and cfg.encoding == "r50k_base" and cfg.d_ffn == 4 * D
 
 
-def test_env_var_names_the_file(tmp_path, monkeypatch):
+def test_the_configured_file_is_gpt2_small(tmp_path):
     save_file(hf_state(), str(tmp_path / "m.safetensors"))
-    monkeypatch.setenv(ENV_VAR, str(tmp_path / "m.safetensors"))
-    assert load_gpt2(n_heads=HEADS)[1]["n_layers"] == LAYERS
+    places = Places(gpt2_weights=tmp_path / "m.safetensors")
+    with pytest.raises(Gpt2LoadError, match="pass n_heads|not a GPT-2 size"):  # width 64 is no GPT-2 size
+        load_model("gpt2:small", places)
 
 
-def test_no_path_and_no_env_var_says_how_to_give_one(monkeypatch):
-    monkeypatch.delenv(ENV_VAR, raising=False)
-    with pytest.raises(Gpt2LoadError, match=ENV_VAR):
-        load_gpt2()
+def test_without_a_file_or_a_cached_download_gpt2_small_says_how_to_get_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(Gpt2LoadError, match="download it once") as info:
+        load_model("gpt2:small", Places(gpt2_weights=None))
+    assert info.value.code == "gpt2_not_downloaded"
+
+
+def test_models_folder_files_open_by_name_only(tmp_path):
+    folder = tmp_path / "models"
+    folder.mkdir()
+    secret = tmp_path / "secret.safetensors"
+    save_file(hf_state(), str(secret))
+    places = Places(models_dir=folder)
+    errors = []
+    for name in ("missing.safetensors", "../secret.safetensors", str(secret), "..", ""):
+        with pytest.raises(Gpt2LoadError) as info:
+            load_model(f"gpt2:file:{name}", places)
+        errors.append(str(info.value))
+    assert len(set(errors)) == 1  # the same message whether a file is missing or forbidden
 
 
 def test_missing_file_is_a_clear_error(tmp_path):
-    with pytest.raises(Gpt2LoadError, match="no file at"):
+    with pytest.raises(Gpt2LoadError, match="No GPT-2 weights file"):
         load_gpt2(tmp_path / "nope.safetensors")
 
 
@@ -106,7 +124,7 @@ def test_wrong_format_is_a_clear_error(tmp_path):
 
 def test_width_outside_the_gpt2_family_needs_n_heads(tmp_path):
     save_file(hf_state(), str(tmp_path / "m.safetensors"))
-    with pytest.raises(Gpt2LoadError, match="pass n_heads"):
+    with pytest.raises(Gpt2LoadError, match="not a GPT-2 size"):
         load_gpt2(tmp_path / "m.safetensors")
 
 
@@ -114,13 +132,13 @@ def test_not_gpt2_names_the_missing_keys(tmp_path):
     s = hf_state()
     del s["h.1.mlp.c_fc.weight"], s["ln_f.bias"]
     save_file(s, str(tmp_path / "m.safetensors"))
-    with pytest.raises(Gpt2LoadError, match=r"missing ln_f\.bias, h\.1\.mlp\.c_fc\.weight"):
+    with pytest.raises(Gpt2LoadError, match=r"ln_f\.bias, h\.1\.mlp\.c_fc\.weight"):
         load_gpt2(tmp_path / "m.safetensors", n_heads=HEADS)
 
 
 def test_another_models_weights_are_not_gpt2(tmp_path):
     save_file({"encoder.weight": torch.zeros(3, 3)}, str(tmp_path / "m.safetensors"))
-    with pytest.raises(Gpt2LoadError, match="not a GPT-2 state dict: missing wte.weight"):
+    with pytest.raises(Gpt2LoadError, match="not a GPT-2 file .tensor names: wte.weight"):
         load_gpt2(tmp_path / "m.safetensors")
 
 
@@ -133,7 +151,7 @@ def test_untied_lm_head_is_refused(tmp_path):
 
 def test_non_tensor_values_are_refused(tmp_path):
     torch.save({"wte.weight": [1, 2, 3]}, tmp_path / "m.bin")
-    with pytest.raises(Gpt2LoadError, match="dictionary of tensors"):
+    with pytest.raises(Gpt2LoadError, match="dictionary of named tensors"):
         load_gpt2(tmp_path / "m.bin")
 
 
@@ -158,14 +176,14 @@ def test_torch_save_with_pickled_code_is_refused_and_never_runs(tmp_path):
     target = tmp_path / "pwned.txt"
     torch.save({"wte.weight": WritesAFile(target)}, tmp_path / "pytorch_model.bin")
     assert not target.exists()  # saving only pickles the recipe
-    with pytest.raises(Gpt2LoadError, match="nothing in it was run"):
+    with pytest.raises(Gpt2LoadError, match="Nothing in it was run"):
         load_gpt2(tmp_path / "pytorch_model.bin")
     assert not target.exists()
 
 
-@pytest.mark.skipif(not os.environ.get(ENV_VAR), reason=f"set {ENV_VAR} to a real GPT-2 weights file")
+@pytest.mark.skipif(not os.environ.get("GPT2_WEIGHTS"), reason="set GPT2_WEIGHTS to a real GPT-2 weights file")
 def test_real_gpt2_small_loads_and_predicts_finite_logits():
-    model, meta = load_gpt2()
+    model, meta = load_gpt2(os.environ["GPT2_WEIGHTS"])
     assert (meta["vocab_size"], meta["max_len"]) == (50257, 1024) and meta["d_model"] in (768, 1024, 1280, 1600)
     with torch.no_grad():
         assert torch.isfinite(model(torch.tensor([[15496, 11, 616, 3290]]))).all()  # "Hello, my dog"

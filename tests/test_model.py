@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from service.settings import Settings
 from transformer_core import (
     AddNorm,
     CheckpointError,
@@ -24,10 +25,10 @@ from transformer_core import (
     sinusoid_table,
     tokenize,
 )
-from transformer_core.checkpoint import load_state_into, read_state_dict
-from transformer_core.device import ENV_VAR
-from transformer_core.pipeline import padded_batch
-from transformer_core.tokenizer import load_encoding
+from transformer_core.errors import DeviceError
+from transformer_core.text.inputs import padded_batch
+from transformer_core.text.tokenizer import load_encoding
+from transformer_core.train.checkpoint import load_state_into, read_state_dict
 
 SENT_1 = "同志们!我踩着地雷了"
 SENT_2 = "我现在开始排雷。"
@@ -212,14 +213,14 @@ def test_decoder_only_forward_gives_logits_per_position():
 
 def test_sequence_longer_than_max_len_raises_clear_value_error(tiny):
     too_long = torch.zeros(1, tiny.cfg.max_len + 1, dtype=torch.long)
-    with pytest.raises(ValueError, match="max_len=64"):
+    with pytest.raises(ValueError, match="at most 64"):
         run(tiny, too_long, torch.zeros(1, 3, dtype=torch.long))
-    with pytest.raises(ValueError, match="max_len"):
+    with pytest.raises(ValueError, match="at most"):
         run(build_model(preset("tiny-gpt"), "cpu"), too_long)
 
 
 def test_encoder_decoder_without_target_raises_value_error(tiny):
-    with pytest.raises(ValueError, match="tgt"):
+    with pytest.raises(ValueError, match="target"):
         run(tiny, torch.tensor([[1, 2]]))
 
 
@@ -239,34 +240,31 @@ def test_without_scale_embedding_scaled_equals_token_embedding(tiny):
 # --- devices ----------------------------------------------------------------------------------------------
 
 
-def test_pick_device_honours_argument(monkeypatch):
-    monkeypatch.setenv(ENV_VAR, "cuda")
+def test_pick_device_honours_argument():
     assert pick_device("cpu") == torch.device("cpu")
 
 
-def test_pick_device_honours_env_var(monkeypatch):
-    monkeypatch.setenv(ENV_VAR, "cpu")
-    assert pick_device() == torch.device("cpu")
-    assert pick_device(None) == torch.device("cpu")
+def test_device_setting_is_read_from_the_environment_by_settings_only():
+    assert Settings.from_env({"TRANSFORMER_EXPLORER_DEVICE": "cpu"}).device == "cpu"
+    assert pick_device(Settings.from_env({"TRANSFORMER_EXPLORER_DEVICE": "cpu"}).device) == torch.device("cpu")
+    assert Settings.from_env({"TRANSFORMER_EXPLORER_DEVICE": "quantum"}).device == "auto"  # bad value: default
 
 
-def test_pick_device_auto_without_preference(monkeypatch):
-    monkeypatch.delenv(ENV_VAR, raising=False)
+def test_pick_device_auto_without_preference():
     assert pick_device().type == ("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def test_pick_device_unknown_name_raises_value_error():
-    with pytest.raises(ValueError, match="unknown device"):
+def test_pick_device_unknown_name_raises_a_device_error_with_its_code():
+    with pytest.raises(DeviceError) as err:
         pick_device("quantum")
+    assert err.value.code == "device_unknown" and "unknown device" in str(err.value).lower()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
-def test_asking_for_cuda_without_cuda_raises_value_error(monkeypatch):
-    with pytest.raises(ValueError, match="CUDA is not available"):
+def test_asking_for_cuda_without_cuda_raises_a_device_error():
+    with pytest.raises(DeviceError) as err:
         pick_device("cuda")
-    monkeypatch.setenv(ENV_VAR, "cuda")
-    with pytest.raises(ValueError, match="CUDA is not available"):
-        pick_device()
+    assert err.value.code == "device_no_cuda" and "no CUDA" in str(err.value)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -292,28 +290,40 @@ def test_cuda_trace_matches_cpu_and_returns_cpu_tensors():
 
 
 def test_checkpoint_round_trip_gives_identical_logits(tiny, tmp_path):
-    pt, js = save_checkpoint(tiny, tmp_path / "ckpt", meta={"note": "测试"})
-    assert pt.suffix == ".pt" and js.suffix == ".json"
-    loaded, meta = load_checkpoint(tmp_path / "ckpt")
-    assert meta == {"note": "测试"}
+    folder = save_checkpoint(tiny, tmp_path / "ckpt", {"note": "测试"})
+    assert sorted(p.name for p in folder.iterdir()) == ["card.json", "config.json", "model.safetensors"]
+    loaded, card = load_checkpoint(folder)
+    assert card == {"note": "测试"}
     assert loaded.cfg == tiny.cfg
     assert not loaded.training
     src, tgt = torch.tensor([[3, 1, 4, 1, 5]]), torch.tensor([[9, 2, 6]])
     assert torch.equal(run(loaded, src, tgt), run(tiny, src, tgt))
+    assert not any(p.name.startswith(".tmp") for p in tmp_path.iterdir())  # written atomically
+
+
+def test_tied_checkpoint_stores_the_shared_matrix_once_and_round_trips(tmp_path):
+    tied = build_model(preset("tiny-gpt", tie_embeddings=True, output_bias=False), "cpu")
+    folder = save_checkpoint(tied, tmp_path / "tied")
+    assert "out.weight" not in read_state_dict(folder / "model.safetensors")
+    loaded, _ = load_checkpoint(folder)
+    assert loaded.out.weight is loaded.decoder.embed.tok.weight
+    ids = torch.tensor([[5, 6, 7]])
+    assert torch.equal(run(loaded, ids), run(tied, ids))
 
 
 def test_checkpoint_into_mismatched_config_raises_checkpoint_error(tiny, tmp_path):
-    save_checkpoint(tiny, tmp_path / "ckpt")
+    folder = save_checkpoint(tiny, tmp_path / "ckpt")
     other = build_model(preset("tiny", d_ffn=48), "cpu")
-    with pytest.raises(CheckpointError, match="do not match the config") as info:
-        load_state_into(other, read_state_dict(tmp_path / "ckpt.pt"))
+    with pytest.raises(CheckpointError) as info:
+        load_state_into(other, read_state_dict(folder / "model.safetensors"))
+    assert info.value.code == "checkpoint_mismatch"
     assert "linear1.weight" in str(info.value) and "(32, 16)" in str(info.value)
     # the same through the JSON config: edit it to claim another size
-    doc = json.loads((tmp_path / "ckpt.json").read_text(encoding="utf-8"))
-    doc["config"]["d_ffn"] = 48
-    (tmp_path / "ckpt.json").write_text(json.dumps(doc), encoding="utf-8")
-    with pytest.raises(CheckpointError, match="do not match the config"):
-        load_checkpoint(tmp_path / "ckpt")
+    doc = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    doc["d_ffn"] = 48
+    (folder / "config.json").write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(CheckpointError, match="do not fit"):
+        load_checkpoint(folder)
 
 
 def test_checkpoint_with_missing_file_raises_checkpoint_error(tmp_path):
@@ -331,13 +341,10 @@ class _WritesAFile:
         return (open, (self.path, "w"))
 
 
-def test_checkpoint_with_pickled_code_is_refused_and_never_runs(tiny, tmp_path):
-    save_checkpoint(tiny, tmp_path / "ckpt")
+def test_checkpoint_with_pickled_code_is_refused_and_never_runs(tmp_path):
     sentinel = tmp_path / "pwned.txt"
     torch.save({"weight": torch.zeros(2), "payload": _WritesAFile(sentinel)}, tmp_path / "ckpt.pt")
     with pytest.raises(CheckpointError, match="refused"):
-        load_checkpoint(tmp_path / "ckpt")
-    with pytest.raises(CheckpointError):
         read_state_dict(tmp_path / "ckpt.pt")
     assert not sentinel.exists()
 

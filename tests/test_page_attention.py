@@ -9,19 +9,15 @@ import pytest
 import torch
 from apptest_support import SMALL, array, figure, harness_language, messages, no_pages_dir_mode, open_app, shown_texts
 
-from transformer_core.attention import attention
-from transformer_core.attention_view import (
-    block_kind,
-    layer_blocks,
+from transformer_core.analysis.attention_steps import (
     query_steps,
     row_sums,
-    weighted_sum,
 )
-from transformer_core.config import preset
-from transformer_core.masks import attention_mask
-from transformer_core.model import build_model
-from transformer_core.tokenizer import load_encoding
-from transformer_core.trace import run_with_trace
+from transformer_core.model.config import preset
+from transformer_core.model.masks import attention_mask
+from transformer_core.model.trace import run_with_trace
+from transformer_core.model.transformer import build_model
+from transformer_core.text.tokenizer import load_encoding
 from ui.figures import add_mask_marks, heatmap, heatmap_grid
 from ui.i18n import strings
 
@@ -81,7 +77,7 @@ def assert_clean(at):
 def test_decoder_only_page_shows_zero_weights_above_the_diagonal_and_rows_summing_to_one():
     at = open_app(PAGE, model=SMALL, lang="en")
     assert_clean(at)
-    assert at.session_state["block"] == "decoder.layers.0.self_attn" and at.session_state["mask_mode"] == "both"
+    assert at.session_state["block"] == "dec_self" and at.session_state["mask_mode"] == "both"
     df = step_table(at)
     q = int(at.session_state["att_query_idx"])
     w = df[WEIGHT].to_numpy()
@@ -144,12 +140,12 @@ def test_each_mask_mode_recomputes_the_weights(mode):
 def test_encoder_decoder_opens_on_cross_attention_with_encoder_keys():
     at = open_app(PAGE, model=BASE, lang="en")
     assert_clean(at)
-    assert at.session_state["block"] == "decoder.layers.0.cross_attn"  # no block chosen yet: cross-attention
+    assert at.session_state["block"] == "cross"  # no block chosen yet: cross-attention
     assert at.session_state["mask_mode"] == "padding"
-    at.selectbox(key="block").set_value("decoder.layers.0.self_attn").run()
+    at.selectbox(key="block").set_value("dec_self").run()
     assert_clean(at)
     assert len(step_table(at)) == TGT_TOKENS  # decoder self-attention: keys are the decoder's tokens
-    at.selectbox(key="block").set_value("decoder.layers.0.cross_attn").run()
+    at.selectbox(key="block").set_value("cross").run()
     assert_clean(at)
     df = step_table(at)
     assert len(df) == SRC_TOKENS and df[KEY].iloc[0] == "0·同" and df[KEY].iloc[3] == "3·!"
@@ -162,7 +158,7 @@ def test_encoder_decoder_opens_on_cross_attention_with_encoder_keys():
     assert (step_table(at)[MASKED] != "−∞").all()
     at.selectbox(key="layer").set_value(2).run()  # a new layer keeps the kind of block
     assert_clean(at)
-    assert at.session_state["block"] == "decoder.layers.2.cross_attn"
+    assert at.session_state["block"] == "cross"
     q_fig = figure(at, "att_q")
     assert array(q_fig["data"][0]["z"]).shape == (TGT_TOKENS, 64)  # d_k = 512 / 8
 
@@ -170,7 +166,7 @@ def test_encoder_decoder_opens_on_cross_attention_with_encoder_keys():
 def test_chart_data_stays_under_one_megabyte_at_64_tokens():
     enc = load_encoding("cl100k_base")
     text = enc.decode(enc.encode("the quick brown fox jumps over the lazy dog " * 20)[:64])
-    at = open_app(PAGE, model=BASE, lang="en", text=text, tgt=text, block="decoder.layers.0.self_attn")
+    at = open_app(PAGE, model=BASE, lang="en", text=text, tgt=text, block="dec_self")
     assert_clean(at)
     assert array(figure(at, "att_before")["data"][0]["z"]).shape == (64, 64)
     layout = figure(at, "att_grid")["layout"]  # 64 tokens: 8 heads in 2 columns, labels on the outer edges
@@ -189,7 +185,7 @@ def test_long_sequence_caps_the_heatmaps_and_says_so():
     enc = load_encoding("cl100k_base")
     text = enc.decode(enc.encode("the quick brown fox jumps over the lazy dog " * 40)[:300])
     at = open_app(PAGE, model=BASE, lang="en", text=text, tgt="short target")
-    at.selectbox(key="block").set_value("encoder.layers.0.self_attn").run()
+    at.selectbox(key="block").set_value("enc_self").run()
     assert_clean(at)
     assert any("heatmaps show the first 128" in s for s in messages(at))
     assert array(figure(at, "att_weights")["data"][0]["z"]).shape == (128, 128)
@@ -236,29 +232,24 @@ def tiny():
 def test_query_steps_are_the_traced_numbers_and_match_the_reference_attention(tiny):
     src, tgt = torch.tensor([[5, 6, 7, 8, 9]]), torch.tensor([[1, 2, 3]])
     _, trace = run_with_trace(tiny, src, tgt)
-    stages = trace.attention("decoder.layers.1.self_attn")
+    stages = trace.attention("dec_self", 1)
     s = query_steps(stages, head=1, query=1)
     torch.testing.assert_close(s.scaled, s.raw / math.sqrt(s.d_k))
     assert s.mask.tolist() == [True, True, False] and math.isinf(float(s.masked[2]))
     assert float(s.weights[2]) == 0.0 and float(s.weights.sum()) == pytest.approx(1.0, abs=1e-6)
     mask = attention_mask("causal", 1, 3, 3)[:, :, 1:2]  # (1, 1, 1, 3): query 1's row
-    out, ref = attention(stages["q"][:, 1:2, 1:2], stages["k"][:, 1:2], stages["v"][:, 1:2], mask)
-    torch.testing.assert_close(s.weights, ref[0, 0, 0])
-    torch.testing.assert_close(s.output, out[0, 0, 0])
-    torch.testing.assert_close(weighted_sum(s), s.output)
+    q, k, v = stages["q"][:, 1:2, 1:2], stages["k"][:, 1:2], stages["v"][:, 1:2]
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # an independent reference
+    torch.testing.assert_close(s.output, ref[0, 0, 0])
+    torch.testing.assert_close(s.weights @ s.v, s.output)
+    torch.testing.assert_close(s.output, s.traced_output)  # the model computed the same row in its forward
+    assert s.max_difference < 1e-5
 
 
 def test_row_sums_skip_and_count_fully_masked_rows():
     weights = torch.tensor([[0.25, 0.75], [0.0, 0.0], [1.0, 0.0]])
     mask = torch.tensor([[True, True], [False, False], [True, False]])
     assert row_sums(weights, mask) == (1.0, 1.0, 1)
-
-
-def test_block_paths_and_kinds(tiny):
-    assert layer_blocks(tiny.hook_names, 1) == [
-        "encoder.layers.1.self_attn", "decoder.layers.1.self_attn", "decoder.layers.1.cross_attn"]
-    assert [block_kind(b) for b in layer_blocks(tiny.hook_names, 0)] == ["enc_self", "dec_self", "cross"]
-    assert block_kind("not.a.block") is None
 
 
 def test_grid_labels_rows_on_the_first_column_and_keys_under_the_last_heatmap_of_each_column():

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from apptest_support import SMALL, array, figure, messages, no_pages_dir_mode, open_app
 
-from transformer_core import registry
-from transformer_core.layers import sinusoid_table
+from service import catalog
+from transformer_core.model.positional import sinusoid_table
 
 PAGE = "embeddings"
 BASE = "preset:course-base@cl100k_base"
@@ -28,7 +28,7 @@ def _through_app_py():
 
 @pytest.fixture(scope="module")
 def gpt():
-    return registry.load_model(SMALL, "cpu")[0]
+    return catalog.load(SMALL, "cpu")[0]
 
 
 
@@ -45,7 +45,7 @@ def test_course_base_shows_course_pe_table_and_real_embedding_rows():
     pe_small = small_table(at)
     assert pe_small.iloc[1, 1:].tolist() == [0.8415, 0.5403, 0.0100, 0.9999]  # the course's printed row 1
     assert pe_small.iloc[5, 1:].tolist() == [-0.9589, 0.2837, 0.0500, 0.9988]
-    model = registry.load_model(BASE, "cpu")[0]
+    model = catalog.load(BASE, "cpu")[0]
     tok = figure(at, "emb_tok")["data"][0]
     assert tok["y"][:4] == ["0·同", "1·志", "2·们", "3·!"]
     expected = model.encoder.embed.tok.weight.detach()[IDS_1, :64].numpy()

@@ -4,8 +4,8 @@ import re
 import pytest
 from apptest_support import SMALL, messages, no_pages_dir_mode, open_app
 
-from transformer_core import registry
-from transformer_core.device import device_name, pick_device
+from service import catalog
+from transformer_core.model.device import device_name, pick_device
 
 PAGE = "model"
 BASE = "preset:course-base@cl100k_base"
@@ -30,7 +30,7 @@ def shape_rows(at) -> dict[str, str]:
 def test_parameter_total_equals_sum_of_numel():
     at = open_app(PAGE, model=SMALL)
     assert not at.exception
-    model = registry.load_model(SMALL, "cpu")[0]
+    model = catalog.load(SMALL, "cpu")[0]
     total = sum(p.numel() for p in model.parameters())
     assert at.metric[0].value == f"{total:,}"
     counts = frame(at, "parameters")
@@ -62,7 +62,7 @@ def test_course_base_shapes_and_parameters():
     assert rows["hook_logits"] == f"(1, 7, {VOCAB})"
     assert rows["decoder.layers.5.cross_attn.hook_weights"] == "(1, 8, 7, 13)"
     assert rows["encoder.hook_out"] == "(1, 13, 512)"
-    model = registry.load_model(BASE, "cpu")[0]
+    model = catalog.load(BASE, "cpu")[0]
     assert at.metric[0].value == f"{sum(p.numel() for p in model.parameters()):,}"
     config = frame(at, "field")
     assert dict(zip(config["field"], config["value"], strict=True))["d_model"] == "512"

@@ -2,7 +2,7 @@
 import pytest
 from apptest_support import SMALL, harness_language, no_pages_dir_mode, open_app, shown_texts
 
-from transformer_core.tokenizer import tokenize
+from transformer_core.text.tokenizer import tokenize
 from ui.figures import visible
 from ui.i18n import strings
 

@@ -6,27 +6,25 @@ import pytest
 import torch
 from apptest_support import harness_language, messages, no_pages_dir_mode, open_app, page_file
 
-from transformer_core import jobs, registry
-from transformer_core.checkpoint import save_checkpoint
-from transformer_core.model import build_model
-from transformer_core.tasks import TASKS
-from transformer_core.training import TrainConfig
+from service import jobs
+from transformer_core.model.transformer import build_model
+from transformer_core.train import experiment
+from transformer_core.train.checkpoint import save_checkpoint
+from transformer_core.train.loop import TrainConfig
+from transformer_core.train.tasks import TASKS
 
 PAGE = "train"
 TINY = dict(batch_size=8, d_model=16, n_layers=1, n_heads=2, max_iters=20, eval_interval=5, eval_iters=2)
 
 
 @pytest.fixture(autouse=True)
-def _setup(tmp_path, monkeypatch):
+def _setup(user_dir, monkeypatch):
     """Through app.py; a fresh user folder and job table; one torch thread (the jobs' threads follow it)."""
-    folder = tmp_path / "user"
-    monkeypatch.setattr(registry, "USER_DIR", folder)
     monkeypatch.setattr(jobs, "_JOBS", {})
-    monkeypatch.delenv(jobs.MAX_ENV, raising=False)
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     with no_pages_dir_mode():
-        yield folder
+        yield user_dir
     for job in list(jobs._JOBS.values()):
         job.stop.set()
         job.wait(30)
@@ -89,10 +87,11 @@ def test_tiny_training_finishes_saves_and_opens_on_every_page(_setup):
     shown = {m.label: m.value for m in at.metric}
     assert shown["checkpoint"] == "tiny-copy" and shown["accuracy"].endswith("%")
     assert 0 <= float(shown["accuracy"].rstrip("%")) <= 100
-    assert (_setup / "tiny-copy.pt").is_file() and (_setup / "tiny-copy.json").is_file()
+    saved = [p for p in _setup.iterdir() if (p / "model.safetensors").is_file()]
+    assert len(saved) == 1
     assert any(m.value.startswith("Its answer for `d a c b`") for m in at.markdown)
     assert at.dataframe[0].value["name"].tolist() == ["tiny copy"]  # "your models"
-    key = f"ckpt:{_setup / 'tiny-copy'}"
+    key = f"user:{saved[0].name}"
     at.button(key="tr_open_job").click().run()
     assert at.session_state["model"] == key and at.session_state["text"] == "d a c b"
     assert at.sidebar.selectbox(key="model").value == key
@@ -106,7 +105,7 @@ def test_bad_hyper_parameters_show_the_training_message():
     assert not at.exception
     assert any("d_model (66) must be divisible by the number of heads (4)" in e.value for e in at.error)
     choose(at, "copy", d_model=64, lr=-1.0).button(key="tr_start").click().run()
-    assert any("learning rate must be in (0, 1]" in e.value for e in at.error)
+    assert any("lr must be between" in e.value for e in at.error)
     assert jobs.running_count() == 0
 
 
@@ -114,71 +113,54 @@ def test_short_text_and_bad_upload_show_messages():
     at = choose(open_app(PAGE), "text")
     at.text_area(key="tr_txt_body").set_value("far too short")
     at.button(key="tr_start").click().run()
-    assert any("the text is too short" in e.value for e in at.error)
+    assert any("text is too short" in e.value for e in at.error)
     at.file_uploader(key="tr_txt_file").set_value(("latin1.txt", b"caf\xe9 " * 50, "text/plain")).run()
     assert any("not UTF-8 text" in e.value for e in at.error) and not at.exception
 
 
-def test_second_start_and_server_limit_show_messages(monkeypatch):
+def test_second_start_and_server_limit_show_messages(server_env):
     at = choose(open_app(PAGE), "copy", **{**TINY, "max_iters": 100_000, "eval_interval": 0})
     at.button(key="tr_start").click().run()
     assert at.button(key="tr_stop")  # running: the stop button shows
     at.button(key="tr_start").click().run()
-    assert any("You already have a training running" in w.value for w in at.warning)
-    monkeypatch.setenv(jobs.MAX_ENV, "1")
+    assert any("already training a model" in w.value for w in [*at.warning, *at.error])
+    server_env(TRANSFORMER_EXPLORER_MAX_TRAININGS=1)
     other = choose(open_app(PAGE), "copy", **TINY)
     other.button(key="tr_start").click().run()
-    assert any("already running 1 trainings, its limit" in w.value for w in other.warning)
+    assert any("already running 1 trainings (its limit is 1)" in w.value for w in [*other.warning, *other.error])
     at.button(key="tr_stop").click().run()
     poll(at, lambda a: any(m.startswith("Stopped after") for m in messages(a)))
 
 
-def test_malicious_checkpoint_upload_is_refused_without_running_it(tmp_path, _setup):
+def test_malicious_upload_is_refused_without_running_it_and_a_good_one_is_added(tmp_path, _setup):
     side = tmp_path / "pwned"
 
     class Evil:
         def __reduce__(self):
             return (open, (str(side), "w"))
 
-    torch.save({"w": Evil()}, tmp_path / "evil.pt")
+    torch.save({"config": {}, "state_dict": {"w": Evil()}}, tmp_path / "evil.pt")
     model = build_model(TASKS["copy"].model_config(d_model=16, n_heads=2, n_layers=1), "cpu")
-    _, config = save_checkpoint(model, tmp_path / "good")
+    good = save_checkpoint(model, tmp_path / "good") / "model.safetensors"
     at = open_app(PAGE)
-    up = at.file_uploader(key="tr_ckpt_up")
-    up.set_value([("evil.pt", (tmp_path / "evil.pt").read_bytes(), "application/octet-stream"),
-                  ("evil.json", config.read_bytes(), "application/json")])
+    at.file_uploader(key="tr_ckpt_up").set_value(("evil.pt", (tmp_path / "evil.pt").read_bytes(),
+                                                 "application/octet-stream"))
     at.button(key="tr_ckpt_import").click().run()
     assert not at.exception
-    assert any("refused without running it" in e.value for e in at.error)
+    assert any("Nothing in it was run" in e.value for e in at.error)
     assert not side.exists() and not _setup.exists()
-    at.file_uploader(key="tr_ckpt_up").set_value(("good.json", config.read_bytes(), "application/json"))
-    at.button(key="tr_ckpt_import").click().run()
-    assert any("exactly one .pt file" in w.value for w in at.warning)
-    at.file_uploader(key="tr_ckpt_up").set_value([
-        ("good.pt", (tmp_path / "good.pt").read_bytes(), "application/octet-stream"),
-        ("good.json", config.read_bytes(), "application/json")])
+    at.file_uploader(key="tr_ckpt_up").set_value(("good.safetensors", good.read_bytes(), "application/octet-stream"))
     at.text_input(key="tr_ckpt_name").set_value("from a friend")
     at.button(key="tr_ckpt_import").click().run()
     assert any("was added as `from-a-friend`" in s.value for s in at.success)
     at.run()  # the list above the upload shows it from the next run on
-    assert at.dataframe[0].value["name"].tolist() == ["from a friend"]
-    assert "from a friend · trained here" in at.sidebar.selectbox(key="model").options
-
-
-def test_wrong_gpt2_path_shows_the_loader_error(tmp_path):
-    at = open_app(PAGE)
-    at.text_input(key="tr_gpt2_path").set_value(str(tmp_path / "nope" / "model.safetensors"))
-    at.button(key="tr_gpt2_load").click().run()
-    assert not at.exception
-    assert any(e.value.startswith("GPT-2 could not be loaded: no file at") for e in at.error)
-    (tmp_path / "notes.txt").write_text("not weights")
-    at.text_input(key="tr_gpt2_path").set_value(str(tmp_path / "notes.txt"))
-    at.button(key="tr_gpt2_load").click().run()
-    assert any("neither a safetensors file nor a PyTorch weights file" in e.value for e in at.error)
+    assert at.dataframe[0].value["name"].tolist() == ["from-a-friend"]
+    assert "from-a-friend · trained here" in at.sidebar.selectbox(key="model").options
 
 
 def test_positional_experiment_from_the_page_plots_both_runs(monkeypatch):
-    monkeypatch.setattr(jobs, "EXPERIMENT_DEFAULTS", {**jobs.EXPERIMENT_DEFAULTS, **TINY, "eval_iters": 1})
+    small = TrainConfig(**{**experiment.EXPERIMENT.__dict__, **TINY, "eval_iters": 1})
+    monkeypatch.setattr(experiment, "EXPERIMENT", small)
     at = open_app(PAGE)
     at.number_input(key="tr_pos_iters").set_value(10)
     at.button(key="tr_pos_start").click().run()
@@ -188,7 +170,7 @@ def test_positional_experiment_from_the_page_plots_both_runs(monkeypatch):
     assert list(curves) == ["with positions", "without positions"]
     assert all(x == [0, 5, 9] and len(y) == 3 for x, y in curves.values())
     assert jobs.get(at.session_state["_train_sid"]).configs["none"] == TrainConfig(
-        task="reverse", **{**jobs.EXPERIMENT_DEFAULTS, "max_iters": 10, "positional": "none"})
+        **{**small.__dict__, "task": "reverse", "max_iters": 10, "positional": "none"})
 
 
 def test_page_speaks_chinese():

@@ -5,13 +5,13 @@ import pytest
 import torch
 
 from transformer_core import build_model, preset
-from transformer_core.layers import sinusoid_table
-from transformer_core.positional import (
+from transformer_core.analysis.positions import (
     pe_similarity,
     position_table,
     scale_balance,
     similarity,
 )
+from transformer_core.model.positional import sinusoid_table
 
 
 def test_course_small_pe_table_row_one():

@@ -47,8 +47,8 @@ def test_trace_text_gives_input_error_or_a_clean_trace(tiny_gpt, text, allow_spe
         return
     assert text.strip()
     assert 1 <= prep.src_ids.size(1) <= tiny_gpt.cfg.max_len
-    for block in trace.attention_blocks():
-        stages = trace.attention(block)
+    for block in trace.blocks():
+        stages = trace.attention(*block)
         weights, mask = stages["weights"], stages["mask"]
         assert not torch.isnan(weights).any(), block
         assert torch.all(weights[~mask] == 0), block

@@ -12,8 +12,8 @@ from transformer_core import (
     capture,
     preset,
 )
-from transformer_core.hooks import name_hook_points
-from transformer_core.masks import padding_mask, subsequent_mask
+from transformer_core.model.hooks import name_hook_points
+from transformer_core.model.masks import padding_mask, subsequent_mask
 
 CFG = preset("tiny")  # d_model 16, 2 heads, d_ffn 32, dropout 0
 B, TQ, TK = 3, 5, 7

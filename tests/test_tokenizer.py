@@ -5,10 +5,10 @@ import tiktoken.load
 import tiktoken.registry
 import torch
 
-import transformer_core.tokenizer as tokmod
-from transformer_core.masks import padding_mask
-from transformer_core.pipeline import padded_batch
-from transformer_core.tokenizer import EncodingUnavailable, load_encoding, tokenize
+import transformer_core.text.tokenizer as tokmod
+from transformer_core.model.masks import padding_mask
+from transformer_core.text.inputs import padded_batch
+from transformer_core.text.tokenizer import EncodingUnavailable, load_encoding, tokenize
 
 SENT_1 = "同志们!我踩着地雷了"
 SENT_2 = "我现在开始排雷。"
@@ -98,17 +98,14 @@ def test_empty_string_gives_zero_tokens():
     assert tok.ids == [] and tok.groups == [] and not tok.truncated
 
 
-def test_unknown_encoding_raises_encoding_unavailable_naming_it_and_cache_dir():
-    with pytest.raises(EncodingUnavailable) as info:
-        load_encoding("no_such_encoding_xyz")
-    message = str(info.value)
-    assert "no_such_encoding_xyz" in message
-    assert "TIKTOKEN_CACHE_DIR" in message
+def test_unknown_encoding_name_is_refused_and_never_read_as_a_path():
+    for name in ("no_such_encoding_xyz", "../../../etc/passwd"):
+        with pytest.raises(EncodingUnavailable) as info:
+            load_encoding(name)
+        assert info.value.code == "encoding_unknown" and "cl100k_base" in str(info.value)
 
 
-def test_offline_with_empty_cache_raises_encoding_unavailable(monkeypatch, tmp_path):
-    """An empty cache dir and no network: a clear error naming the encoding and TIKTOKEN_CACHE_DIR."""
-
+def _offline(monkeypatch, tmp_path):
     def no_network(blobpath):
         raise ConnectionError(f"offline: refused to fetch {blobpath}")
 
@@ -116,12 +113,34 @@ def test_offline_with_empty_cache_raises_encoding_unavailable(monkeypatch, tmp_p
     monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})  # tiktoken's own per-process cache
     monkeypatch.setattr(tokmod, "_cache", {})  # ours
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+
+
+def test_shipped_encodings_work_offline_with_an_empty_cache(monkeypatch, tmp_path):
+    """cl100k_base and r50k_base load from assets/encodings with no network and an empty TIKTOKEN_CACHE_DIR."""
+    _offline(monkeypatch, tmp_path)
+    assert load_encoding("cl100k_base").encode("hello world") == [15339, 1917]
+    assert load_encoding("r50k_base").n_vocab == 50257
+    assert list(tmp_path.iterdir()) == []  # nothing written into the cache
+
+
+def test_shipped_file_with_the_wrong_hash_is_refused(monkeypatch, tmp_path):
+    (tmp_path / "cl100k_base.tiktoken").write_bytes(b"aGVsbG8= 0\n")
+    monkeypatch.setattr(tokmod, "BUNDLED", tmp_path)
+    monkeypatch.setattr(tokmod, "_cache", {})
+    monkeypatch.setattr(tiktoken.load, "read_file", lambda p: (_ for _ in ()).throw(ConnectionError(p)))
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(EncodingUnavailable) as info:
         load_encoding("cl100k_base")
+    assert info.value.code == "encoding_unavailable"
+
+
+def test_offline_without_a_shipped_file_raises_encoding_unavailable_naming_the_cache(monkeypatch, tmp_path):
+    """An encoding that is not shipped, an empty cache dir and no network: a clear error naming TIKTOKEN_CACHE_DIR."""
+    _offline(monkeypatch, tmp_path)
+    with pytest.raises(EncodingUnavailable) as info:
+        load_encoding("p50k_base")
     message = str(info.value)
-    assert "cl100k_base" in message
-    assert "TIKTOKEN_CACHE_DIR" in message
-    assert str(tmp_path) in message
+    assert "p50k_base" in message and "TIKTOKEN_CACHE_DIR" in message
     assert list(tmp_path.iterdir()) == []
 
 

@@ -5,9 +5,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from transformer_core import build_model, capture, preset, run, run_with_trace
-from transformer_core.hooks import _ACTIVE
-from transformer_core.pipeline import padded_batch
+from transformer_core import act_name, build_model, capture, preset, run, run_with_trace
+from transformer_core.model.hooks import capturing
+from transformer_core.text.inputs import padded_batch
 
 SENT_1 = "同志们!我踩着地雷了"
 SENT_2 = "我现在开始排雷。"
@@ -174,10 +174,12 @@ def test_names_argument_captures_only_the_chosen_hooks(tiny):
     assert trace.names() == chosen
     _, trace = run_with_trace(tiny, torch.tensor([[1, 2, 3]]), torch.tensor([[4, 5]]),
                               names=lambda n: n.endswith("hook_weights"))
-    assert trace.attention_blocks() == [
-        "encoder.layers.0.self_attn", "encoder.layers.1.self_attn",
-        "decoder.layers.0.self_attn", "decoder.layers.0.cross_attn",
-        "decoder.layers.1.self_attn", "decoder.layers.1.cross_attn",
+    assert trace.blocks() == [("enc_self", 0), ("enc_self", 1), ("dec_self", 0), ("cross", 0), ("dec_self", 1),
+                              ("cross", 1)]
+    assert [act_name("weights", layer=n, block=k) for k, n in trace.blocks()] == [
+        "encoder.layers.0.self_attn.hook_weights", "encoder.layers.1.self_attn.hook_weights",
+        "decoder.layers.0.self_attn.hook_weights", "decoder.layers.0.cross_attn.hook_weights",
+        "decoder.layers.1.self_attn.hook_weights", "decoder.layers.1.cross_attn.hook_weights",
     ]
 
 
@@ -185,7 +187,7 @@ def test_names_argument_captures_only_the_chosen_hooks(tiny):
 
 
 def assert_attention_invariants(trace, block):
-    stages = trace.attention(block)
+    stages = trace.attention(*block)
     weights, mask = stages["weights"], stages["mask"]
     assert weights.shape == mask.shape, block
     assert not torch.isnan(weights).any(), block
@@ -199,11 +201,11 @@ def assert_attention_invariants(trace, block):
 def test_every_attention_block_has_zero_masked_weights_and_rows_summing_to_one(tiny, batch):
     src, tgt, sl, tl = batch
     _, trace = run_with_trace(tiny, src, tgt, src_lengths=sl, tgt_lengths=tl)
-    blocks = trace.attention_blocks()
+    blocks = trace.blocks()
     assert len(blocks) == 6  # 2 encoder self, 2 decoder masked self, 2 cross
     for block in blocks:
         assert_attention_invariants(trace, block)
-        assert trace.attention(block)["mask"].all(-1).logical_not().any(), f"{block} masks something"
+        assert trace.attention(*block)["mask"].all(-1).logical_not().any(), f"{block} masks something"
 
 
 def test_default_masks_are_padding_causal_and_padding(tiny, batch):
@@ -239,15 +241,15 @@ def test_mask_modes_give_the_expected_masks_and_zero_weights(tiny, batch, mode):
     _, trace = run_with_trace(tiny, src, tgt, src_lengths=sl, tgt_lengths=tl, masks=masks)
     assert trace.masks == masks
     for block, lengths, Tq, Tk, block_mode in [
-        ("encoder.layers.1.self_attn", sl, 13, 13, mode),
-        ("decoder.layers.1.self_attn", tl, 7, 7, mode),
+        (("enc_self", 1), sl, 13, 13, mode),
+        (("dec_self", 1), tl, 7, 7, mode),
         # cross-attention is never causal over the memory: causal/both fall back to padding
-        ("decoder.layers.1.cross_attn", sl, 7, 13, "padding"),
+        (("cross", 1), sl, 7, 13, "padding"),
     ]:
-        stages = trace.attention(block)
+        stages = trace.attention(*block)
         want = expected_mask(block_mode, lengths, Tq, Tk)[:, None].expand(-1, 2, -1, -1)
         assert torch.equal(stages["mask"], want), block
-        assert (f"{block}.hook_mask" in trace) == (block_mode != "none")
+        assert (act_name("mask", layer=block[1], block=block[0]) in trace) == (block_mode != "none")
         assert_attention_invariants(trace, block)
         if block_mode == "none":
             assert torch.all(stages["weights"] > 0)
@@ -258,7 +260,7 @@ def test_mask_modes_work_for_decoder_only(tiny_gpt, batch):
     for mode in ("none", "causal", "padding", "both"):
         logits, trace = run_with_trace(tiny_gpt, src, src_lengths=sl, masks={"dec_self": mode})
         assert logits.shape == (2, 13, tiny_gpt.cfg.vocab_size)
-        for block in trace.attention_blocks():
+        for block in trace.blocks():
             assert_attention_invariants(trace, block)
 
 
@@ -271,8 +273,8 @@ def test_query_with_all_keys_masked_gets_zero_weights_and_no_nan(tiny):
     src, tgt = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]]), torch.tensor([[1, 2, 3], [4, 5, 6]])
     sl, tl = torch.tensor([4, 0]), torch.tensor([3, 0])  # the second row has no real token at all
     logits, trace = run_with_trace(tiny, src, tgt, src_lengths=sl, tgt_lengths=tl)
-    for block in trace.attention_blocks():
-        weights = trace.attention(block)["weights"]
+    for block in trace.blocks():
+        weights = trace.attention(*block)["weights"]
         assert torch.all(weights[1] == 0), block
         assert_attention_invariants(trace, block)
     for name, t in float_tensors(trace).items():
@@ -288,10 +290,10 @@ def test_capture_is_removed_when_forward_raises_on_ids_beyond_vocab(tiny):
     bad = torch.tensor([[tiny.cfg.vocab_size + 5]])
     with pytest.raises(ValueError, match="outside"):
         run_with_trace(tiny, bad, torch.tensor([[1]]))
-    assert _ACTIVE.get() is None
+    assert not capturing()
     with pytest.raises(ValueError), capture() as store:
         run(tiny, torch.tensor([[1, 2]]), bad)
-    assert _ACTIVE.get() is None
+    assert not capturing()
     run(tiny, torch.tensor([[1, 2]]), torch.tensor([[3]]))
     assert store == {}
 
@@ -307,7 +309,7 @@ def test_capture_is_removed_when_forward_raises_midway(tiny):
 
     with pytest.raises(RuntimeError, match="boom"), capture(selector) as store:
         run(tiny, torch.tensor([[1, 2]]), torch.tensor([[3, 4]]))
-    assert _ACTIVE.get() is None
+    assert not capturing()
     n_asked, n_stored = len(asked), len(store)
     assert n_stored > 0 and "encoder.hook_out" in store  # the encoder half was captured before the error
     run(tiny, torch.tensor([[1, 2]]), torch.tensor([[3, 4]]))  # a later untraced forward...
@@ -315,9 +317,9 @@ def test_capture_is_removed_when_forward_raises_midway(tiny):
 
 
 def test_untraced_forward_captures_nothing_and_leaves_no_state(tiny):
-    assert _ACTIVE.get() is None
+    assert not capturing()
     run(tiny, torch.tensor([[1, 2]]), torch.tensor([[3]]))
-    assert _ACTIVE.get() is None
+    assert not capturing()
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in tiny.modules())
 
 
@@ -354,7 +356,7 @@ def test_concurrent_traces_on_one_shared_model_equal_sequential_ones(tiny):
         results = list(pool.map(lambda i: (i, _traced(tiny, i)), jobs))
     for i, result in results:
         _assert_same_trace(result, sequential[i])
-    assert _ACTIVE.get() is None
+    assert not capturing()
 
 
 # --- isolation -----------------------------------------------------------------------------------------------------
@@ -426,7 +428,7 @@ def test_trace_probs_rows_sum_to_one(tiny, batch):
 
 def test_attention_stages_are_consistent(tiny):
     _, trace = run_with_trace(tiny, torch.tensor([[1, 2, 3, 4]]), torch.tensor([[5, 6, 7]]))
-    st = trace.attention("decoder.layers.0.self_attn")
+    st = trace.attention("dec_self", 0)
     head_dim = tiny.cfg.head_dim
     torch.testing.assert_close(st["scores"], st["q"] @ st["k"].transpose(-2, -1))
     torch.testing.assert_close(st["scaled"], st["scores"] / math.sqrt(head_dim))
@@ -452,8 +454,8 @@ def test_config_variants_trace_equal_untraced_and_never_alias_the_model(arch, va
     state = {k: v.clone() for k, v in model.state_dict().items()}
     logits, trace = run_with_trace(model, src, tgt)
     assert torch.equal(logits, run(model, src, tgt))
-    for block in trace.attention_blocks():
-        weights = trace.attention(block)["weights"]
+    for block in trace.blocks():
+        weights = trace.attention(*block)["weights"]
         torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]), atol=1e-6, rtol=0)
     expected = logits.clone()
     for t in trace.tensors.values():

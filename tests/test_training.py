@@ -4,19 +4,13 @@ import threading
 import pytest
 import torch
 
-from transformer_core import training
-from transformer_core.corpus import TEXT
-from transformer_core.pipeline import prepare
-from transformer_core.tokenizer import load_encoding
-from transformer_core.training import (
-    MAX_ITERS,
-    TrainConfig,
-    TrainingError,
-    lr_at,
-    positional_experiment,
-    train,
-    train_text,
-)
+from transformer_core.errors import TrainingError
+from transformer_core.text.inputs import prepare
+from transformer_core.text.tokenizer import load_encoding
+from transformer_core.train import loop as training
+from transformer_core.train.corpus import TEXT
+from transformer_core.train.experiment import positional_experiment
+from transformer_core.train.loop import MAX_ITERS, TrainConfig, lr_at, train, train_text
 
 TINY = dict(d_model=16, n_heads=2, n_layers=1, dropout=0.0, eval_interval=0, seed=0, device="cpu")
 
@@ -24,28 +18,29 @@ TINY = dict(d_model=16, n_heads=2, n_layers=1, dropout=0.0, eval_interval=0, see
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
-@pytest.mark.parametrize(("changes", "message"), [
-    (dict(lr=0.0), "learning rate must be in"),
-    (dict(lr=-1e-3), "learning rate must be in"),
-    (dict(lr=float("nan")), "learning rate must be in"),
-    (dict(batch_size=0), "batch size must be between 1 and 512"),
-    (dict(d_model=66, n_heads=4), r"d_model \(66\) must be divisible by the number of heads \(4\)"),
-    (dict(max_iters=MAX_ITERS + 1), "iterations must be between 1 and"),
-    (dict(n_layers=0), "layers must be between 1 and 24"),
-    (dict(dropout=1.0), r"dropout must be in \[0, 1\)"),
-    (dict(context=1), "context length must be between 2"),
-    (dict(lr_schedule="linear"), "lr_schedule must be one of"),
-    (dict(task="translate"), "unknown task 'translate'"),
-    (dict(text="   "), "paste some text to train on"),
+@pytest.mark.parametrize(("changes", "code", "words"), [
+    (dict(lr=0.0), "train_range", "lr must be between"),
+    (dict(lr=-1e-3), "train_range", "lr must be between"),
+    (dict(lr=float("nan")), "train_range", "lr must be between"),
+    (dict(batch_size=0), "train_range", "batch_size must be between 1 and 512"),
+    (dict(d_model=66, n_heads=4), "config_heads", r"d_model \(66\) must be divisible by the number of heads \(4\)"),
+    (dict(max_iters=MAX_ITERS + 1), "train_range", "max_iters must be between 1 and"),
+    (dict(n_layers=0), "train_range", "n_layers must be between 1 and 24"),
+    (dict(dropout=1.0), "train_range", "dropout must be between 0.0 and 0.95"),
+    (dict(context=1), "train_range", "context must be between 2"),
+    (dict(lr_schedule="linear"), "config_choice", "lr_schedule must be one of"),
+    (dict(task="translate"), "unknown_task", "Unknown task"),
+    (dict(text="   "), "train_text_empty", "paste some text to train on"),
 ])
-def test_invalid_settings_raise_a_clear_training_error(changes, message):
+def test_invalid_settings_raise_a_clear_training_error(changes, code, words):
     tc = TrainConfig(**({"text": TEXT} | changes))
-    with pytest.raises(TrainingError, match=message):
+    with pytest.raises(TrainingError, match=words) as info:
         train(tc)
+    assert info.value.code == code
 
 
 def test_text_too_short_for_the_context_says_how_many_tokens_it_needs():
-    with pytest.raises(TrainingError, match=r"too short: it has 5 tokens.*context length 16.*at least 86 tokens"):
+    with pytest.raises(TrainingError, match=r"too short: it has 5 tokens.*context length 16.*at least 86"):
         train_text("one two three four five")
 
 

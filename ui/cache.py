@@ -6,7 +6,6 @@ hundreds of MB, so a count limit alone is not enough); concurrent requests for o
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import OrderedDict
@@ -15,24 +14,27 @@ from collections.abc import Callable
 import streamlit as st
 import torch
 
-from transformer_core import registry
-from transformer_core.device import device_name, pick_device
-from transformer_core.pipeline import Prepared, prepare
-from transformer_core.trace import Trace, layer_filter, run, run_with_trace
+from service import catalog
+from service.settings import settings
+from transformer_core.errors import DeviceError
+from transformer_core.model.device import device_name, pick_device
+from transformer_core.model.hooks import layer_filter
+from transformer_core.model.trace import Trace, run, run_with_trace
+from transformer_core.text.inputs import Prepared, prepare
 
 
-@st.cache_resource(show_spinner="Loading the model…", max_entries=6)
+@st.cache_resource(show_spinner=False, max_entries=6)
 def get_model(key: str, device: str):
-    """(model, meta) for a registry key, built once per server process and shared read-only."""
-    return registry.load_model(key, device)
+    """(model, card) for a catalog key, built once per server process and shared read-only."""
+    return catalog.load(key, device)
 
 
 @st.cache_resource(show_spinner=False)
 def get_device() -> tuple[str, str]:
-    """(torch device string, readable name); an unusable TRANSFORMER_EXPLORER_DEVICE falls back to auto."""
+    """(torch device string, readable name); an unusable device setting falls back to auto."""
     try:
-        dev = pick_device()
-    except ValueError:
+        dev = pick_device(settings().device)
+    except DeviceError:
         dev = pick_device("auto")
     return str(dev), device_name(dev)
 
@@ -80,8 +82,7 @@ class BoundedCache:
             self._items.clear()
 
 
-TRACES = BoundedCache(int(os.environ.get("TRANSFORMER_EXPLORER_TRACE_CACHE_MB", "2048")) * 2**20,
-                      lambda value: trace_bytes(value[1]))
+TRACES = BoundedCache(settings().trace_cache_mb * 2**20, lambda value: trace_bytes(value[1]))
 
 
 def get_trace(key: str, device: str, text: str, tgt_text: str | None, masks: tuple, layer: int,

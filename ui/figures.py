@@ -31,12 +31,11 @@ def _f32(a) -> np.ndarray:
     return np.asarray(a, dtype=np.float32)
 
 
-def heatmap(z, x_labels, y_labels, *, title="", masked=None, colorscale=DIVERGING, zmid=None, zmin=None,
-            zmax=None, x_title="", y_title="", hover_masked="masked (−∞)", height=None) -> go.Figure:
-    """One heatmap; `masked` (bool, same shape) cells are blank with an ✕ and hover `hover_masked`."""
+def heatmap(z, x_labels, y_labels, *, title="", colorscale=DIVERGING, zmid=None, zmin=None, zmax=None, x_title="",
+            y_title="", height=None) -> go.Figure:
+    """One heatmap (NaN cells are gaps: mark masked ones with add_mask_marks)."""
     fig = go.Figure()
-    add_heatmap(fig, z, x_labels, y_labels, masked=masked, colorscale=colorscale, zmid=zmid, zmin=zmin, zmax=zmax,
-                hover_masked=hover_masked)
+    add_heatmap(fig, z, x_labels, y_labels, colorscale=colorscale, zmid=zmid, zmin=zmin, zmax=zmax)
     n = max(len(y_labels), 1)
     fig.update_layout(title=title, height=height or min(160 + 22 * n, 720), margin=dict(l=10, r=10, t=40, b=10),
                       xaxis_title=x_title, yaxis_title=y_title)
@@ -45,31 +44,17 @@ def heatmap(z, x_labels, y_labels, *, title="", masked=None, colorscale=DIVERGIN
     return fig
 
 
-def add_heatmap(fig, z, x_labels, y_labels, *, masked=None, colorscale=DIVERGING, zmid=None, zmin=None, zmax=None,
-                hover_masked="masked (−∞)", row=None, col=None, coloraxis=None, showscale=True) -> None:
-    z = _f32(z).copy()
-    text = None
-    if masked is not None:
-        masked = np.asarray(masked, dtype=bool)
-        z[masked] = np.nan
-        text = np.where(masked, hover_masked, "")
-    trace = go.Heatmap(
-        z=z, x=x_labels, y=y_labels, colorscale=None if coloraxis else colorscale, zmid=zmid, zmin=zmin, zmax=zmax,
-        coloraxis=coloraxis, showscale=showscale and not coloraxis, hoverongaps=True, text=text,
-        hovertemplate="query %{y}<br>key %{x}<br>%{z:.4f} %{text}<extra></extra>" if text is not None
-        else "%{y}<br>%{x}<br>%{z:.4f}<extra></extra>",
-    )
-    fig.add_trace(trace, row=row, col=col)
-    if masked is not None and masked.any() and masked.size <= 64 * 64:
-        ys, xs = np.nonzero(masked)  # a visible ✕ on every masked cell
-        fig.add_trace(go.Scatter(x=[x_labels[i] for i in xs], y=[y_labels[i] for i in ys], mode="text",
-                                 text=["✕"] * len(xs), textfont=dict(color="#555", size=9), hoverinfo="skip",
-                                 showlegend=False), row=row, col=col)
+def add_heatmap(fig, z, x_labels, y_labels, *, colorscale=DIVERGING, zmid=None, zmin=None, zmax=None, row=None,
+                col=None, coloraxis=None, showscale=True) -> None:
+    fig.add_trace(go.Heatmap(
+        z=_f32(z), x=x_labels, y=y_labels, colorscale=None if coloraxis else colorscale, zmid=zmid, zmin=zmin,
+        zmax=zmax, coloraxis=coloraxis, showscale=showscale and not coloraxis, hoverongaps=False,
+        hovertemplate="%{y}<br>%{x}<br>%{z:.4f}<extra></extra>",
+    ), row=row, col=col)
 
 
-def heatmap_grid(mats, titles, x_labels, y_labels, *, cols=4, masked=None, colorscale=SEQUENTIAL, zmin=None,
-                 zmax=None, zmid=None, hover_masked="masked (−∞)", row_height=None, x_title="",
-                 y_title="") -> go.Figure:
+def heatmap_grid(mats, titles, x_labels, y_labels, *, cols=4, colorscale=SEQUENTIAL, zmin=None, zmax=None, zmid=None,
+                 row_height=None, x_title="", y_title="") -> go.Figure:
     """Several heatmaps with one shared colour scale (e.g. every head of a layer).
 
     Row labels only on the first column and column labels only under the lowest heatmap of each column, so no
@@ -87,8 +72,7 @@ def heatmap_grid(mats, titles, x_labels, y_labels, *, cols=4, masked=None, color
     lo = zmin if zmin is not None else min((f.min() for f in finite if f.size), default=0.0)
     hi = zmax if zmax is not None else max((f.max() for f in finite if f.size), default=1.0)
     for i, m in enumerate(mats):
-        add_heatmap(fig, m, x_labels, y_labels, masked=None if masked is None else masked[i], row=i // cols + 1,
-                    col=i % cols + 1, coloraxis="coloraxis", hover_masked=hover_masked)
+        add_heatmap(fig, m, x_labels, y_labels, row=i // cols + 1, col=i % cols + 1, coloraxis="coloraxis")
     fig.update_layout(coloraxis=dict(colorscale=colorscale, cmin=float(lo), cmax=float(hi),
                                      cmid=zmid), margin=dict(l=10, r=10, t=top, b=10), height=plot_h + top + below)
     fig.update_yaxes(autorange="reversed", type="category", showticklabels=False, tickfont_size=10)
@@ -128,11 +112,6 @@ def bars(labels, values, *, title="", x_title="", y_title="", height=360, second
     if hover_format:
         fig.update_traces(hovertemplate=f"%{{y}}<br>%{{fullData.name}}: %{{x:{hover_format}}}<extra></extra>")
     return fig
-
-
-def figure_bytes(fig: go.Figure) -> int:
-    """Size of the JSON a figure sends to the browser."""
-    return len(fig.to_json().encode("utf-8"))
 
 
 def add_mask_marks(fig, masked, x_labels, y_labels, *, hovertemplate="query %{y}<br>key %{x}<br>masked (−∞)",

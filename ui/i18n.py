@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import logging
 from functools import lru_cache
 from pathlib import Path
 
 import streamlit as st
 
 LANGS = {"en": "English", "zh": "中文"}
+log = logging.getLogger(__name__)
 STRINGS_DIR = Path(__file__).resolve().parents[1] / "assets" / "strings"
 
 
@@ -33,10 +35,17 @@ def lang() -> str:
     return st.session_state.get("lang", "en")
 
 
+class _Keep(dict):
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
 def t(key: str, **fmt) -> str:
-    """The string for key in the current language, formatted with fmt."""
+    """The string for key in the current language, formatted with fmt; never the raw key (a test keeps every
+    key used in the code present in both languages; should one slip through, the learner reads a neutral word)."""
     entry = strings().get(key)
     if entry is None:
-        return key
+        log.error("missing UI string %r", key)
+        entry = strings()["missing_string"]
     text = entry.get(lang()) or entry["en"]
-    return text.format(**fmt) if fmt else text
+    return text.format_map(_Keep(fmt)) if fmt else text

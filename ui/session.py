@@ -7,15 +7,17 @@ from pathlib import Path
 
 import streamlit as st
 
-from transformer_core import registry
-from transformer_core.config import ConfigError
-from transformer_core.model import DEFAULT_MASKS
-from transformer_core.pipeline import InputError, Prepared
-from transformer_core.tokenizer import EncodingUnavailable, available_encodings
-from transformer_core.trace import Trace
+from service import catalog
+from transformer_core.errors import InputError
+from transformer_core.model.trace import Trace
+from transformer_core.model.transformer import DEFAULT_MASKS
+from transformer_core.sources.presets import preset_key
+from transformer_core.text.inputs import Prepared
+from transformer_core.text.tokenizer import available_encodings
 
 from . import cache
-from .i18n import LANGS, browser_lang, t
+from .errors import error_text, show_error
+from .i18n import LANGS, browser_lang, lang, t
 
 # The course's example sentences (doc 000): the default texts learners arrive with.
 DEFAULT_TEXT = "同志们!我踩着地雷了"
@@ -32,8 +34,8 @@ def _init_state() -> None:
     if ss.get("_initialised"):
         return
     qp = st.query_params
-    keys = [e.key for e in registry.list_models()]
-    ss.model = qp.get("model") if qp.get("model") in keys else registry.default_key()
+    keys = [e.key for e in catalog.entries()]
+    ss.model = qp.get("model") if qp.get("model") in keys else catalog.default_key()
     ss.text = qp.get("text", _example(ss.model, "example_src", DEFAULT_TEXT))
     ss.tgt = qp.get("tgt", _example(ss.model, "example_tgt", DEFAULT_TARGET))
     ss.enc = qp.get("enc", "cl100k_base")
@@ -47,10 +49,8 @@ def _init_state() -> None:
 
 
 def _example(key: str, field: str, fallback: str) -> str:
-    for e in registry.list_models():
-        if e.key == key and e.meta.get(field) is not None:
-            return e.meta[field]
-    return fallback
+    entry = catalog.entry(key)
+    return entry.card[field] if entry is not None and entry.card.get(field) is not None else fallback
 
 
 def _persist() -> None:
@@ -61,10 +61,12 @@ def _persist() -> None:
 
 
 def on_model_change() -> None:
-    """A newly selected model opens on its own example texts, from the first layer and head."""
+    """A newly selected model keeps the learner's text (re-tokenised for it); an encoder-decoder model gets its
+    own example target (what its decoder reads is specific to it). It opens on the first layer and head."""
     ss = st.session_state
-    ss.text = _example(ss.model, "example_src", DEFAULT_TEXT)
-    ss.tgt = _example(ss.model, "example_tgt", DEFAULT_TARGET)
+    entry = catalog.entry(ss.model)
+    if entry is not None and entry.arch == "encoder_decoder":
+        ss.tgt = _example(ss.model, "example_tgt", ss.get("tgt") or DEFAULT_TARGET)
     ss.gen_ids, ss.layer, ss.head = [], 0, 0
 
 
@@ -84,7 +86,9 @@ def sidebar() -> None:
     _init_state()
     _persist()
     ss = st.session_state
-    entries = {e.key: e for e in registry.list_models()}
+    entries = {e.key: e for e in catalog.entries()}
+    if ss.model not in entries:  # a model that went away (or a stale key) falls back to the default
+        ss.model = catalog.default_key()
     with st.sidebar:
         st.radio(t("language"), list(LANGS), format_func=LANGS.get, key="lang", horizontal=True)
         st.selectbox(t("model"), list(entries), key="model", help=t("model_help"), on_change=on_model_change,
@@ -95,8 +99,8 @@ def sidebar() -> None:
             if ss.enc not in encs:
                 ss.enc = "cl100k_base"
             st.selectbox(t("encoding"), encs, key="enc", help=t("encoding_help"), on_change=clear_generated)
-        elif entry.meta.get("encoding"):
-            st.caption(t("encoding_fixed", enc=entry.meta["encoding"]))
+        elif entry.card.get("encoding"):
+            st.caption(t("encoding_fixed", enc=entry.card["encoding"]))
         st.text_area(t("input_text"), key="text", help=t("input_help"), max_chars=TEXT_MAX_CHARS, height=90,
                      on_change=clear_generated)
         if model_is_encoder_decoder(entry):
@@ -129,41 +133,28 @@ def generated_sidebar() -> None:
 
 
 def model_key() -> str:
-    """The registry key of the selected model (presets carry the chosen encoding)."""
+    """The catalog key of the selected model (presets carry the chosen encoding)."""
     ss = st.session_state
     key = ss.model
     if key.startswith("preset:"):
-        key = registry.preset_key(key.split(":", 1)[1].split("@")[0], ss.get("enc", "cl100k_base"))
+        key = preset_key(key.split(":", 1)[1].split("@")[0], ss.get("enc", "cl100k_base"))
     return key
 
 
-def model_is_encoder_decoder(entry: registry.ModelEntry) -> bool:
-    return entry.meta.get("arch", "encoder_decoder") == "encoder_decoder"
+def model_is_encoder_decoder(entry) -> bool:
+    return entry.arch == "encoder_decoder"
 
 
 @dataclass
 class PageContext:
     key: str
     model: object
-    meta: dict
+    card: dict
     device: str
     prep: Prepared
     trace: Trace
     layer: int
     masks: dict
-
-
-def show_error(exc: BaseException) -> None:
-    """A clear message for a known error; never a traceback."""
-    if isinstance(exc, InputError):
-        msg = t("err_empty") if "empty" in str(exc) else f"{t('err_input')} {exc}"
-        st.warning(msg, icon="✍️")
-    elif isinstance(exc, EncodingUnavailable):
-        st.error(f"{t('err_encoding')} {exc}", icon="🔌")
-    elif isinstance(exc, ConfigError):
-        st.error(f"{t('err_config')} {exc}", icon="⚙️")
-    else:
-        st.error(f"{t('err_unexpected')} {type(exc).__name__}: {exc}", icon="⚠️")
 
 
 def load_selected_model():
@@ -189,14 +180,53 @@ def page_context(layer: int | None = None, masks: dict | None = None) -> PageCon
         with st.spinner("…"):
             prep, trace = cache.get_trace(key, device, ss.get("text", ""), tgt, tuple(sorted(masks.items())),
                                           layer, bool(ss.get("allow_special")), tuple(ss.get("gen_ids", ())))
-    except Exception as exc:  # noqa: BLE001 - every input error becomes a message
+    except InputError as exc:
+        if exc.code == "tokens_not_in_vocab":
+            cannot_take_text(exc, meta)
+        else:
+            show_error(exc)
+        st.stop()
+    except Exception as exc:  # noqa: BLE001 - every other problem becomes a message too
         show_error(exc)
         st.stop()
+    if prep.src_unknown or prep.tgt_unknown:
+        st.caption(t("note_unknown", n=len(prep.src_unknown) + len(prep.tgt_unknown)))
     if prep.src.truncated:
         st.info(t("note_truncated", n_chars=prep.src.n_chars, n_tokens=len(prep.src.tokens)), icon="✂️")
     if prep.src.cleaned or (prep.tgt is not None and prep.tgt.cleaned):
         st.info(t("note_cleaned"), icon="🩹")
     return PageContext(key, model, meta, device, prep, trace, layer, masks)
+
+
+def use_example() -> None:
+    """Button callback: the selected model's own example texts."""
+    ss = st.session_state
+    ss.text = _example(ss.model, "example_src", ss.text)
+    ss.tgt = _example(ss.model, "example_tgt", ss.get("tgt", ""))
+    clear_generated()
+
+
+def open_default_model() -> None:
+    """Button callback: the default model, keeping the learner's text."""
+    st.session_state.model = catalog.default_key()
+    on_model_change()
+
+
+def cannot_take_text(exc: InputError, card: dict) -> None:
+    """A model with its own small alphabet (a toy task) and a text outside it: what it reads, an example,
+    and one click to its example or to a model that reads any text. Nothing else on the page is blocked."""
+    st.warning(error_text(exc), icon="🔤")
+    desc = card.get("description")
+    if isinstance(desc, dict):
+        st.markdown(t("model_reads", what=desc.get(lang()) or desc.get("en", "")))
+    if card.get("example_src"):
+        st.markdown(t("model_example", example=card["example_src"]))
+    c1, c2 = st.columns(2)
+    c1.button(t("use_example"), on_click=use_example, key="use_example", icon=":material/edit_note:")
+    default = catalog.entry(catalog.default_key())
+    if default is not None and default.key != st.session_state.model:
+        c2.button(t("open_default", name=default.label), on_click=open_default_model, key="open_default",
+                  type="primary", icon=":material/swap_horiz:")
 
 
 APP_PATH = Path(__file__).resolve().parents[1] / "app.py"

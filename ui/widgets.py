@@ -36,15 +36,21 @@ def table(df: pd.DataFrame, key: str, *, height: int | None = None, formats: dic
                        mime="text/csv", key=f"dl_{key}")
 
 
-def token_chips(tokens, *, show_ids: bool = True) -> None:
-    """Tokens as coloured chips with id and bytes on hover; all user text is HTML-escaped."""
-    chips = []
+def token_chips(tokens, *, show_ids: bool = True, unknown=()) -> None:
+    """Tokens as coloured chips with id and bytes on hover; all user text is HTML-escaped.
+
+    Positions in `unknown` (outside the model's vocabulary) are struck through on grey, with the reason on hover.
+    """
+    chips, unknown = [], set(unknown)
     for i, tok in enumerate(tokens):
-        colour = CHIP_COLOURS[tok.group % len(CHIP_COLOURS)]
-        border = "2px dashed #c0392b" if tok.partial else "1px solid #bbb"
+        outside = i in unknown or getattr(tok, "unknown", False)
+        colour = "#e0e0e0" if outside else CHIP_COLOURS[tok.group % len(CHIP_COLOURS)]
+        border = "2px dashed #c0392b" if tok.partial else "2px dotted #555" if outside else "1px solid #bbb"
         label = html.escape(visible(tok.text))
-        title = html.escape(f"#{i} id {tok.id} bytes {tok.raw.hex(' ')}", quote=True)
-        sub = f"<sub style='color:#555'>{tok.id}</sub>" if show_ids else ""
+        label = f"<s>{label}</s> ⟨unk⟩" if outside and not getattr(tok, "unknown", False) else label
+        why = f" · {t('chip_unknown')}" if outside else ""
+        title = html.escape(f"#{i} id {tok.id} bytes {tok.raw.hex(' ')}{why}", quote=True)
+        sub = f"<sub style='color:#555'>{tok.id}</sub>" if show_ids and tok.id >= 0 else ""
         chips.append(f"<span title='{title}' style='background:{colour};border:{border};border-radius:4px;"
                      f"padding:2px 4px;margin:2px;display:inline-block;font-family:monospace'>{label}{sub}</span>")
     st.html(f"<div style='line-height:2.2'>{''.join(chips)}</div>")

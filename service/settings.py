@@ -1,0 +1,103 @@
+"""Every setting of the server, from environment variables: the only module that reads them.
+
+Each setting has a default, a validation, and a line in the README's settings table (a test checks both).
+A bad value falls back to the default and is reported once in the server log, never a crash.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from pathlib import Path
+
+from transformer_core.sources import ROOT, Places
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Setting:
+    env: str
+    default: object
+    help: str
+    lo: float | None = None  # numbers: allowed range
+    hi: float | None = None
+
+
+SETTINGS: dict[str, Setting] = {
+    "device": Setting("TRANSFORMER_EXPLORER_DEVICE", "auto", "auto (CUDA when available), cpu, cuda or cuda:N"),
+    "checkpoints_dir": Setting("TRANSFORMER_EXPLORER_CHECKPOINTS", str(ROOT / "checkpoints"),
+                               "folder where models trained or uploaded in the app are saved"),
+    "models_dir": Setting("TRANSFORMER_EXPLORER_MODELS_DIR", "",
+                          "folder of GPT-2 weight files the app may open by name (empty: none)"),
+    "gpt2_weights": Setting("GPT2_WEIGHTS", "", "GPT-2 small weights file you already have (model.safetensors)"),
+    "max_trainings": Setting("TRANSFORMER_EXPLORER_MAX_TRAININGS", 2, "trainings running at once on the server",
+                             1, 64),
+    "max_train_seconds": Setting("TRANSFORMER_EXPLORER_MAX_TRAIN_SECONDS", 1800, "a training is stopped after this",
+                                 1, 86_400),
+    "max_train_params": Setting("TRANSFORMER_EXPLORER_MAX_TRAIN_PARAMS", 50_000_000,
+                                "largest model a training may build", 1_000, 2_000_000_000),
+    "train_threads": Setting("TRANSFORMER_EXPLORER_TRAIN_THREADS", 1, "CPU threads of one training", 1, 256),
+    "trace_cache_mb": Setting("TRANSFORMER_EXPLORER_TRACE_CACHE_MB", 2048, "memory for cached traces (MB)",
+                              16, 1_000_000),
+    "tiktoken_cache_dir": Setting("TIKTOKEN_CACHE_DIR", "", "tiktoken's cache, for encodings not shipped in assets/"),
+    "hf_offline": Setting("HF_HUB_OFFLINE", False, "1: never download GPT-2, use the Hugging Face cache only"),
+}
+
+
+def _parse(name: str, raw: str | None) -> object:
+    spec = SETTINGS[name]
+    if raw is None or raw.strip() == "":
+        return spec.default
+    raw = raw.strip()
+    try:
+        if isinstance(spec.default, bool):
+            return raw.lower() in ("1", "true", "yes", "on")
+        if isinstance(spec.default, int):
+            value = int(raw)
+            if (spec.lo is not None and value < spec.lo) or (spec.hi is not None and value > spec.hi):
+                raise ValueError("out of range")
+            return value
+        if name == "device" and not (raw in ("auto", "cpu", "cuda") or raw.startswith("cuda:")):
+            raise ValueError("unknown device")
+        return raw
+    except ValueError:
+        log.warning("setting %s=%r is not valid (%s); using the default %r", spec.env, raw[:40], spec.help,
+                    spec.default)
+        return spec.default
+
+
+@dataclass(frozen=True)
+class Settings:
+    device: str
+    checkpoints_dir: str
+    models_dir: str
+    gpt2_weights: str
+    max_trainings: int
+    max_train_seconds: int
+    max_train_params: int
+    train_threads: int
+    trace_cache_mb: int
+    tiktoken_cache_dir: str
+    hf_offline: bool
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        return cls(**{f.name: _parse(f.name, env.get(SETTINGS[f.name].env)) for f in fields(cls)})
+
+    @property
+    def places(self) -> Places:
+        """Where the model sources look."""
+        return Places(user_dir=Path(self.checkpoints_dir),
+                      gpt2_weights=Path(self.gpt2_weights).expanduser() if self.gpt2_weights else None,
+                      models_dir=Path(self.models_dir).expanduser() if self.models_dir else None,
+                      hf_offline=self.hf_offline)
+
+
+@lru_cache(maxsize=1)
+def settings() -> Settings:
+    """The server's settings, read once per process."""
+    return Settings.from_env()

@@ -1,0 +1,134 @@
+"""GPT-2 small through huggingface_hub, against a local HTTP server standing in for the hub (HF_ENDPOINT):
+one download with progress, then it loads offline from the standard cache like every other model."""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save as save_safetensors
+
+ROOT = Path(__file__).resolve().parents[1]
+D, HEADS, VOCAB, CTX = 16, 2, 50257, 32
+
+
+def tiny_gpt2_files() -> dict[str, bytes]:
+    """A one-layer GPT-2 with Hugging Face names (real vocabulary size, so any text traces) and its config.json."""
+    g = torch.Generator().manual_seed(0)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g) * 0.2
+
+    h = "h.0."
+    state = {"wte.weight": r(VOCAB, D), "wpe.weight": r(CTX, D), "ln_f.weight": 1 + r(D), "ln_f.bias": r(D),
+             h + "ln_1.weight": 1 + r(D), h + "ln_1.bias": r(D), h + "ln_2.weight": 1 + r(D), h + "ln_2.bias": r(D),
+             h + "attn.c_attn.weight": r(D, 3 * D), h + "attn.c_attn.bias": r(3 * D),
+             h + "attn.c_proj.weight": r(D, D), h + "attn.c_proj.bias": r(D),
+             h + "mlp.c_fc.weight": r(D, 4 * D), h + "mlp.c_fc.bias": r(4 * D),
+             h + "mlp.c_proj.weight": r(4 * D, D), h + "mlp.c_proj.bias": r(D)}
+    return {"model.safetensors": save_safetensors(state), "config.json": json.dumps({"n_head": HEADS}).encode()}
+
+
+class FakeHub(BaseHTTPRequestHandler):
+    files: dict[str, bytes] = {}
+    requests: list[str] = []
+
+    def _file(self) -> bytes | None:
+        prefix = "/openai-community/gpt2/resolve/main/"
+        return self.files.get(self.path[len(prefix):]) if self.path.startswith(prefix) else None
+
+    def _headers(self, body: bytes) -> None:
+        self.send_header("X-Repo-Commit", "0" * 40)
+        self.send_header("ETag", f'"{hashlib.sha256(body).hexdigest()}"')
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+
+    def do_HEAD(self):
+        self.requests.append(f"HEAD {self.path}")
+        body = self._file()
+        if body is None:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self._headers(body)
+
+    def do_GET(self):
+        self.requests.append(f"GET {self.path}")
+        body = self._file()
+        if body is None:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self._headers(body)
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def hub():
+    FakeHub.files, FakeHub.requests = tiny_gpt2_files(), []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeHub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def run_python(code: str, env: dict) -> dict:
+    """Run code in a fresh interpreter (huggingface_hub reads HF_ENDPOINT / HF_HOME once, at import)."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("HF_")} | env
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=full, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+DOWNLOAD = """
+import json
+from service import catalog, downloads
+entry = catalog.entry("gpt2:small")
+before = entry.card["needs_download"]
+dl = downloads.start_gpt2()
+seen = []
+while not dl.wait(0.01):
+    seen.append(dl.fraction)
+print(json.dumps({"before": before, "status": dl.status, "error": str(dl.error), "done": dl.done,
+                  "total": dl.total, "fraction": dl.fraction,
+                  "after": catalog.entry("gpt2:small").card["needs_download"]}))
+"""
+
+OFFLINE = """
+import json
+from service import catalog
+from transformer_core import trace_text, next_tokens
+model, card = catalog.load("gpt2:small", "cpu")
+prep, trace = trace_text(model, "Hello, my dog")
+print(json.dumps({"heads": model.cfg.n_heads, "layers": model.cfg.n_layers, "encoding": card["encoding"],
+                  "weights": list(trace.attention("dec_self", 0).weights.shape),
+                  "top": len(next_tokens(model, "Hello", top=3))}))
+"""
+
+
+def test_gpt2_downloads_once_with_progress_then_loads_offline_from_the_cache(hub, tmp_path):
+    env = {"HF_ENDPOINT": hub, "HF_HOME": str(tmp_path / "hf")}
+    got = run_python(DOWNLOAD, env)
+    assert got["before"] is True and got["status"] == "done", got
+    size = len(FakeHub.files["model.safetensors"])
+    assert got["done"] == got["total"] == size and got["fraction"] == 1.0 and got["after"] is False
+    assert "GET /openai-community/gpt2/resolve/main/model.safetensors" in FakeHub.requests
+    FakeHub.requests.clear()
+    got = run_python(OFFLINE, env | {"HF_HUB_OFFLINE": "1"})
+    assert got == {"heads": HEADS, "layers": 1, "encoding": "r50k_base", "weights": [1, HEADS, 4, 4], "top": 3}
+    assert FakeHub.requests == []  # offline: nothing asked of the hub
+
+
+def test_a_failed_download_is_a_clear_message(tmp_path):
+    env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}  # nothing listens there
+    got = run_python(DOWNLOAD, env)
+    assert got["status"] == "error" and "could not be downloaded" in got["error"]

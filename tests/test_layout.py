@@ -1,0 +1,122 @@
+"""The project's shape: who may import whom, one reader of the environment, no hook paths in pages,
+the README's layout and settings tables, its notebook example, and every error code's message."""
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from service.settings import SETTINGS
+from transformer_core.errors import ExplorerError, known_codes
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def py_files(*folders: str) -> list[Path]:
+    return [p for f in folders for p in ((ROOT / f).rglob("*.py") if (ROOT / f).is_dir() else [ROOT / f])]
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return {n.split(".")[0] for n in names}
+
+
+def test_the_core_imports_neither_the_server_package_nor_streamlit():
+    for path in py_files("transformer_core"):
+        assert not imported_modules(path) & {"service", "streamlit", "ui"}, path
+
+
+def test_the_service_package_does_not_import_streamlit_or_the_ui():
+    for path in py_files("service"):
+        assert not imported_modules(path) & {"streamlit", "ui"}, path
+
+
+def test_only_the_settings_module_reads_environment_variables():
+    readers = [p for p in py_files("app.py", "pages", "ui", "transformer_core", "service")
+               if re.search(r"os\.environ|os\.getenv|getenv\(", p.read_text(encoding="utf-8"))]
+    assert readers == [ROOT / "service" / "settings.py"]
+
+
+def test_no_page_or_ui_module_spells_a_hook_path():
+    for path in py_files("pages", "ui"):
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"hook_[a-z]|\.layers\.|self_attn|cross_attn", text), path
+
+
+def test_every_page_in_the_folder_is_in_the_navigation_and_nothing_else():
+    app = (ROOT / "app.py").read_text(encoding="utf-8")
+    listed = re.findall(r'"(pages/[^"]+\.py)"', app)
+    assert sorted(listed) == sorted(f"pages/{p.name}" for p in (ROOT / "pages").glob("*.py"))
+
+
+def readme_table(heading: str) -> list[str]:
+    section = README.split(heading, 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^\| `([^`]+)` \|", section, flags=re.M)
+
+
+def test_readme_layout_table_matches_the_tree():
+    listed = set(readme_table("## Layout"))
+    tree = {p.name + "/" for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")
+            and p.name not in {"checkpoints", "artifacts", "screenshots"} and "cache" not in p.name}
+    tree |= {"app.py", "transformer_core/errors.py"}
+    tree |= {f"transformer_core/{p.name}/" for p in (ROOT / "transformer_core").iterdir()
+             if p.is_dir() and (p / "__init__.py").is_file()}
+    assert listed == tree
+
+
+def test_readme_settings_table_lists_every_setting():
+    listed = set(readme_table("### Settings"))
+    assert listed == {s.env for s in SETTINGS.values()}
+
+
+def test_readme_notebook_example_runs():
+    section = README.split("## Using transformer_core from a notebook", 1)[1]
+    code = section.split("```python", 1)[1].split("```", 1)[0]
+    exec(compile(code, "README notebook example", "exec"), {})
+
+
+def raised_codes() -> set[str]:
+    """Every literal code passed to an ExplorerError (or a subclass) anywhere in the project."""
+    families = {c.__name__ for c in _subclasses(ExplorerError)} | {"Gpt2LoadError"}
+    codes = set()
+    for path in py_files("transformer_core", "service", "ui", "pages"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in families:
+                first = node.args[0] if node.args else None
+                if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                    codes.add(first.value)
+                elif isinstance(first, ast.JoinedStr):  # f"empty_{label}"
+                    codes |= {c for c in known_codes() if c.startswith(first.values[0].value)}
+    return codes
+
+
+def _subclasses(cls):
+    import service.jobs  # noqa: F401 - defines the job errors
+
+    out = {cls}
+    for sub in cls.__subclasses__():
+        out |= _subclasses(sub)
+    return out
+
+
+def test_every_error_code_raised_has_a_message_in_both_languages():
+    messages = json.loads((ROOT / "assets" / "strings" / "errors.json").read_text(encoding="utf-8"))
+    codes = raised_codes() | {c.code for c in _subclasses(ExplorerError)}
+    assert len(codes) > 40
+    for code in codes:
+        entry = messages.get(f"err.{code}")
+        assert entry and entry["en"].strip() and entry["zh"].strip(), code
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_error_messages_fill_their_parameters(lang):
+    err = ExplorerError("config_heads", d_model=10, heads=3)
+    assert "10" in err.text(lang) and "3" in err.text(lang) and "{" not in err.text(lang)

@@ -1,0 +1,89 @@
+"""One error type for everything a learner (or a notebook) can get wrong: a stable code plus parameters.
+
+The app shows the code's message in the learner's language (`assets/strings/errors.json`, key "err.<code>");
+`str(error)` is the English text of the same entry, so a notebook reads the same sentence. No code ever
+matches on message text.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+STRINGS = Path(__file__).resolve().parents[1] / "assets" / "strings" / "errors.json"
+
+
+@lru_cache(maxsize=1)
+def _messages() -> dict[str, dict[str, str]]:
+    return json.loads(STRINGS.read_text(encoding="utf-8"))
+
+
+class _Keep(dict):
+    """format_map helper: a parameter a message does not get stays visible as {name}."""
+
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def message(code: str, lang: str = "en", **params) -> str:
+    """The text of an error code in a language (English when the language lacks it), filled with params."""
+    entry = _messages().get(f"err.{code}") or _messages()["err.unexpected"]
+    return (entry.get(lang) or entry["en"]).format_map(_Keep(params))
+
+
+def known_codes() -> set[str]:
+    return {k.removeprefix("err.") for k in _messages()}
+
+
+class ExplorerError(Exception):
+    """Base of every error the project raises on purpose: `code` names the message, `params` fill it."""
+
+    code = "unexpected"
+
+    def __init__(self, code: str | None = None, **params) -> None:
+        self.code = code or type(self).code
+        self.params = params
+        super().__init__(self.code)
+
+    def __str__(self) -> str:
+        return message(self.code, "en", **self.params)
+
+    def text(self, lang: str = "en") -> str:
+        return message(self.code, lang, **self.params)
+
+
+# Families a caller may want to catch; each is also the ValueError / RuntimeError it used to be.
+class InputError(ExplorerError, ValueError):
+    """User input the model cannot take."""
+
+
+class ConfigError(ExplorerError, ValueError):
+    """A config that cannot build a model."""
+
+
+class EncodingUnavailable(ExplorerError, RuntimeError):
+    """A tokenizer encoding that cannot be loaded."""
+
+
+class DeviceError(ExplorerError, ValueError):
+    """A device that is unknown or not available here."""
+
+
+class SamplingError(ExplorerError, ValueError):
+    """Impossible sampling settings."""
+
+
+class CheckpointError(ExplorerError, ValueError):
+    """A weights or config file that cannot be used (nothing in it was run)."""
+
+
+class TrainingError(ExplorerError, ValueError):
+    """Training settings or data that cannot work."""
+
+
+class TaskError(ExplorerError, ValueError):
+    """Text a synthetic-task model cannot take."""
+
+
+class ModelSourceError(ExplorerError, ValueError):
+    """A model that cannot be found or loaded from where it should come from."""

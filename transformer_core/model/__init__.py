@@ -1,0 +1,1 @@
+"""The model: config, positions, attention, layers, the Transformer, hook points and tracing."""

@@ -1,0 +1,70 @@
+"""Scaled dot-product attention (one function, every stage observable) and MultiHeadAttention."""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from .config import TransformerConfig
+from .hooks import HookPoint
+
+
+def _unchanged(stage: str, x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+def attention(q, k, v, mask=None, *, hook: Callable[[str, torch.Tensor], torch.Tensor] = _unchanged,
+              dropout: Callable[[torch.Tensor], torch.Tensor] | None = None):
+    """softmax(QKᵀ/√d_k + M)V; returns (output, weights). Fully masked rows give weights 0, never NaN.
+
+    q: (..., Tq, hs), k and v: (..., Tk, hs), mask: bool broadcastable to (..., Tq, Tk), True = may attend.
+    `hook(stage, x)` sees (and returns) every stage: scores, scaled, mask, masked, weights, z.
+    """
+    scores = hook("scores", q @ k.transpose(-2, -1))  # (..., Tq, Tk) raw QKᵀ
+    scores = hook("scaled", scores / math.sqrt(q.size(-1)))  # (..., Tq, Tk)
+    if mask is not None:
+        mask = hook("mask", mask)
+        scores = hook("masked", scores.masked_fill(~mask, float("-inf")))
+    weights = torch.softmax(scores, dim=-1)  # (..., Tq, Tk)
+    if mask is not None:  # a query with every key masked attends to nothing (0, not NaN)
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    weights = hook("weights", weights)
+    z = hook("z", (dropout(weights) if dropout is not None else weights) @ v)  # (..., Tq, hs)
+    return z, weights
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention: self-attention (kv = x) or cross-attention (kv = encoder memory)."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
+        self.W_q = nn.Linear(cfg.d_model, cfg.d_model)
+        self.W_k = nn.Linear(cfg.d_model, cfg.d_model)
+        self.W_v = nn.Linear(cfg.d_model, cfg.d_model)
+        self.W_o = nn.Linear(cfg.d_model, cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+        for stage in ("q", "k", "v", "scores", "scaled", "mask", "masked", "weights", "z", "concat", "out"):
+            setattr(self, f"hook_{stage}", HookPoint())
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
+
+    def stage(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        return getattr(self, f"hook_{name}")(x)
+
+    def forward(self, x, kv=None, mask=None):
+        """x: (B, Tq, d); kv: (B, Tk, d) or None for self-attention; mask: bool (B, 1, Tq, Tk)."""
+        kv = x if kv is None else kv
+        q = self.hook_q(self.split_heads(self.W_q(x)))  # (B, nh, Tq, hs)
+        k = self.hook_k(self.split_heads(self.W_k(kv)))  # (B, nh, Tk, hs)
+        v = self.hook_v(self.split_heads(self.W_v(kv)))  # (B, nh, Tk, hs)
+        if mask is not None:
+            mask = mask.expand(-1, self.n_heads, -1, -1)  # (B, nh, Tq, Tk) True = attend
+        z, _ = attention(q, k, v, mask, hook=self.stage, dropout=self.dropout)  # (B, nh, Tq, hs)
+        B, _, Tq, _ = z.shape
+        concat = self.hook_concat(z.transpose(1, 2).reshape(B, Tq, -1))  # (B, Tq, d)
+        return self.hook_out(self.W_o(concat))  # (B, Tq, d)

@@ -1,0 +1,29 @@
+"""Pick the device: "auto" (CUDA when available, else the CPU), "cpu", "cuda" or "cuda:N"."""
+from __future__ import annotations
+
+import torch
+
+from ..errors import DeviceError
+
+
+def pick_device(preference: str | torch.device | None = None) -> torch.device:
+    """The device to run on; an unknown name or an unavailable CUDA raises DeviceError."""
+    if isinstance(preference, torch.device):
+        preference = str(preference)
+    choice = (preference or "auto").strip().lower()
+    if choice == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(choice)
+    except RuntimeError as exc:
+        raise DeviceError("device_unknown", device=choice[:40]) from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError("device_no_cuda", device=choice)
+    return device
+
+
+def device_name(device: torch.device) -> str:
+    """Human-readable name: the GPU's name, or 'CPU'."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return "CPU"

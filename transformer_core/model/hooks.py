@@ -1,0 +1,147 @@
+"""Named hook points (TransformerLens style) that capture intermediates without changing the math.
+
+Capture is per thread/context (a ContextVar), so one shared model can be traced by many
+Streamlit sessions at once: nothing is registered on the module itself. `act_name` is the one place
+that spells a hook point's path.
+"""
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+_ACTIVE: contextvars.ContextVar[_Capture | None] = contextvars.ContextVar("capture", default=None)
+
+
+class HookPoint(nn.Module):
+    """Identity module; while a capture is active it stores a detached CPU snapshot of its input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.name = ""  # set by name_hook_points() to the attribute path
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        store = _ACTIVE.get()
+        if store is not None:
+            store.save(self.name, x)
+        return x
+
+
+class _Capture:
+    def __init__(self, wanted: Callable[[str], bool]) -> None:
+        self.wanted = wanted
+        self.tensors: dict[str, torch.Tensor] = {}
+        self.shapes: dict[str, tuple[int, ...]] = {}  # every hook point reached, stored or not
+
+    def save(self, name: str, x: torch.Tensor) -> None:
+        self.shapes[name] = tuple(x.shape)
+        if self.wanted(name):
+            self.tensors[name] = snapshot(x)
+
+
+def snapshot(x: torch.Tensor) -> torch.Tensor:
+    """A detached CPU tensor that nothing else can write: GPU tensors and views are copied; a fresh
+    CPU result of an inference-mode op is kept as is (inference tensors refuse in-place updates)."""
+    if x.device.type != "cpu" or x._is_view() or not x.is_inference():
+        return x.detach().to("cpu", copy=True)
+    return x.detach()
+
+
+def capturing() -> bool:
+    """Whether a capture is active in this thread / context."""
+    return _ACTIVE.get() is not None
+
+
+def name_hook_points(root: nn.Module) -> list[str]:
+    """Give every HookPoint its attribute path (e.g. 'decoder.layers.0.self_attn.hook_weights')."""
+    names = []
+    for name, module in root.named_modules():
+        if isinstance(module, HookPoint):
+            module.name = name
+            names.append(name)
+    return names
+
+
+def _selector(names: Iterable[str] | Callable[[str], bool] | None) -> Callable[[str], bool]:
+    if names is None:
+        return lambda _: True
+    if callable(names):
+        return names
+    chosen = set(names)
+    return chosen.__contains__
+
+
+@contextmanager
+def capture(names: Iterable[str] | Callable[[str], bool] | None = None) -> Iterator[dict[str, torch.Tensor]]:
+    """Collect hook-point tensors of forwards run in this context; always deactivates in finally."""
+    with capture_all(names) as store:
+        yield store.tensors
+
+
+@contextmanager
+def capture_all(names: Iterable[str] | Callable[[str], bool] | None = None) -> Iterator[_Capture]:
+    """Like capture(), yielding the store itself (tensors chosen by `names`, plus every hook's shape)."""
+    store = _Capture(_selector(names))
+    token = _ACTIVE.set(store)
+    try:
+        yield store
+    finally:
+        _ACTIVE.reset(token)
+
+
+# Which stack and module an attention block lives in; the course's three kinds of attention.
+BLOCKS = {"enc_self": ("encoder", "self_attn"), "dec_self": ("decoder", "self_attn"),
+          "cross": ("decoder", "cross_attn")}
+ATTENTION_STAGES = ("q", "k", "v", "scores", "scaled", "mask", "masked", "weights", "z", "concat", "out")
+PER_HEAD_STAGES = ("q", "k", "v", "scores", "scaled", "mask", "masked", "weights", "z")
+SIDE_STAGES = {  # stage -> path below a stack ("encoder" or "decoder")
+    "embed_tok": "embed.hook_tok", "embed_scaled": "embed.hook_scaled", "pe": "embed.pos.hook_pe",
+    "embed": "embed.hook_sum", "stack_out": "hook_out",
+}
+LAYER_STAGES = {"ffn_hidden": "ffn.hook_hidden", "ffn_out": "ffn.hook_out", "addnorm_in": "{addnorm}.hook_in",
+                "addnorm_out": "{addnorm}.hook_out"}
+SUBLAYERS = ("enc_self", "dec_self", "cross", "enc_ffn", "dec_ffn")  # what an Add & Norm wraps
+
+
+def addnorm_index(sublayer: str, cross: bool) -> int:
+    """The course's norm1 / norm2 / norm3: which AddNorm wraps a sub-layer (decoder FFN: 3 with cross-attention)."""
+    return {"enc_self": 1, "dec_self": 1, "cross": 2, "enc_ffn": 2, "dec_ffn": 3 if cross else 2}[sublayer]
+
+
+def act_name(stage: str, layer: int | None = None, block: str | None = None, side: str = "decoder",
+             cross: bool = True) -> str:
+    """The hook path of a traced quantity, e.g. act_name("weights", layer=2, block="cross") ->
+    'decoder.layers.2.cross_attn.hook_weights'.
+
+    Attention stages take `block` (enc_self, dec_self, cross); embeddings and stack outputs take `side`;
+    ffn_hidden / ffn_out take `side` and `layer`; addnorm_in / addnorm_out take `layer` and the sub-layer they wrap
+    as `block` (enc_self, dec_self, cross, enc_ffn, dec_ffn; `cross` says whether the decoder has cross-attention).
+    """
+    if stage == "logits":
+        return "hook_logits"
+    if stage in ATTENTION_STAGES:
+        stack, module = BLOCKS[block]
+        return f"{stack}.layers.{int(layer)}.{module}.hook_{stage}"
+    if stage in SIDE_STAGES:
+        return f"{side}.{SIDE_STAGES[stage]}"
+    if stage in ("addnorm_in", "addnorm_out"):
+        stack = "encoder" if block.startswith("enc") else "decoder"
+        path = LAYER_STAGES[stage].format(addnorm=f"addnorm{addnorm_index(block, cross)}")
+        return f"{stack}.layers.{int(layer)}.{path}"
+    if stage in LAYER_STAGES:
+        return f"{side}.layers.{int(layer)}.{LAYER_STAGES[stage]}"
+    raise KeyError(f"unknown stage {stage!r}")
+
+
+def layer_filter(layer: int) -> Callable[[str], bool]:
+    """Keep everything except per-head attention tensors of other layers (bounded memory for long texts)."""
+    mine = f".layers.{layer}."
+
+    def wanted(name: str) -> bool:
+        stage = name.rsplit(".hook_", 1)[-1]
+        return stage not in PER_HEAD_STAGES or "_attn." not in name or mine in name
+
+    return wanted

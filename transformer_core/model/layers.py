@@ -1,0 +1,127 @@
+"""The course's building blocks: Embeddings, PositionWiseFFN, AddNorm, encoder/decoder layers and stacks."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .attention import MultiHeadAttention
+from .config import TransformerConfig
+from .hooks import HookPoint
+from .positional import POSITIONS
+
+
+class Embeddings(nn.Module):
+    """Token embedding (optionally × √d_model) plus positions."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.scale = math.sqrt(cfg.d_model) if cfg.scale_embedding else 1.0
+        self.pos = POSITIONS[cfg.positional](cfg)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.hook_tok, self.hook_scaled, self.hook_sum = HookPoint(), HookPoint(), HookPoint()
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.hook_tok(self.tok(ids))  # (B, T, d)
+        x = self.hook_scaled(x * self.scale if self.scale != 1.0 else x)  # (B, T, d)
+        return self.dropout(self.hook_sum(self.pos(x)))  # (B, T, d)
+
+
+class PositionWiseFFN(nn.Module):
+    """linear2(act(linear1(x))), applied to every position independently."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(cfg.d_model, cfg.d_ffn)
+        self.act = {"relu": nn.ReLU(), "gelu": nn.GELU(), "gelu_tanh": nn.GELU(approximate="tanh")}[cfg.activation]
+        self.linear2 = nn.Linear(cfg.d_ffn, cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.hook_hidden, self.hook_out = HookPoint(), HookPoint()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.hook_hidden(self.act(self.linear1(x)))  # (B, T, d_ffn)
+        return self.hook_out(self.linear2(self.dropout(h)))  # (B, T, d)
+
+
+class AddNorm(nn.Module):
+    """Residual + LayerNorm: post-norm LN(X + sublayer(X)) (course), or pre-norm X + sublayer(LN(X))."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.norm_first = cfg.norm_first
+        self.hook_in, self.hook_out = HookPoint(), HookPoint()
+
+    def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:
+        if self.norm_first:
+            return self.hook_out(x + self.dropout(sublayer(self.ln(self.hook_in(x)))))  # (B, T, d)
+        return self.hook_out(self.ln(self.hook_in(x + self.dropout(sublayer(x)))))  # (B, T, d)
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then FFN, each wrapped in Add & Norm."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.self_attn, self.addnorm1 = MultiHeadAttention(cfg), AddNorm(cfg)
+        self.ffn, self.addnorm2 = PositionWiseFFN(cfg), AddNorm(cfg)
+
+    def forward(self, x, mask=None):
+        x = self.addnorm1(x, lambda h: self.self_attn(h, mask=mask))  # (B, T, d)
+        return self.addnorm2(x, self.ffn)  # (B, T, d)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention over the encoder memory (encoder-decoder only), FFN."""
+
+    def __init__(self, cfg: TransformerConfig, cross: bool) -> None:
+        super().__init__()
+        self.self_attn, self.addnorm1 = MultiHeadAttention(cfg), AddNorm(cfg)
+        if cross:  # the course's norm1 / norm2 / norm3
+            self.cross_attn, self.addnorm2 = MultiHeadAttention(cfg), AddNorm(cfg)
+        self.ffn = PositionWiseFFN(cfg)
+        self.addnorm_ffn = f"addnorm{3 if cross else 2}"
+        setattr(self, self.addnorm_ffn, AddNorm(cfg))
+
+    def forward(self, x, memory=None, self_mask=None, cross_mask=None):
+        x = self.addnorm1(x, lambda h: self.self_attn(h, mask=self_mask))  # (B, Tt, d)
+        if memory is not None:  # queries from the decoder, keys and values from the encoder memory
+            x = self.addnorm2(x, lambda h: self.cross_attn(h, kv=memory, mask=cross_mask))  # (B, Tt, d)
+        return getattr(self, self.addnorm_ffn)(x, self.ffn)  # (B, Tt, d)
+
+
+class Encoder(nn.Module):
+    """Embeddings, n_layers EncoderLayers, optional final LayerNorm."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.embed = Embeddings(cfg)
+        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.final_norm else nn.Identity()
+        self.hook_out = HookPoint()
+
+    def forward(self, ids, mask=None):
+        x = self.embed(ids)  # (B, Ts, d)
+        for layer in self.layers:
+            x = layer(x, mask)  # (B, Ts, d)
+        return self.hook_out(self.norm(x))  # (B, Ts, d) the memory
+
+
+class Decoder(nn.Module):
+    """Embeddings, n_layers DecoderLayers (with cross-attention if cross), optional final LayerNorm."""
+
+    def __init__(self, cfg: TransformerConfig, cross: bool) -> None:
+        super().__init__()
+        self.embed = Embeddings(cfg)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, cross) for _ in range(cfg.n_layers))
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.final_norm else nn.Identity()
+        self.hook_out = HookPoint()
+
+    def forward(self, ids, memory=None, self_mask=None, cross_mask=None):
+        x = self.embed(ids)  # (B, Tt, d)
+        for layer in self.layers:
+            x = layer(x, memory, self_mask, cross_mask)  # (B, Tt, d)
+        return self.hook_out(self.norm(x))  # (B, Tt, d)

@@ -1,0 +1,193 @@
+"""One forward that returns the logits plus a Trace of every named intermediate (detached, on the CPU).
+
+Read a trace through its views (`attention`, `embeddings`, `ffn`, `addnorm`), never by spelling hook paths.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import torch
+
+from .hooks import ATTENTION_STAGES, BLOCKS, act_name, capture_all
+from .transformer import DEFAULT_MASKS, Transformer
+
+
+@dataclass(frozen=True)
+class AttentionStages:
+    """Every stage of one attention block, batch first: (B, nh, Tq, Tk) maps, (B, nh, T, hs) q/k/v/z."""
+
+    kind: str  # enc_self, dec_self or cross
+    layer: int
+    weights: torch.Tensor  # softmax rows
+    mask: torch.Tensor  # bool, True = may attend (all True when the block had no mask)
+    q: torch.Tensor | None = None  # the other stages are None when the trace did not keep them
+    k: torch.Tensor | None = None
+    v: torch.Tensor | None = None
+    scores: torch.Tensor | None = None  # raw QKᵀ
+    scaled: torch.Tensor | None = None  # / √d_k
+    masked: torch.Tensor | None = None  # scaled with −∞ where masked
+    z: torch.Tensor | None = None  # weights @ V per head
+    concat: torch.Tensor | None = None  # (B, Tq, d) heads side by side
+    out: torch.Tensor | None = None  # (B, Tq, d) after W_o
+
+    def __getitem__(self, stage: str) -> torch.Tensor:
+        return getattr(self, stage)
+
+    def head(self, stage: str, head: int | None = None, limit: int | None = None) -> torch.Tensor:
+        """One stage of batch item 0, float32: (nh, Tq, Tk) or (Tq, Tk) for one head; cropped to `limit` tokens."""
+        x = getattr(self, stage)[0]
+        x = x.float() if x.dtype != torch.bool else x
+        x = x if head is None else x[head]
+        if limit is not None:
+            x = x[..., :limit, :limit] if stage not in ("q", "k", "v", "z") else x[..., :limit, :]
+        return x
+
+
+@dataclass(frozen=True)
+class EmbeddingStages:
+    """(B, T, d) each: token embedding, after × √d_model (when the model scales), positions added, their sum."""
+
+    tok: torch.Tensor
+    scaled: torch.Tensor
+    pe: torch.Tensor  # (1, T, d)
+    sum: torch.Tensor
+
+
+@dataclass
+class Trace:
+    """Hook name -> tensor, in forward order. Shapes: see `shapes()`."""
+
+    tensors: dict[str, torch.Tensor]
+    src_ids: torch.Tensor
+    tgt_ids: torch.Tensor | None = None
+    src_lengths: torch.Tensor | None = None
+    tgt_lengths: torch.Tensor | None = None
+    masks: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_MASKS))
+    all_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # every hook, stored or not
+    _probs: torch.Tensor | None = None
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.tensors[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.tensors
+
+    def names(self) -> list[str]:
+        return list(self.tensors)
+
+    @property
+    def is_encoder_decoder(self) -> bool:
+        return self.tgt_ids is not None
+
+    def shapes(self) -> list[tuple[str, tuple[int, ...]]]:
+        """(name, shape) in forward order, token ids first, probabilities last (as the course prints)."""
+        rows = [("src_ids", tuple(self.src_ids.shape))]
+        if self.tgt_ids is not None:
+            rows.append(("tgt_ids", tuple(self.tgt_ids.shape)))
+        shapes = self.all_shapes or {n: tuple(t.shape) for n, t in self.tensors.items()}
+        rows += list(shapes.items())
+        if "hook_logits" in shapes:
+            rows.append(("probs", shapes["hook_logits"]))
+        return rows
+
+    def shape(self, stage: str, **where) -> tuple[int, ...] | None:
+        """The shape of a traced quantity (stored or not), by act_name's arguments."""
+        return self.all_shapes.get(act_name(stage, cross=self.is_encoder_decoder, **where))
+
+    def _get(self, stage: str, **where) -> torch.Tensor | None:
+        return self.tensors.get(act_name(stage, cross=self.is_encoder_decoder, **where))
+
+    @property
+    def logits(self) -> torch.Tensor:
+        return self.tensors["hook_logits"]  # (B, T, vocab)
+
+    @property
+    def probs(self) -> torch.Tensor:
+        """Softmax over the vocabulary (B, T, vocab), computed on first use."""
+        if self._probs is None:
+            self._probs = torch.softmax(self.logits.float(), dim=-1)
+        return self._probs
+
+    @property
+    def decoder_ids(self) -> torch.Tensor:
+        """(T,) the sequence whose positions have logits: the target, or the prompt (decoder-only)."""
+        return (self.tgt_ids if self.tgt_ids is not None else self.src_ids)[0]
+
+    def blocks(self, layer: int | None = None) -> list[tuple[str, int]]:
+        """(kind, layer) of every attention block traced with its weights, in forward order."""
+        out = []
+        for name in self.tensors:
+            if name.endswith(".hook_weights"):
+                stack, _, rest = name.partition(".layers.")
+                n, _, module = rest.partition(".")
+                kind = next(k for k, (s, m) in BLOCKS.items() if s == stack and module.startswith(m))
+                if layer is None or int(n) == layer:
+                    out.append((kind, int(n)))
+        return out
+
+    def n_blocks(self) -> int:
+        """Attention blocks the forward ran (traced or not)."""
+        return sum(1 for n in self.all_shapes if n.endswith(".hook_weights"))
+
+    def attention(self, kind: str, layer: int) -> AttentionStages | None:
+        """Every stage of one block (None when it was not kept); with no mask, 'mask' is all True."""
+        got = {s: self._get(s, layer=layer, block=kind) for s in ATTENTION_STAGES}
+        if got["weights"] is None:
+            return None
+        if got["mask"] is None:
+            got["mask"] = torch.ones_like(got["weights"], dtype=torch.bool)
+            got["masked"] = got["scaled"]
+        return AttentionStages(kind=kind, layer=layer, **got)
+
+    def embeddings(self, side: str = "decoder") -> EmbeddingStages:
+        """The embedding stages of one stack ("encoder" or "decoder")."""
+        return EmbeddingStages(*(self._get(s, side=side) for s in ("embed_tok", "embed_scaled", "pe", "embed")))
+
+    def ffn(self, layer: int, side: str = "decoder") -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden (B, T, d_ffn) after the activation, output (B, T, d)) of one layer's FFN."""
+        return self._get("ffn_hidden", layer=layer, side=side), self._get("ffn_out", layer=layer, side=side)
+
+    def addnorm(self, layer: int, sublayer: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(input, output) of the Add & Norm around a sub-layer (enc_self, dec_self, cross, enc_ffn, dec_ffn).
+
+        Post-norm: input = x + sublayer(x), output = LayerNorm(input).
+        Pre-norm: input = x, output = x + sublayer(LN(x)).
+        """
+        return (self._get("addnorm_in", layer=layer, block=sublayer),
+                self._get("addnorm_out", layer=layer, block=sublayer))
+
+    def stack_out(self, side: str) -> torch.Tensor | None:
+        """(B, T, d) a stack's output (after its final LayerNorm when it has one): the encoder's is the memory."""
+        return self._get("stack_out", side=side)
+
+
+def run_with_trace(
+    model: Transformer,
+    src: torch.Tensor,
+    tgt: torch.Tensor | None = None,
+    *,
+    src_lengths: torch.Tensor | None = None,
+    tgt_lengths: torch.Tensor | None = None,
+    masks: dict[str, str] | None = None,
+    names: Iterable[str] | Callable[[str], bool] | None = None,
+) -> tuple[torch.Tensor, Trace]:
+    """Run one inference forward, capturing the hook points chosen by `names` (default: all)."""
+    device = next(model.parameters()).device
+    src = src.to(device)
+    tgt = tgt.to(device) if tgt is not None else None
+    with torch.inference_mode(), capture_all(names) as store:
+        logits = model(src, tgt, src_lengths=src_lengths, tgt_lengths=tgt_lengths, masks=masks)
+    trace = Trace(
+        tensors=dict(store.tensors), all_shapes=dict(store.shapes),
+        src_ids=src.cpu(), tgt_ids=None if tgt is None else tgt.cpu(),
+        src_lengths=src_lengths, tgt_lengths=tgt_lengths, masks={**DEFAULT_MASKS, **(masks or {})},
+    )
+    return logits, trace
+
+
+def run(model: Transformer, src, tgt=None, **kwargs) -> torch.Tensor:
+    """Untraced inference forward (same math, nothing captured)."""
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        return model(src.to(device), None if tgt is None else tgt.to(device), **kwargs)

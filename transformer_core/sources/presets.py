@@ -1,0 +1,33 @@
+"""The course's random-init presets (exactly as the course builds them), on any known encoding."""
+from __future__ import annotations
+
+from ..errors import ModelSourceError
+from ..model.config import PRESETS, preset
+from ..model.transformer import build_model
+from ..text.tokenizer import ENCODINGS, load_encoding
+from . import ModelEntry, Places
+
+SHOWN = ("course-base", "course-base-scaled", "course-gpt")
+
+
+def preset_key(name: str, encoding: str = "cl100k_base") -> str:
+    return f"preset:{name}@{encoding}"
+
+
+class PresetSource:
+    kind = "preset"
+
+    def entries(self, places: Places) -> list[ModelEntry]:
+        return [ModelEntry(preset_key(p), p, self.kind, {"arch": PRESETS[p].arch, "encoding": "cl100k_base",
+                                                          "random_init": True}) for p in SHOWN]
+
+    def load(self, ref: str, places: Places, device=None):
+        name, _, encoding = ref.partition("@")
+        encoding = encoding or "cl100k_base"
+        if name not in PRESETS or encoding not in ENCODINGS:
+            raise ModelSourceError("model_unknown")
+        cfg = preset(name, encoding=encoding, vocab_size=load_encoding(encoding).n_vocab)
+        return build_model(cfg, device), {"name": name, "arch": cfg.arch, "encoding": encoding, "random_init": True}
+
+
+SOURCES = [PresetSource()]

@@ -1,0 +1,123 @@
+"""From user text to a traced forward: tokenize safely, map to model ids, pad, trace."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import torch
+
+from ..errors import InputError
+from ..model.masks import pad_batch
+from ..model.trace import Trace, run_with_trace
+from ..model.transformer import Transformer
+from .tokenizer import Tokenized, token_strings, tokenize
+
+UNK = -1  # in a compacted vocabulary's map: the model id that stands for every token outside it
+UNK_LABEL = "⟨unk⟩"
+
+
+@dataclass
+class Prepared:
+    src: Tokenized
+    tgt: Tokenized | None
+    src_ids: torch.Tensor  # (1, Ts) model ids
+    tgt_ids: torch.Tensor | None  # (1, Tt)
+    src_unknown: list[int] = field(default_factory=list)  # positions mapped to the unknown id
+    tgt_unknown: list[int] = field(default_factory=list)
+
+
+@lru_cache(maxsize=32)
+def vocab_index(vocab_map: tuple[int, ...]) -> dict[int, int]:
+    """Tokenizer id -> model id of a compacted vocabulary (the unknown slot is not in it)."""
+    return {real: i for i, real in enumerate(vocab_map) if real != UNK}
+
+
+def unknown_id(model: Transformer) -> int | None:
+    """The model id of the unknown token, or None when the vocabulary has none (every token must be known)."""
+    vmap = model.cfg.vocab_map
+    return vmap.index(UNK) if UNK in vmap else None
+
+
+def missing_positions(tok: Tokenized, model: Transformer) -> list[int]:
+    """Positions of the tokens a model's vocabulary does not hold (none for a full vocabulary)."""
+    if not model.cfg.vocab_map:
+        return [pos for pos, i in enumerate(tok.ids) if i >= model.cfg.vocab_size]
+    index = vocab_index(model.cfg.vocab_map)
+    return [pos for pos, i in enumerate(tok.ids) if i not in index]
+
+
+def to_model_ids(tok: Tokenized, model: Transformer) -> tuple[list[int], list[int]]:
+    """Tokenizer ids -> (model ids, positions that became the unknown id).
+
+    A full vocabulary is the identity; a compacted one maps through its table, and a token outside it becomes
+    the unknown id when the model has one. A model without one (a task with its own alphabet) refuses.
+    """
+    cfg = model.cfg
+    if not cfg.vocab_map:
+        if any(i >= cfg.vocab_size for i in tok.ids):
+            raise InputError("ids_out_of_vocab", what=tok.text[:20], top=cfg.vocab_size - 1)
+        return tok.ids, []
+    index, unk = vocab_index(cfg.vocab_map), unknown_id(model)
+    missing = missing_positions(tok, model)
+    if missing and unk is None:
+        shown = ", ".join(repr(tok.tokens[p].text) for p in missing[:8])
+        raise InputError("tokens_not_in_vocab", n=cfg.vocab_size, tokens=shown)
+    return [index.get(i, unk) for i in tok.ids], missing
+
+
+def prepare(model: Transformer, text: str, tgt_text: str | None = None, *, allow_special: bool = False,
+            extra: tuple[int, ...] = ()) -> Prepared:
+    """Tokenize the text(s) for this model, truncated to max_len; raise InputError on unusable input.
+
+    `extra` are generated model ids appended to the decoder's sequence (the prompt, or the target).
+    """
+    cfg = model.cfg
+
+    def one(t: str, label: str) -> tuple[Tokenized, torch.Tensor, list[int]]:
+        if not t or not t.strip():
+            raise InputError(f"empty_{label}")
+        tok = tokenize(t, cfg.encoding, allow_special=allow_special, max_tokens=cfg.max_len)
+        ids, unknown = to_model_ids(tok, model)
+        return tok, torch.tensor([ids], dtype=torch.long), unknown
+
+    src, src_ids, src_unk = one(text, "input")
+    tgt, tgt_ids, tgt_unk = one(tgt_text, "target") if model.is_encoder_decoder else (None, None, [])
+    if extra:
+        grown = torch.cat([tgt_ids if tgt_ids is not None else src_ids, torch.tensor([list(extra)])], dim=1)
+        if grown.size(1) > cfg.max_len:
+            raise InputError("sequence_full", max_len=cfg.max_len)
+        if tgt_ids is not None:
+            tgt_ids = grown
+        else:
+            src_ids = grown
+    return Prepared(src, tgt, src_ids, tgt_ids, src_unk, tgt_unk)
+
+
+def real_ids(model: Transformer, ids) -> list[int]:
+    """Model ids -> tokenizer ids (through the compacted vocabulary's map; the unknown id stays UNK = -1)."""
+    vmap = model.cfg.vocab_map
+    return [vmap[int(i)] if vmap else int(i) for i in ids]
+
+
+def token_labels(model: Transformer, ids) -> list[str]:
+    """Display strings of model ids, as the tokenizer shows them (the unknown id as ⟨unk⟩)."""
+    real = real_ids(model, ids)
+    shown = token_strings([i for i in real if i != UNK], model.cfg.encoding)
+    it = iter(shown)
+    return [UNK_LABEL if i == UNK else next(it) for i in real]
+
+
+def trace_text(model: Transformer, text: str, tgt_text: str | None = None, *, masks=None, names=None,
+               allow_special: bool = False) -> tuple[Prepared, Trace]:
+    """Tokenize and run one traced forward on a single text (and target)."""
+    prep = prepare(model, text, tgt_text, allow_special=allow_special)
+    _, trace = run_with_trace(model, prep.src_ids, prep.tgt_ids, masks=masks, names=names)
+    return prep, trace
+
+
+def padded_batch(texts: list[str], encoding: str = "cl100k_base", pad_id: int = 0, max_tokens: int | None = None):
+    """The course's padded batch: (ids (B, T), lengths (B,), padding mask (B, T) from lengths)."""
+    seqs = [tokenize(t, encoding, max_tokens=max_tokens).ids for t in texts]
+    ids, lengths = pad_batch(seqs, pad_id)
+    mask = torch.arange(ids.size(1))[None, :] < lengths[:, None]
+    return ids, lengths, mask

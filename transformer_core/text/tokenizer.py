@@ -1,0 +1,204 @@
+"""tiktoken wrapper: tokens with ids, bytes and display strings; safe on any user text."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from unittest import mock
+
+import tiktoken
+import tiktoken_ext.openai_public as openai_public
+
+from ..errors import EncodingUnavailable
+
+DEFAULT_ENCODING = "cl100k_base"
+ENCODINGS = tuple(tiktoken.list_encoding_names())  # the only names accepted (never a path)
+BUNDLED = Path(__file__).resolve().parents[2] / "assets" / "encodings"  # NAME.tiktoken: works offline
+CHARS_PER_TOKEN_BOUND = 32  # encode at most this many characters per allowed token (bounded work)
+
+_lock = threading.Lock()
+_cache: dict[str, tiktoken.Encoding] = {}
+
+
+def _bundled(name: str) -> tiktoken.Encoding | None:
+    """The encoding built from its shipped BPE file with tiktoken's own constructor (pattern, special tokens)
+    and tiktoken's expected sha256, so a damaged file is refused; None when nothing is shipped for it."""
+    if not (BUNDLED / f"{name}.tiktoken").is_file():
+        return None
+
+    def local(url: str, expected_hash: str | None = None) -> dict[bytes, int]:
+        raw = (BUNDLED / url.rsplit("/", 1)[-1]).read_bytes()  # read here: nothing is copied into a cache
+        if expected_hash and hashlib.sha256(raw).hexdigest() != expected_hash:
+            raise ValueError(f"{name}.tiktoken does not have tiktoken's expected sha256")
+        return {base64.b64decode(tok): int(rank) for tok, rank in (line.split() for line in raw.splitlines() if line)}
+
+    with mock.patch.object(openai_public, "load_tiktoken_bpe", local):
+        return tiktoken.Encoding(**openai_public.ENCODING_CONSTRUCTORS[name]())
+
+
+def load_encoding(name: str = DEFAULT_ENCODING) -> tiktoken.Encoding:
+    """Load (once per process) a tiktoken encoding: the shipped file, else tiktoken's cache or download."""
+    if name not in ENCODINGS:
+        raise EncodingUnavailable("encoding_unknown", name=str(name)[:40], choices=", ".join(ENCODINGS))
+    with _lock:
+        if name not in _cache:
+            try:
+                _cache[name] = _bundled(name) or tiktoken.get_encoding(name)
+            except Exception as exc:
+                raise EncodingUnavailable("encoding_unavailable", name=name, reason=type(exc).__name__) from exc
+        return _cache[name]
+
+
+def available_encodings() -> list[str]:
+    """Encoding names tiktoken knows about, shipped ones first (others may need a network or a cache)."""
+    shipped = sorted(n for n in ENCODINGS if (BUNDLED / f"{n}.tiktoken").is_file())
+    return shipped + sorted(n for n in ENCODINGS if n not in shipped)
+
+
+def clean_text(text: str) -> tuple[str, bool]:
+    """Replace lone surrogates (broken Unicode) with U+FFFD; return (text, changed)."""
+    try:
+        text.encode("utf-8")
+        return text, False
+    except UnicodeEncodeError:
+        fixed = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        # unpaired surrogates may survive utf-16 round trips on some inputs: drop what remains
+        fixed = fixed.encode("utf-8", "replace").decode("utf-8")
+        return fixed, True
+
+
+def display_bytes(raw: bytes) -> str:
+    """Show a token: its text if it is valid UTF-8, else its bytes as <0xE8>."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "".join(f"<0x{b:02X}>" for b in raw)
+
+
+@dataclass(frozen=True)
+class Token:
+    id: int
+    raw: bytes
+    text: str  # display string: the decoded text, or <0x..> bytes for a partial UTF-8 character
+    group: int  # tokens with the same group together form whole characters
+    partial: bool  # True when this token alone is not valid UTF-8
+    special: bool = False
+    unknown: bool = False  # outside the model's vocabulary: the model read its unknown id instead
+
+
+@dataclass
+class Tokenized:
+    """Text encoded by one encoding, with the notes the UI shows."""
+
+    text: str
+    encoding: str
+    tokens: list[Token]
+    n_chars: int
+    n_bytes: int
+    truncated: bool = False  # the token list was cut to max_tokens
+    cleaned: bool = False  # broken Unicode was replaced with U+FFFD
+    n_tokens_before_truncation: int | None = None
+    groups: list[tuple[str, list[int]]] = field(default_factory=list)  # (characters, token indexes)
+
+    @property
+    def ids(self) -> list[int]:
+        return [t.id for t in self.tokens]
+
+
+def _group_tokens(raws: list[bytes]) -> tuple[list[int], list[tuple[str, list[int]]]]:
+    """Group consecutive tokens until their bytes decode as whole UTF-8 characters."""
+    group_of, groups, buf, members = [], [], b"", []
+    for i, raw in enumerate(raws):
+        buf += raw
+        members.append(i)
+        group_of.append(len(groups))
+        try:
+            chars = buf.decode("utf-8")
+        except UnicodeDecodeError:
+            if len(buf) < 64:
+                continue
+            chars = buf.decode("utf-8", "replace")  # never let a broken run swallow the rest
+        groups.append((chars, members))
+        buf, members = b"", []
+    if members:
+        groups.append((buf.decode("utf-8", "replace"), members))
+    return group_of, groups
+
+
+def tokenize(
+    text: str,
+    encoding: str = DEFAULT_ENCODING,
+    *,
+    allow_special: bool = False,
+    max_tokens: int | None = None,
+) -> Tokenized:
+    """Encode user text; never raises on its content (special-token text is plain text by default)."""
+    enc = load_encoding(encoding)
+    text, cleaned = clean_text(text if isinstance(text, str) else str(text))
+    n_chars, n_bytes = len(text), len(text.encode("utf-8"))
+    work = text
+    if max_tokens is not None:
+        work = text[: max(1_000, CHARS_PER_TOKEN_BOUND * max_tokens)]
+    allowed = "all" if allow_special else set()
+    ids = enc.encode(work, allowed_special=allowed, disallowed_special=())
+    n_before = len(ids)
+    truncated = len(work) < len(text)
+    if max_tokens is not None and len(ids) > max_tokens:
+        ids, truncated = ids[:max_tokens], True
+    raws = [enc.decode_single_token_bytes(i) for i in ids]
+    group_of, groups = _group_tokens(raws)
+    special_ids = {enc.encode_single_token(s) for s in enc.special_tokens_set} if allow_special else set()
+    tokens = [
+        Token(id=i, raw=r, text=display_bytes(r), group=g, partial=_is_partial(r), special=i in special_ids)
+        for i, r, g in zip(ids, raws, group_of)
+    ]
+    return Tokenized(
+        text=text, encoding=encoding, tokens=tokens, n_chars=n_chars, n_bytes=n_bytes,
+        truncated=truncated, cleaned=cleaned,
+        n_tokens_before_truncation=n_before if truncated else None, groups=groups,
+    )
+
+
+def _is_partial(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+        return False
+    except UnicodeDecodeError:
+        return True
+
+
+def token_strings(ids: list[int], encoding: str = DEFAULT_ENCODING) -> list[str]:
+    """Display strings for token ids (ids outside the vocabulary show as <id>)."""
+    enc = load_encoding(encoding)
+    out = []
+    for i in ids:
+        try:
+            out.append(display_bytes(enc.decode_single_token_bytes(int(i))))
+        except (KeyError, ValueError):
+            out.append(f"<{int(i)}>")
+    return out
+
+
+def decode(ids: list[int], encoding: str = DEFAULT_ENCODING) -> str:
+    """Decode ids to text (broken UTF-8 shown as U+FFFD)."""
+    enc = load_encoding(encoding)
+    return enc.decode_bytes([int(i) for i in ids]).decode("utf-8", "replace")
+
+
+def tokens_of(ids: list[int], encoding: str = DEFAULT_ENCODING) -> list[Token]:
+    """Token objects (display text, bytes, UTF-8 groups) for tokenizer ids, e.g. a generated sequence."""
+    enc = load_encoding(encoding)
+
+    def raw(i: int) -> bytes | None:
+        try:
+            return enc.decode_single_token_bytes(int(i)) if int(i) >= 0 else None
+        except (KeyError, ValueError):  # an id with no token (holes in the vocabulary)
+            return None
+
+    raws = [raw(i) for i in ids]
+    group_of, _ = _group_tokens([r or b"" for r in raws])
+    return [Token(id=int(i), raw=r or b"", text=("⟨unk⟩" if int(i) < 0 else f"<{int(i)}>") if r is None
+                  else display_bytes(r), group=g, partial=r is not None and _is_partial(r), unknown=int(i) < 0)
+            for i, r, g in zip(ids, raws, group_of)]

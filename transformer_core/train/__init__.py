@@ -1,0 +1,1 @@
+"""Training: synthetic tasks, data, the training loop and its defaults, checkpoints, the shipped-model build."""

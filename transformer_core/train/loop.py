@@ -1,0 +1,234 @@
+"""A training loop for notebooks and Streamlit threads: own model, AdamW, callback, stop flag, eval history."""
+from __future__ import annotations
+
+import math
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import TrainingError
+from ..model.config import TransformerConfig, preset
+from ..model.device import pick_device
+from ..model.transformer import Transformer, build_model
+from .data import IGNORE, Batch, TextData
+from .tasks import TASKS, Task
+
+MAX_ITERS = 100_000
+LR_SCHEDULES = ("constant", "cosine")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Defaults are the course's small GPT (doc 003): batch 4, context 16, d_model 64, 8 layers, 4 heads."""
+
+    task: str | None = None  # a tasks.TASKS name, or None to train a language model on `text`
+    text: str = ""
+    batch_size: int = 4
+    context: int = 16  # window length for text (tasks set their own lengths)
+    d_model: int = 64
+    n_layers: int = 8
+    n_heads: int = 4
+    d_ffn: int = 0  # 0 = 4 × d_model
+    dropout: float = 0.1
+    lr: float = 1e-3
+    max_iters: int = 5000
+    eval_interval: int = 50  # 0 = never evaluate
+    eval_iters: int = 20
+    val_fraction: float = 0.2
+    positional: str = "sinusoidal"
+    norm_first: bool = False
+    lr_schedule: str = "constant"  # the course's; "cosine" decays to lr / 10 by max_iters
+    grad_clip: float = 0.0  # 0 = off (the course does not clip)
+    seed: int = 1337
+    device: str | None = None  # None: CUDA when available, else CPU
+    encoding: str = "cl100k_base"
+
+    def validate(self) -> None:
+        """Raise TrainingError for a setting out of range."""
+        def rng(field: str, lo, hi) -> tuple[bool, str, dict]:
+            value = getattr(self, field)
+            ok = isinstance(value, (int, float)) and math.isfinite(value) and lo <= value <= hi
+            return ok, "train_range", {"field": field, "lo": lo, "hi": hi, "value": value}
+
+        checks = [
+            (self.task is None or self.task in TASKS, "unknown_task", {"name": str(self.task)[:40],
+                                                                      "choices": ", ".join(sorted(TASKS))}),
+            (self.task is not None or bool(self.text.strip()), "train_text_empty", {}),
+            rng("batch_size", 1, 512), rng("context", 2, 1024), rng("d_model", 2, 1024),
+            (self.d_model % 2 == 0, "config_even", {"field": "d_model"}),
+            rng("n_heads", 1, 64),
+            (self.d_model % max(self.n_heads, 1) == 0, "config_heads",
+             {"d_model": self.d_model, "heads": self.n_heads}),
+            rng("n_layers", 1, 24), rng("d_ffn", 0, 8192), rng("dropout", 0.0, 0.95), rng("lr", 1e-6, 1.0),
+            rng("max_iters", 1, MAX_ITERS), rng("eval_interval", 0, MAX_ITERS), rng("eval_iters", 1, 1000),
+            rng("val_fraction", 0.05, 0.5), rng("grad_clip", 0.0, 1e6),
+            (self.lr_schedule in LR_SCHEDULES, "config_choice", {"field": "lr_schedule",
+                                                                 "choices": ", ".join(LR_SCHEDULES)}),
+        ]
+        for ok, code, params in checks:
+            if not ok:
+                raise TrainingError(code, **params)
+
+
+@dataclass
+class History:
+    """Per-step training loss, and the course's estimate_loss() every eval_interval steps."""
+
+    step_loss: list[float] = field(default_factory=list)  # one per iteration
+    eval_steps: list[int] = field(default_factory=list)
+    train_loss: list[float] = field(default_factory=list)  # mean over eval_iters batches
+    val_loss: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Progress:
+    """What the callback gets after every step (cheap: the history is shared, not copied)."""
+
+    iteration: int  # steps done
+    max_iters: int
+    loss: float  # this step's training loss
+    history: History
+
+    @property
+    def fraction(self) -> float:
+        return self.iteration / self.max_iters
+
+
+@dataclass
+class TrainResult:
+    model: Transformer  # the run's own model, in eval mode
+    history: History
+    iterations: int
+    stopped: bool  # the stop flag ended the run early
+    seconds: float
+    tokens: int  # target tokens trained on
+    config: TrainConfig
+    device: torch.device = torch.device("cpu")
+
+
+class TaskData:
+    """A task as a data source: fresh examples per batch, train and val from separate seeds."""
+
+    def __init__(self, task: Task, seed: int) -> None:
+        self.task = task
+        self.rngs = {"train": random.Random(seed), "val": random.Random(seed + 1_000_003)}
+
+    def batch(self, split: str, size: int) -> Batch:
+        return self.task.make_batch(self.rngs[split], size)
+
+
+def make_data(tc: TrainConfig) -> TaskData | TextData:
+    """The data source of a config: a task, or the user's text (TrainingError if it is unusable)."""
+    if tc.task is not None:
+        return TaskData(TASKS[tc.task], tc.seed)
+    return TextData(tc.text, tc.context, encoding=tc.encoding, val_fraction=tc.val_fraction, seed=tc.seed)
+
+
+def model_config(tc: TrainConfig, data: TaskData | TextData) -> TransformerConfig:
+    """The model config for a run: the task's, or the course GPT's with the text's compacted vocabulary."""
+    sizes = dict(d_model=tc.d_model, n_heads=tc.n_heads, n_layers=tc.n_layers, d_ffn=tc.d_ffn or 4 * tc.d_model,
+                 dropout=tc.dropout, positional=tc.positional, norm_first=tc.norm_first, seed=tc.seed)
+    if isinstance(data, TaskData):
+        return data.task.model_config(**sizes)
+    return preset("course-gpt", vocab_size=data.vocab_size, vocab_map=data.vocab_map, max_len=tc.context,
+                  encoding=tc.encoding, **sizes)
+
+
+def batch_loss(model: Transformer, b: Batch) -> torch.Tensor:
+    """Mean cross-entropy of the next-token predictions over the labelled positions."""
+    logits = model(b.src, b.tgt, src_lengths=b.src_lengths, tgt_lengths=b.tgt_lengths)  # (B, T, V)
+    return F.cross_entropy(logits.flatten(0, 1), b.labels.flatten(), ignore_index=IGNORE)
+
+
+@torch.no_grad()
+def estimate_loss(model: Transformer, data, tc: TrainConfig, device, stop=None) -> dict[str, float]:
+    """Mean loss over eval_iters batches of each split, in eval mode (the course's estimate_loss)."""
+    model.eval()
+    out = {}
+    for split in ("train", "val"):
+        losses = []
+        for _ in range(tc.eval_iters):
+            if stop is not None and stop.is_set():
+                break
+            losses.append(batch_loss(model, data.batch(split, tc.batch_size).to(device)).item())
+        out[split] = sum(losses) / max(len(losses), 1)
+    return out
+
+
+def lr_at(tc: TrainConfig, it: int) -> float:
+    """The learning rate of step `it`: constant, or cosine from lr down to lr / 10."""
+    if tc.lr_schedule == "constant":
+        return tc.lr
+    return tc.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * it / tc.max_iters)))
+
+
+def train_step(model, opt, b: Batch, grad_clip: float) -> torch.Tensor:
+    """One AdamW step (the model is in train mode); returns the (detached) loss."""
+    loss = batch_loss(model, b)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+    return loss.detach()
+
+
+def _fork_rng(device: torch.device):
+    """Seed inside a forked RNG so the caller's global random state is left as it was."""
+    cuda = [device.index or 0] if device.type == "cuda" else []
+    return torch.random.fork_rng(devices=cuda)
+
+
+def train(tc: TrainConfig, callback: Callable[[Progress], None] | None = None,
+          stop: threading.Event | None = None) -> TrainResult:
+    """Train a fresh model of its own; stops early when `stop` is set. Returns the model and its history."""
+    tc.validate()
+    device = pick_device(tc.device)
+    data = make_data(tc)
+    model = build_model(model_config(tc, data), device)  # never a shared model
+    opt = torch.optim.AdamW(model.parameters(), lr=tc.lr)
+    hist, it, tokens, start = History(), 0, 0, time.perf_counter()
+    with _fork_rng(device):
+        torch.manual_seed(tc.seed)
+        while it < tc.max_iters and not (stop is not None and stop.is_set()):
+            if tc.eval_interval and (it % tc.eval_interval == 0 or it == tc.max_iters - 1):
+                losses = estimate_loss(model, data, tc, device, stop)
+                if stop is not None and stop.is_set():
+                    break  # a cut-short estimate is not recorded
+                _record_eval(hist, it, losses)
+            if not model.training:
+                model.train()  # once, and again after each evaluation
+            b = data.batch("train", tc.batch_size)
+            tokens += b.n_tokens  # counted on the CPU: no device sync
+            for group in opt.param_groups:
+                group["lr"] = lr_at(tc, it)
+            loss = float(train_step(model, opt, b.to(device), tc.grad_clip))
+            it += 1
+            hist.step_loss.append(loss)
+            if callback is not None:
+                callback(Progress(it, tc.max_iters, loss, hist))
+    stopped = it < tc.max_iters
+    return TrainResult(model.eval(), hist, it, stopped, time.perf_counter() - start, tokens, tc, device)
+
+
+def _record_eval(hist: History, it: int, losses: dict[str, float]) -> None:
+    hist.eval_steps.append(it)
+    hist.train_loss.append(losses["train"])
+    hist.val_loss.append(losses["val"])
+
+
+def train_text(text: str, **changes) -> TrainResult:
+    """The course's GPT on user text: compacted vocabulary, 80/20 split, context windows, next-token loss."""
+    return train(TrainConfig(text=text, **changes))
+
+
+def describe(tc: TrainConfig) -> dict:
+    """The config as a JSON-ready dict, without the (possibly long) text."""
+    out = asdict(tc)
+    out["text"] = f"<{len(tc.text)} characters>" if tc.text else ""
+    return out
