@@ -1,36 +1,140 @@
-"""Home: the whole flow for the current text on one screen, each step linking to its page."""
+"""The whole model in one picture, for the learner's text: every block with its live tensor shape and a small live
+summary; a click on a block opens its page (on that layer and block)."""
 import streamlit as st
 
 from transformer_core.analysis.next_token import distribution
+from transformer_core.analysis.residual import active_fraction, stream, sublayers
 from transformer_core.model.transformer import param_counts
 from transformer_core.text.inputs import token_labels
 from ui import cache
+from ui.figures import model_map, visible
 from ui.i18n import lang, t
+from ui.nav import link, switch
 from ui.session import page_context, through_app
+from ui.widgets import clicked
 
 through_app()
+ss = st.session_state
+ROW_H, BOX_H, BOX_W, GAP = 1.6, 1.05, 1.7, 0.3
+KIND = {"enc_self": "attn", "dec_self": "attn", "cross": "cross", "enc_ffn": "ffn", "dec_ffn": "ffn"}
+
+
+def shown_layers(n: int) -> list[int | None]:
+    """Every layer up to 8; beyond, the first three, a gap (None), and the last three."""
+    return list(range(n)) if n <= 8 else [0, 1, 2, None, n - 3, n - 2, n - 1]
+
+
+def stack_blocks(side: str, x0: float, y0: float, trace, cfg) -> tuple[list[dict], list[tuple[str, str]], float]:
+    """The boxes of one stack (embeddings, then one row per layer) from (x0, y0); returns blocks, arrows, bottom."""
+    steps = {(s.layer, s.sublayer): s for s in stream(trace, side, cfg.n_layers)}
+    subs = sublayers(trace, side)
+    row_w = len(subs) * 2 * (BOX_W + GAP)
+    emb = steps[(None, "embed")]
+    ids = trace.src_ids if side == "encoder" else trace.decoder_ids[None]
+    blocks = [{"id": f"{side}-tokens", "x": x0 + row_w / 2, "y": y0, "w": row_w * 0.8, "h": 0.8, "kind": "text",
+               "title": t("map_tokens", side=t(f"map_side_{side}")),
+               "detail": t("map_tokens_detail", n=ids.size(1), enc=cfg.encoding), "page": "tokenizer"},
+              {"id": f"{side}-embed", "x": x0 + row_w / 2, "y": y0 + ROW_H, "w": row_w * 0.8, "h": BOX_H,
+               "kind": "embed", "title": t("map_embed"),
+               "detail": t("map_shape_norm", shape=shape(trace.shape("embed", side=side)), norm=float(emb.norm.mean())),
+               "page": "embeddings"}]
+    arrows = [(f"{side}-tokens", f"{side}-embed")]
+    prev, y = f"{side}-embed", y0 + 2 * ROW_H
+    for layer in shown_layers(cfg.n_layers):
+        if layer is None:
+            blocks.append({"id": f"{side}-gap", "x": x0 + row_w / 2, "y": y, "w": row_w * 0.8, "h": 0.6,
+                           "kind": "norm", "title": t("map_more_layers", n=cfg.n_layers - 6), "detail": "",
+                           "page": "ffn"})
+            arrows.append((prev, f"{side}-gap"))
+            prev, y = f"{side}-gap", y + ROW_H
+            continue
+        x = x0 + (BOX_W + GAP) / 2
+        for sub in subs:
+            step = steps.get((layer, sub))
+            block_id, norm_id = f"{side}-{layer}-{sub}", f"{side}-{layer}-{sub}-norm"
+            if sub.endswith("ffn"):
+                frac = active_fraction(trace, side, layer)
+                detail = t("map_ffn_detail", layer=layer, d=cfg.d_ffn, active=(frac or 0) * 100)
+                title, page = t("map_ffn"), f"ffn:{layer}"
+            else:
+                added = float(step.added.mean()) if step is not None and step.added is not None else 0.0
+                detail = t("map_attn_detail", layer=layer, h=cfg.n_heads, added=added)
+                title, page = t(f"map_{sub}"), f"attention:{layer}:{sub}"
+            blocks.append({"id": block_id, "x": x, "y": y, "w": BOX_W, "h": BOX_H, "kind": KIND[sub], "title": title,
+                           "detail": detail, "page": page})
+            norm = float(step.norm.mean()) if step is not None else 0.0
+            blocks.append({"id": norm_id, "x": x + BOX_W + GAP, "y": y, "w": BOX_W, "h": BOX_H, "kind": "norm",
+                           "title": t("map_addnorm"), "detail": t("map_norm_detail", layer=layer, norm=norm),
+                           "page": f"ffn:{layer}"})
+            arrows += [(prev, block_id), (block_id, norm_id)]
+            prev, x = norm_id, x + 2 * (BOX_W + GAP)
+        y += ROW_H
+    return blocks, arrows, y
+
+
+def shape(s) -> str:
+    return "×".join(str(d) for d in s) if s else "—"
+
+
+def on_click(target: str) -> None:
+    """Open a block's page; an attention or FFN block opens on its layer (and block)."""
+    name, *rest = target.split(":")
+    if name == "attention" and rest:
+        ss.layer, ss.block = int(rest[0]), rest[1]
+        ss.mask_mode = None  # the block's own default mask
+    if name == "ffn" and rest:
+        ss.ffn_layer = int(rest[0])
+    switch(name)
+
+
 st.title(t("app_title"))
 st.markdown(t("home_intro"))
 ctx = page_context()
-cfg, trace = ctx.model.cfg, ctx.trace
+cfg, trace, model = ctx.model.cfg, ctx.trace, ctx.model
 description = ctx.card.get("description")
 if isinstance(description, dict):
     st.info(description.get(lang()) or description.get("en", ""), icon=":material/school:")
 
-side = "encoder" if ctx.model.is_encoder_decoder else "decoder"
-n_blocks = trace.n_blocks()
-last = trace.decoder_ids
+blocks, arrows, bottom = [], [], 0.0
+x = 0.0
+if model.is_encoder_decoder:
+    blocks, arrows, bottom = stack_blocks("encoder", 0.0, 0.5, trace, cfg)
+    x = len(sublayers(trace, "encoder")) * 2 * (BOX_W + GAP) + 0.8
+    blocks.append({"id": "memory", "x": x / 2 - 0.4, "y": bottom, "w": 3.0, "h": 0.8, "kind": "embed",
+                   "title": t("map_memory"), "detail": shape(trace.shape("stack_out", side="encoder")),
+                   "page": "attention:0:cross"})
+    arrows.append((blocks[-2]["id"], "memory"))
+    memory = blocks[-1]
+dec_blocks, dec_arrows, dec_bottom = stack_blocks("decoder", x, 0.5, trace, cfg)
+blocks += dec_blocks
+arrows += dec_arrows
+if model.is_encoder_decoder:
+    cross = next(b for b in dec_blocks if b["id"].endswith("-cross"))
+    lane, gap_y = x - 0.4, cross["y"] - ROW_H / 2 + 0.12  # between the stacks, then along the gap above the row
+    arrows.append([(memory["x"] + memory["w"] / 2, memory["y"]), (lane, memory["y"]), (lane, gap_y),
+                   (cross["x"], gap_y), (cross["x"], cross["y"] - cross["h"] / 2)])
+dec_w = len(sublayers(trace, "decoder")) * 2 * (BOX_W + GAP)
 top = distribution(trace.logits[0, -1], top=1)
-steps = [
-    ("pages/1_tokenizer.py", "nav_tokenizer", t("home_tokens", n=len(ctx.prep.src.tokens), enc=cfg.encoding)),
-    ("pages/2_embeddings.py", "nav_embeddings", t("home_embed", shape=trace.shape("embed", side=side))),
-    ("pages/3_attention.py", "nav_attention", t("home_attention", blocks=n_blocks, heads=cfg.n_heads)),
-    ("pages/4_logits.py", "nav_logits", t("home_logits", tok=token_labels(ctx.model, top.ids)[0],
-                                          after=token_labels(ctx.model, last[-1:])[0], p=top.probs[0])),
-    ("pages/5_model.py", "nav_model", t("home_model", params=param_counts(ctx.model)["total"],
-                                        device=cache.get_device()[1])),
-]
-for path, title_key, figure in steps:
-    with st.container(border=True):
-        st.page_link(path, label=t(title_key), icon=":material/arrow_forward:")
-        st.markdown(figure)
+word = visible(token_labels(model, top.ids)[0])
+out_x, y = x + dec_w / 2, dec_bottom
+blocks += [{"id": "logits", "x": out_x, "y": y, "w": dec_w * 0.8, "h": BOX_H, "kind": "out",
+            "title": t("map_logits" + ("_norm" if cfg.final_norm else "")),
+            "detail": shape(trace.logits.shape), "page": "logits"},
+           {"id": "softmax", "x": out_x, "y": y + ROW_H, "w": dec_w * 0.8, "h": BOX_H, "kind": "out",
+            "title": t("map_softmax"), "detail": t("map_softmax_detail", tok=word, p=top.probs[0]), "page": "logits"}]
+arrows += [(dec_blocks[-1]["id"], "logits"), ("logits", "softmax")]
+width = max(x + dec_w, 6.0)
+height = max(b["y"] + b["h"] / 2 for b in blocks) + 0.3
+st.subheader(t("map_title"))
+picked = clicked(model_map(blocks, arrows, width=width, height=height), "model_map", trace_name="blocks")
+st.caption(t("map_hint"))
+if isinstance(picked, str):
+    on_click(picked)
+
+counts = param_counts(model)
+st.markdown(t("home_model", params=counts["total"], device=cache.get_device()[1]))
+cols = st.columns(3)
+for i, (name, icon) in enumerate((("tokenizer", "🔤"), ("embeddings", "📐"), ("attention", "👀"), ("ffn", "➕"),
+                                  ("logits", "🎲"), ("model", "🧮"))):
+    with cols[i % 3]:
+        link(name, icon=icon)

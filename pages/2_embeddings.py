@@ -6,7 +6,7 @@ from transformer_core.analysis.positions import position_table, scale_balance, s
 from transformer_core.model.positional import sinusoid_table
 from transformer_core.text.inputs import token_labels
 from ui.errors import show_error
-from ui.figures import SEQUENTIAL, axis_labels, bars, heatmap, lines
+from ui.figures import DIVERGING, SEQUENTIAL, axis_labels, bars, lines, token_heatmap
 from ui.i18n import t
 from ui.session import page_context, through_app
 from ui.widgets import chart, explain, table, tensor_frame
@@ -47,10 +47,19 @@ lo, hi = st.slider(t("emb_dims"), 0, d - 1, (0, min(d, 64) - 1), key=f"emb_dims_
 if hi - lo + 1 > MAX_DIMS:
     hi = lo + MAX_DIMS - 1
     st.caption(t("emb_dims_capped", lo=lo, hi=hi, n=MAX_DIMS))
-dims = [f"d{i}" for i in range(lo, hi + 1)]
+
+
+def dims_map(z, rows, key: str, title_y: str) -> None:
+    """Rows (tokens or positions) × dimensions lo..hi, diverging around 0; hover names row, dimension, value."""
+    fig = token_heatmap(z, rows, None, colorscale=DIVERGING, zmid=0, x0=lo, px_per_token=16, max_height=900,
+                        hovertemplate=f"{title_y} %{{y}} · {t('emb_axis_dim')} %{{x}}<br>%{{z:.4f}}<extra></extra>")
+    fig.update_xaxes(title_text=t("emb_axis_dim"))
+    fig.update_yaxes(title_text=title_y)
+    chart(fig, key)
+
 
 st.subheader(t("emb_tok"))
-chart(heatmap(tok[:, lo:hi + 1], dims, labels, zmid=0, x_title=t("emb_axis_dim"), y_title=t("col_token")), "emb_tok")
+dims_map(tok[:, lo:hi + 1], labels, "emb_tok", t("col_token"))
 
 st.subheader(t("emb_pe"))
 explain("emb_pe_text", PE_LATEX)
@@ -64,8 +73,7 @@ if not more and n_tok > cap:
     st.caption(t("emb_pos_capped", n=cap, total=n_tok))
 table_pe = position_table(ctx.model, n_pos, side)  # (n_pos, d)
 pos_labels = [str(p) for p in range(n_pos)]
-chart(heatmap(table_pe[:, lo:hi + 1], dims, pos_labels, zmid=0, x_title=t("emb_axis_dim"), y_title=t("col_position")),
-      "emb_pe")
+dims_map(table_pe[:, lo:hi + 1], pos_labels, "emb_pe", t("col_position"))
 
 st.subheader(t("emb_pe_curves"))
 default_dims = sorted({i for i in (0, 1, 4, 5, d // 2, d - 2) if i < d})
@@ -76,8 +84,7 @@ if chosen:
     chart(lines(range(n_pos), series, x_title=t("col_position"), y_title="PE"), "emb_curves")
 
 st.subheader(t("emb_sum"))
-chart(heatmap(summed[:, lo:hi + 1], dims, labels, zmid=0, x_title=t("emb_axis_dim"), y_title=t("col_token")),
-      "emb_sum")
+dims_map(summed[:, lo:hi + 1], labels, "emb_sum", t("col_token"))
 
 st.subheader(t("emb_scale"))
 explain("emb_scale_intro", r"\text{mean}\,|E\cdot\sqrt{d_{\text{model}}}| = \sqrt{d_{\text{model}}}\;\text{mean}\,|E|")
@@ -97,8 +104,11 @@ except Exception as exc:  # noqa: BLE001 - shown as a message, never a traceback
 st.subheader(t("emb_sim"))
 explain("emb_sim_text", r"PE_p\cdot PE_q = \sum_{i} \cos\!\big(\omega_i\,(p-q)\big),\qquad "
         r"\omega_i = 10000^{-2i/d_{\text{model}}}" if sinusoidal else None)
-chart(heatmap(similarity(table_pe), pos_labels, pos_labels, colorscale=SEQUENTIAL, x_title=t("col_position"),
-              y_title=t("col_position")), "emb_sim")
+sim = token_heatmap(similarity(table_pe), pos_labels, pos_labels, colorscale=SEQUENTIAL, px_per_token=10,
+                    max_height=800, hovertemplate="%{y} · %{x}: %{z:.3f}<extra></extra>")
+sim.update_xaxes(title_text=t("col_position"))
+sim.update_yaxes(title_text=t("col_position"))
+chart(sim, "emb_sim")
 
 st.subheader(t("emb_small"))
 st.markdown(t("emb_small_text"))

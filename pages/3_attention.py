@@ -1,4 +1,5 @@
-"""Page 3: one attention block of one layer — scores before/after masking, softmax, every head, Q/K/V, one query."""
+"""Page 3: attention. One head large (every token labelled; click a cell to explain it), all heads of the layer as
+thumbnails that pick the head, scores before and after masking side by side, Q/K/V and one query step by step."""
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -10,22 +11,24 @@ from transformer_core.text.inputs import token_labels
 from ui.errors import show_error
 from ui.figures import (
     DIVERGING,
-    SEQUENTIAL,
-    add_mask_marks,
+    SCALES,
     axis_labels,
-    heatmap,
-    heatmap_grid,
+    click_targets,
+    mark_cells,
+    scaled_weights,
+    thumbnails,
+    token_heatmap,
 )
 from ui.i18n import t
 from ui.session import load_selected_model, page_context, through_app
-from ui.widgets import chart, explain, table, tensor_frame
+from ui.widgets import chart, clicked, explain, table, tensor_frame
 
 through_app()
 
-CAP = 128  # tokens shown per heatmap axis; longer sequences are cropped (tables keep every token)
-GRID_CAP = 64  # the all-heads grid draws n_heads heatmaps: fewer tokens keep it small
-GRID_WIDE = 32  # longer sequences get a 2-column grid with taller heatmaps, so every label stays readable
-GRID_STAGES = ("scores", "scaled", "masked", "weights")
+HOVER_CAP = 96  # up to this many tokens, hover shows q·k, the scaled score and the weight of each cell
+CLICK_CAP = 128  # up to this many tokens, a click on a cell explains it (one invisible marker per cell)
+SIDE_CAP = 256  # the before/after pair shows a window of at most this many tokens
+THUMB_CAP = 96  # thumbnails are pooled to at most this many rows and columns
 KIND_LABEL = {"enc_self": "block_enc_self", "dec_self": "block_dec_self", "cross": "block_cross"}
 ss = st.session_state
 
@@ -33,55 +36,148 @@ ss = st.session_state
 def _clamp(key: str, n: int, default: int = 0) -> None:
     """Keep an int widget value (from the URL or another model) inside 0..n-1."""
     v = ss.get(key, default)
-    ss[key] = min(max(int(v), 0), n - 1) if str(v).lstrip("-").isdigit() else default
+    ss[key] = min(max(int(v), 0), n - 1) if str(v).lstrip("-").isdigit() and len(str(v)) < 6 else default
 
 
 def _on_block_change() -> None:
     ss.mask_mode = DEFAULT_MASKS[ss.block]
+    ss.pop("att_cell", None)
 
 
 def selectors(model) -> str:
-    """Layer, block, head and mask widgets (before the trace, which depends on them); returns the block kind."""
+    """Layer, block, head, mask and colour-scale widgets (before the trace, which depends on them)."""
     cfg = model.cfg
     _clamp("layer", cfg.n_layers)
     _clamp("head", cfg.n_heads)
-    c1, c2, c3, c4 = st.columns([1, 3, 1, 3])
-    c1.selectbox(t("att_layer"), range(cfg.n_layers), key="layer")
     kinds = ["enc_self", "dec_self", "cross"] if model.is_encoder_decoder else ["dec_self"]
     if ss.get("block") not in kinds:  # not chosen yet (or another model's): cross-attention shows most
         ss.block = kinds[-1]
         _on_block_change()
     if ss.get("mask_mode") not in MASK_MODES:
         ss.mask_mode = DEFAULT_MASKS[ss.block]
-
-    def block_label(kind: str) -> str:
-        return t("block_gpt_self" if not model.is_encoder_decoder else KIND_LABEL[kind])
-
-    c2.selectbox(t("att_block"), kinds, key="block", format_func=block_label, on_change=_on_block_change)
+    if ss.get("att_scale") not in SCALES:
+        ss.att_scale = "01"
+    c1, c2, c3, c4, c5 = st.columns([1, 3, 1, 3, 2])
+    c1.selectbox(t("att_layer"), range(cfg.n_layers), key="layer")
+    c2.selectbox(t("att_block"), kinds, key="block", on_change=_on_block_change,
+                 format_func=lambda k: t("block_gpt_self" if not model.is_encoder_decoder else KIND_LABEL[k]))
     c3.selectbox(t("att_head"), range(cfg.n_heads), key="head")
     c4.radio(t("att_mask_mode"), MASK_MODES, key="mask_mode", horizontal=True, format_func=lambda m: t(f"mask_{m}"))
+    c5.radio(t("att_scale"), SCALES, key="att_scale", horizontal=True, format_func=lambda s: t(f"att_scale_{s}"),
+             help=t("att_scale_help"))
     return ss.block
 
 
-def styled(fig, template: str):
-    """Hover names the query token, the key token and the value (mask overlays keep their own hover)."""
-    for tr in fig.data:
-        if tr.type == "heatmap" and tr.name != "mask":
-            tr.hovertemplate = template + "<extra></extra>"
-    return fig
+def main_map(stages, head: int, q_lab, k_lab) -> tuple[int, int] | None:
+    """The chosen head's softmax weights, large; returns the clicked (query, key) cell, if any."""
+    weights = stages.head("weights", head).numpy()
+    mask = stages.head("mask", head).numpy()
+    z, axis = scaled_weights(np.where(mask, weights, np.nan), ss.att_scale)
+    n_q, n_k = weights.shape
+    custom, hover = None, None
+    if max(n_q, n_k) <= HOVER_CAP:
+        raw, scaled = stages.head("scores", head).numpy(), stages.head("scaled", head).numpy()
+        qs = np.broadcast_to(np.array(q_lab, dtype=object)[:, None], (n_q, n_k))
+        ks = np.broadcast_to(np.array(k_lab, dtype=object)[None, :], (n_q, n_k))
+        custom = np.stack([qs, ks, np.round(raw, 4), np.round(scaled, 4), np.round(weights, 6)], axis=-1)
+        hover = (f"{t('attn_queries')}: %{{customdata[0]}}<br>{t('attn_keys')}: %{{customdata[1]}}<br>"
+                 f"q·k = %{{customdata[2]}}<br>q·k/√d_k = %{{customdata[3]}}<br>{t('attn_col_weight')} = "
+                 f"%{{customdata[4]}}<extra></extra>")
+    clickable = max(n_q, n_k) <= CLICK_CAP  # then the click targets on top carry the hover
+    fig = token_heatmap(z, q_lab, k_lab, title=t("att_main_title", head=head, scale=t(f"att_scale_{ss.att_scale}")),
+                        **axis, customdata=None if clickable else custom,
+                        hovertemplate="skip" if clickable and custom is not None else hover)
+    mark_cells(fig, ~mask, hovertemplate=f"{t('attn_queries')} %{{y}} · {t('attn_keys')} %{{x}}<br>"
+               f"{t('att_masked_hover')} → 0", value=0.0)
+    if clickable:
+        click_targets(fig, n_q, n_k, customdata=custom, hovertemplate=hover)
+        fig.update_xaxes(title_text=t("attn_keys"))
+        fig.update_yaxes(title_text=t("attn_queries"))
+        event = chart(fig, "att_main", on_select=True)
+        points = (event or {}).get("selection", {}).get("points", []) if event else []
+        cells = [(int(p["y"]), int(p["x"])) for p in points if p.get("curve_number") == len(fig.data) - 1]
+        if cells:
+            ss.att_cell = cells[-1]
+        st.caption(t("att_click_hint"))
+    else:
+        chart(fig, "att_main")
+        st.caption(t("att_zoom_hint", n=max(n_q, n_k)))
+    return ss.get("att_cell")
 
 
-def value_hover() -> str:
-    return f"{t('attn_hover_pos')}<br>{t('attn_hover_value')} %{{z:.4f}}"
+def side_by_side(stages, head, q_lab, k_lab) -> None:
+    """Scaled scores before and after the mask, one colour scale; long inputs show a window of SIDE_CAP."""
+    n_q, n_k = stages.weights.shape[-2:]
+    lo = 0
+    if max(n_q, n_k) > SIDE_CAP:
+        lo = st.slider(t("att_window"), 0, max(n_q, n_k) - SIDE_CAP, 0, key="att_window")
+    qs, ks = slice(min(lo, max(n_q - SIDE_CAP, 0)), None), slice(min(lo, max(n_k - SIDE_CAP, 0)), None)
+    scaled = stages.head("scaled", head).numpy()[qs, ks][:SIDE_CAP, :SIDE_CAP]
+    mask = stages.head("mask", head).numpy()[qs, ks][:SIDE_CAP, :SIDE_CAP]
+    q_l, k_l = q_lab[qs][:SIDE_CAP], k_lab[ks][:SIDE_CAP]
+    lim = float(np.abs(scaled).max()) or 1.0  # one colour scale for before and after
+    kw = {"zmin": -lim, "zmax": lim, "zmid": 0, "colorscale": DIVERGING, "px_per_token": 12, "max_height": 900}
+    value = "%{z:.4f}<extra></extra>"
+    before = token_heatmap(scaled, q_l, k_l, title=t("att_before"), hovertemplate=value, **kw)
+    after = token_heatmap(np.where(mask, scaled, np.nan), q_l, k_l, title=t("att_after"), hovertemplate=value, **kw)
+    mark_cells(after, ~mask, hovertemplate=t("att_masked_hover"))
+    for col, fig, key in zip(st.columns(2), (before, after), ("before", "after"), strict=True):
+        with col:
+            chart(fig, f"att_{key}")
 
 
-def masked_hover() -> str:
-    return f"{t('attn_hover_pos')}<br>{t('att_masked_hover')}"
+def head_thumbnails(stages, heads: int) -> None:
+    """Every head of this layer and block, small; a click picks the head shown large above."""
+    st.subheader(t("att_grid"))
+    w = stages.weights[0].float().numpy()  # (nh, Tq, Tk)
+    mask = stages.mask[0].numpy()
+    step = max(1, -(-max(w.shape[-2:]) // THUMB_CAP))  # pool long maps so thumbnails stay light
+    if step > 1:
+        w, mask = w[:, ::step, ::step], mask[:, ::step, ::step]
+    z, axis = scaled_weights(np.where(mask, w, np.nan), ss.att_scale)
+    titles = [f"{t('att_head')} {h}" for h in range(heads)]
+    fig = thumbnails(list(z), titles, cols=min(heads, 8 if heads > 8 else 4 if heads > 4 else heads),
+                     zmin=axis["zmin"], zmax=axis["zmax"], masked=~mask, selected=int(ss.head))
+    picked = clicked(fig, "att_thumbs")
+    if picked is not None:
+        ss.head = int(picked)
+        ss.pop("att_cell", None)
+        st.rerun()
+    st.caption(t("att_thumbs_hint") + (" " + t("att_thumbs_pooled", step=step) if step > 1 else ""))
 
 
-def zero_hover() -> str:
-    """Hover of a masked softmax weight: the overlay holds its value, 0."""
-    return f"{t('attn_hover_pos')}<br>{t('attn_hover_value')} %{{z:.4f}} ({t('attn_masked_zero')})"
+def explain_cell(stages, head, q_lab, k_lab, cell) -> None:
+    """The one-query arithmetic for the clicked cell: the row's numbers, the chosen key highlighted."""
+    n_q, n_k = stages.weights.shape[-2:]
+    query, key = min(cell[0], n_q - 1), min(cell[1], n_k - 1)
+    s = query_steps(stages, head, query)
+    st.subheader(t("att_cell_title", q=q_lab[query], k=k_lab[key]))
+    keep = bool(s.mask[key])
+    st.markdown(t("att_cell_numbers", raw=float(s.raw[key]), d_k=s.d_k, sqrt=s.scale, scaled=float(s.scaled[key]),
+                  mask=t("attn_mask_keep") if keep else t("attn_mask_block"), w=float(s.weights[key]),
+                  total=float(s.weights.sum())))
+    st.latex(rf"w_{{{query},{key}}} = \frac{{e^{{{float(s.scaled[key]):.3f}}}}}{{\sum_j e^{{s_{{{query},j}}}}}}"
+             + (rf" = {float(s.weights[key]):.4f}" if keep else r" = 0 \;(\text{masked})"))
+    steps_table(s, k_lab, query, highlight=key, where="cell")
+
+
+def steps_table(s, k_lab, query: int, highlight: int | None = None, where: str = "query") -> None:
+    masked = [f"{x:.4f}" if keep else "−∞" for x, keep in zip(s.masked.tolist(), s.mask.tolist(), strict=True)]
+    df = pd.DataFrame({
+        t("attn_col_key"): [("▶ " if i == highlight else "") + k for i, k in enumerate(k_lab)],
+        t("attn_col_raw"): s.raw.numpy(),
+        t("attn_col_scaled"): s.scaled.numpy(),
+        t("attn_col_mask"): [t("attn_mask_keep") if m else t("attn_mask_block") for m in s.mask.tolist()],
+        t("attn_col_masked"): masked,
+        t("attn_col_weight"): s.weights.numpy(),
+    })
+    table(df, f"attention_{where}_{query}", formats=four_decimals(df))
+    st.caption(t("attn_step_sum", s=float(s.weights.sum()), n=int((~s.mask).sum()), total=len(s.mask)))
+    out = s.output.numpy()[None, :]
+    st.markdown(f"**{t('att_output')}**")
+    df = tensor_frame(out, ["z"], [str(d) for d in range(out.shape[1])]).reset_index(names=t("col_token"))
+    table(df, f"attention_{where}_output_{query}", formats=four_decimals(df))
+    st.caption(t("attn_output_check", d=s.max_difference))
 
 
 def four_decimals(df: pd.DataFrame) -> dict[str, str]:
@@ -89,73 +185,7 @@ def four_decimals(df: pd.DataFrame) -> dict[str, str]:
     return {c: "%.4f" for c in df.columns if pd.api.types.is_numeric_dtype(df[c])}
 
 
-def mark_masked(fig, stage: str, masked, k_lab, q_lab, **where) -> None:
-    """✕ on masked cells (which hold NaN): scores hover as −∞, softmax weights as the exact 0 they are."""
-    hover, value = (zero_hover(), 0.0) if stage == "weights" else (masked_hover(), 1.0)
-    add_mask_marks(fig, masked, k_lab, q_lab, hovertemplate=hover, value=value, **where)
-
-
-def side_by_side(stages, head, q_lab, k_lab, n) -> None:
-    scaled = stages.head("scaled", head, n).numpy()
-    mask = stages.head("mask", head, n).numpy()
-    weights = stages.head("weights", head, n).numpy()
-    lim = float(np.abs(scaled).max()) or 1.0  # one colour scale for before and after
-    axes = {"x_title": t("attn_keys"), "y_title": t("attn_queries")}
-    kw = {**axes, "zmin": -lim, "zmax": lim, "zmid": 0, "colorscale": DIVERGING}
-    figs = [
-        heatmap(scaled, k_lab, q_lab, title=t("att_before"), **kw),
-        heatmap(np.where(mask, scaled, np.nan), k_lab, q_lab, title=t("att_after"), **kw),
-        heatmap(np.where(mask, weights, np.nan), k_lab, q_lab, title=t("att_weights"), colorscale=SEQUENTIAL,
-                zmin=0, zmax=1, **axes),
-    ]
-    mark_masked(figs[1], "masked", ~mask, k_lab, q_lab)
-    mark_masked(figs[2], "weights", ~mask, k_lab, q_lab)
-    for col, fig, key in zip(st.columns(3), figs, ("before", "after", "weights"), strict=True):
-        with col:
-            chart(styled(fig, value_hover()), f"att_{key}")
-
-
-def head_grid(stages, q_lab, k_lab, n) -> None:
-    st.subheader(t("att_grid"))
-    stage = st.radio(t("att_grid_stage"), GRID_STAGES, index=3, horizontal=True, key="att_grid_stage_sel",
-                     format_func=lambda s: t(f"attn_stage_{s}"))
-    mats = stages.head(stage, None, n).numpy()
-    masked = ~stages.head("mask", None, n).numpy()
-    marked = stage in ("masked", "weights")
-    if marked:
-        mats = np.where(masked, np.nan, mats)
-    weights = {"colorscale": SEQUENTIAL, "zmin": 0, "zmax": 1}  # weights always on 0..1, like the chart above
-    kw = weights if stage == "weights" else {"colorscale": DIVERGING, "zmid": 0}
-    wide = max(len(q_lab), len(k_lab)) > GRID_WIDE
-    cols = min(2 if wide else 4, len(mats))
-    fig = heatmap_grid(list(mats), [f"{t('att_head')} {h}" for h in range(len(mats))], k_lab, q_lab, cols=cols,
-                       row_height=460 if wide else None, x_title=t("attn_keys"), y_title=t("attn_queries"), **kw)
-    styled(fig, value_hover())
-    if marked:
-        for h, m in enumerate(masked):
-            mark_masked(fig, stage, m, k_lab, q_lab, row=h // cols + 1, col=h % cols + 1, marks=m.size <= 32 * 32)
-    st.caption(t("attn_grid_note"))
-    chart(fig, "att_grid")
-
-
-def qkv(stages, head, q_lab, k_lab, n) -> None:
-    st.subheader(t("att_qkv"))
-    mats = {s: stages.head(s, head) for s in ("q", "k", "v")}
-    labels = {"q": q_lab, "k": k_lab, "v": k_lab}
-    dims = [str(d) for d in range(mats["q"].size(-1))]
-    for col, (s, m) in zip(st.columns(3), mats.items(), strict=True):
-        with col:
-            fig = heatmap(m[:n].numpy(), dims, labels[s][:n], title=f"{s.upper()} {tuple(m.shape)}",
-                          x_title=t("attn_dims"), y_title=t("attn_tokens"), zmid=0)
-            chart(styled(fig, t("attn_hover_qkv")), f"att_{s}")
-    with st.expander(t("attn_qkv_tables")):
-        for tab, (s, m) in zip(st.tabs(["Q", "K", "V"]), mats.items(), strict=True):
-            with tab:
-                df = tensor_frame(m.numpy(), labels[s], dims).reset_index(names=t("col_token"))
-                table(df, f"attention_{s}", formats=four_decimals(df))
-
-
-def steps(stages, head, q_lab, k_lab) -> None:
+def one_query(stages, head, q_lab, k_lab) -> None:
     st.subheader(t("att_step"))
     st.markdown(t("attn_step_intro"))
     n_q = stages.weights.size(-2)
@@ -163,22 +193,26 @@ def steps(stages, head, q_lab, k_lab) -> None:
     query = st.selectbox(t("attn_query_pick"), range(n_q), key="att_query_idx", format_func=lambda i: q_lab[i])
     s = query_steps(stages, head, query)
     st.caption(t("attn_dk", d_k=s.d_k, sqrt=s.scale))
-    masked = [f"{x:.4f}" if keep else "−∞" for x, keep in zip(s.masked.tolist(), s.mask.tolist(), strict=True)]
-    df = pd.DataFrame({
-        t("attn_col_key"): k_lab,
-        t("attn_col_raw"): s.raw.numpy(),
-        t("attn_col_scaled"): s.scaled.numpy(),
-        t("attn_col_mask"): [t("attn_mask_keep") if m else t("attn_mask_block") for m in s.mask.tolist()],
-        t("attn_col_masked"): masked,
-        t("attn_col_weight"): s.weights.numpy(),
-    })
-    table(df, f"attention_query_{query}", formats=four_decimals(df))
-    st.caption(t("attn_step_sum", s=float(s.weights.sum()), n=int((~s.mask).sum()), total=len(s.mask)))
-    st.markdown(f"**{t('att_output')}**")
-    out = s.output.numpy()[None, :]
-    df = tensor_frame(out, [q_lab[query]], [str(d) for d in range(out.shape[1])]).reset_index(names=t("col_token"))
-    table(df, f"attention_output_{query}", formats=four_decimals(df))
-    st.caption(t("attn_output_check", d=s.max_difference))
+    steps_table(s, k_lab, query)
+
+
+def qkv(stages, head, q_lab, k_lab) -> None:
+    st.subheader(t("att_qkv"))
+    mats = {s: stages.head(s, head).numpy() for s in ("q", "k", "v")}
+    labels = {"q": q_lab, "k": k_lab, "v": k_lab}
+    for col, (s, m) in zip(st.columns(3), mats.items(), strict=True):
+        with col:
+            dims = [str(d) for d in range(m.shape[1])]
+            fig = token_heatmap(m, labels[s], dims, title=f"{s.upper()} {tuple(m.shape)}", colorscale=DIVERGING,
+                                zmid=0, px_per_token=14, max_height=900,
+                                hovertemplate=t("attn_hover_qkv") + "<extra></extra>")
+            fig.update_xaxes(title_text=t("attn_dims"))
+            chart(fig, f"att_{s}")
+    with st.expander(t("attn_qkv_tables")):
+        for tab, (s, m) in zip(st.tabs(["Q", "K", "V"]), mats.items(), strict=True):
+            with tab:
+                df = tensor_frame(m, labels[s], [str(d) for d in range(m.shape[1])]).reset_index(names=t("col_token"))
+                table(df, f"attention_{s}", formats=four_decimals(df))
 
 
 def sums_and_pitfalls(stages, kind: str, mode: str) -> None:
@@ -188,9 +222,10 @@ def sums_and_pitfalls(stages, kind: str, mode: str) -> None:
         st.info(t("att_all_masked"), icon="ℹ️")
     if mode in ("padding", "both"):
         st.caption(t("attn_padding_note"))
-    st.warning(t("att_pitfall"), icon="⚠️")
-    if kind == "cross":
-        st.warning(t("cross_pitfall"), icon="⚠️")
+    with st.expander(t("att_pitfalls_title")):
+        st.markdown(t("att_pitfall"))
+        if kind == "cross":
+            st.markdown(t("cross_pitfall"))
 
 
 st.title(t("nav_attention"))
@@ -206,17 +241,19 @@ try:
     if stages is None:
         st.error(t("attn_missing"))
         st.stop()
-    src = axis_labels(token_labels(model, ctx.trace.src_ids[0]))
-    tgt = axis_labels(token_labels(model, ctx.trace.tgt_ids[0])) if ctx.trace.tgt_ids is not None else src
+    src = np.array(axis_labels(token_labels(model, ctx.trace.src_ids[0])), dtype=object)
+    tgt = (np.array(axis_labels(token_labels(model, ctx.trace.tgt_ids[0])), dtype=object)
+           if ctx.trace.tgt_ids is not None else src)
     q_lab, k_lab = (src if kind == "enc_self" else tgt), (tgt if kind == "dec_self" else src)
-    n_tok = max(len(q_lab), len(k_lab))
-    if n_tok > GRID_CAP:
-        st.info(t("attn_long", n=n_tok, cap=CAP, grid_cap=GRID_CAP), icon="✂️")
-    head = ss.head
-    side_by_side(stages, head, q_lab[:CAP], k_lab[:CAP], CAP)
+    head = int(ss.head)
+    cell = main_map(stages, head, list(q_lab), list(k_lab))
+    if cell is not None:
+        explain_cell(stages, head, list(q_lab), list(k_lab), cell)
     sums_and_pitfalls(stages, kind, ss.mask_mode)
-    head_grid(stages, q_lab[:GRID_CAP], k_lab[:GRID_CAP], GRID_CAP)
-    steps(stages, head, q_lab, k_lab)
-    qkv(stages, head, q_lab, k_lab, CAP)
+    head_thumbnails(stages, model.cfg.n_heads)
+    st.subheader(t("att_before_after"))
+    side_by_side(stages, head, q_lab, k_lab)
+    one_query(stages, head, list(q_lab), list(k_lab))
+    qkv(stages, head, list(q_lab), list(k_lab))
 except Exception as exc:  # noqa: BLE001 - shown as a message, never a traceback
     show_error(exc)

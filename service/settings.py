@@ -8,13 +8,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
 
 from transformer_core.sources import ROOT, Places
 
 log = logging.getLogger(__name__)
+ADMIN_TOKEN_MIN = 16  # a shorter admin token could be guessed
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,15 @@ SETTINGS: dict[str, Setting] = {
     "train_threads": Setting("TRANSFORMER_EXPLORER_TRAIN_THREADS", 1, "CPU threads of one training", 1, 256),
     "trace_cache_mb": Setting("TRANSFORMER_EXPLORER_TRACE_CACHE_MB", 2048, "memory for cached traces (MB)",
                               16, 1_000_000),
+    "memory_budget_mb": Setting("TRANSFORMER_EXPLORER_MEMORY_BUDGET_MB", 3072,
+                                "memory for work in flight: traces being computed, trainings, uploads (MB)",
+                                64, 1_000_000),
+    "checkpoints_max_mb": Setting("TRANSFORMER_EXPLORER_CHECKPOINTS_MAX_MB", 4096,
+                                  "disk the checkpoints folder may fill with models trained or uploaded here (MB)",
+                                  16, 10_000_000),
+    "admin_token": Setting("TRANSFORMER_EXPLORER_ADMIN_TOKEN", "",
+                           f"the instructor's secret for publishing a model to everyone (at least {ADMIN_TOKEN_MIN} "
+                           "characters; empty: publishing is off)"),
     "tiktoken_cache_dir": Setting("TIKTOKEN_CACHE_DIR", "", "tiktoken's cache, for encodings not shipped in assets/"),
     "hf_offline": Setting("HF_HUB_OFFLINE", False, "1: never download GPT-2, use the Hugging Face cache only"),
 }
@@ -60,6 +70,9 @@ def _parse(name: str, raw: str | None) -> object:
             if (spec.lo is not None and value < spec.lo) or (spec.hi is not None and value > spec.hi):
                 raise ValueError("out of range")
             return value
+        if name == "admin_token" and len(raw) < ADMIN_TOKEN_MIN:
+            log.warning("setting %s is shorter than %d characters; publishing is off", spec.env, ADMIN_TOKEN_MIN)
+            return spec.default  # never log the value: it is a secret
         if name == "device" and not (raw in ("auto", "cpu", "cuda") or raw.startswith("cuda:")):
             raise ValueError("unknown device")
         return raw
@@ -80,6 +93,9 @@ class Settings:
     max_train_params: int
     train_threads: int
     trace_cache_mb: int
+    memory_budget_mb: int
+    checkpoints_max_mb: int
+    admin_token: str = field(repr=False)  # a secret: never in a log line
     tiktoken_cache_dir: str
     hf_offline: bool
 

@@ -22,16 +22,21 @@ APP = str(ROOT / "app.py")
 SMALL = "preset:course-gpt@cl100k_base"  # decoder-only, d_model 64, max_len 16: fast on a CPU
 
 
+def page_names() -> list[str]:
+    """The page names app.py registers, in navigation order."""
+    return re.findall(r'\bpage\(\s*"([a-z_]+)"', (ROOT / "app.py").read_text(encoding="utf-8"))
+
+
 def page_files() -> list[str]:
     """The page scripts app.py registers, relative to the app (in navigation order)."""
-    return re.findall(r'st\.Page\(\s*"([^"]+)"', (ROOT / "app.py").read_text(encoding="utf-8"))
+    return [page_file(n) for n in page_names()]
 
 
 def page_file(name: str) -> str:
-    """The registered page whose file stem ends with `name` (e.g. "logits" -> "pages/4_logits.py")."""
-    matches = [p for p in page_files() if Path(p).stem.split("_", 1)[-1] == name]
-    assert len(matches) == 1, f"no single page named {name!r} in {page_files()}"
-    return matches[0]
+    """The page file of a name (e.g. "logits" -> "pages/5_logits.py")."""
+    matches = [p for p in (ROOT / "pages").glob("*.py") if p.stem.split("_", 1)[-1] == name]
+    assert len(matches) == 1, f"no single page named {name!r}"
+    return f"pages/{matches[0].name}"
 
 
 @contextmanager

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 def fresh_jobs(user_dir, monkeypatch):
     """A fresh user folder and job table; every job started here is stopped and joined."""
     monkeypatch.setattr(jobs, "_JOBS", {})
+    monkeypatch.setattr(jobs, "_SEEN", {})
     yield
     for job in list(jobs._JOBS.values()):
         job.stop.set()
@@ -47,9 +48,10 @@ def test_tiny_task_job_runs_to_a_saved_loadable_checkpoint(user_dir):
     assert meta["example_src"] == TASKS["copy"].example.src and meta["trained_here"] and not meta["stopped"]
     assert 0.0 <= job.accuracy["model"] == meta["accuracy"] <= 1.0
     assert model.cfg.d_model == 16 and model.cfg.vocab_size == len(TASKS["copy"].vocab_map)
-    entry = catalog.entry(job.model_key)
-    assert entry.kind == "user" and entry.label == "My copy / ../x" and jobs.user_models() == [entry]
-    catalog.load(job.model_key, "cpu")  # the sidebar can open it
+    entry = catalog.entry(job.model_key, viewer="s1")  # private: the owner (by default the session) sees it
+    assert entry.kind == "user" and entry.label == "My copy / ../x" and jobs.user_models("s1") == [entry]
+    assert entry.card["mine"] and entry.card["private"] and "owner" not in entry.card
+    catalog.load(job.model_key, "cpu", viewer="s1")  # the sidebar can open it
 
 
 def test_text_job_saves_an_example_inside_its_vocabulary(user_dir):

@@ -51,10 +51,15 @@ def test_no_page_or_ui_module_spells_a_hook_path():
         assert not re.search(r"hook_[a-z]|\.layers\.|self_attn|cross_attn", text), path
 
 
-def test_every_page_in_the_folder_is_in_the_navigation_and_nothing_else():
-    app = (ROOT / "app.py").read_text(encoding="utf-8")
-    listed = re.findall(r'"(pages/[^"]+\.py)"', app)
-    assert sorted(listed) == sorted(f"pages/{p.name}" for p in (ROOT / "pages").glob("*.py"))
+def test_every_page_in_the_folder_is_in_the_navigation_once_and_nothing_else():
+    listed = re.findall(r'\bpage\(\s*"([a-z_]+)"', (ROOT / "app.py").read_text(encoding="utf-8"))
+    files = sorted(p.stem.split("_", 1)[-1] for p in (ROOT / "pages").glob("*.py"))
+    assert sorted(listed) == files and len(set(listed)) == len(listed)
+
+
+def test_pages_link_to_each_other_by_name_never_by_file():
+    for path in py_files("pages", "ui", "app.py"):
+        assert not re.search(r'"pages/[^"]*\.py"', path.read_text(encoding="utf-8")), path
 
 
 def readme_table(heading: str) -> list[str]:

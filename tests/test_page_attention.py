@@ -4,7 +4,6 @@ import math
 import re
 
 import numpy as np
-import plotly.graph_objects as go
 import pytest
 import torch
 from apptest_support import SMALL, array, figure, harness_language, messages, no_pages_dir_mode, open_app, shown_texts
@@ -18,7 +17,7 @@ from transformer_core.model.masks import attention_mask
 from transformer_core.model.trace import run_with_trace
 from transformer_core.model.transformer import build_model
 from transformer_core.text.tokenizer import load_encoding
-from ui.figures import add_mask_marks, heatmap, heatmap_grid
+from ui.figures import mark_cells, token_heatmap
 from ui.i18n import strings
 
 PAGE = "attention"
@@ -74,6 +73,10 @@ def assert_clean(at):
     assert not at.error, [e.value for e in at.error]
 
 
+def main_values(at) -> np.ndarray:
+    return values(figure(at, "att_main"))[0]
+
+
 def test_decoder_only_page_shows_zero_weights_above_the_diagonal_and_rows_summing_to_one():
     at = open_app(PAGE, model=SMALL, lang="en")
     assert_clean(at)
@@ -88,17 +91,20 @@ def test_decoder_only_page_shows_zero_weights_above_the_diagonal_and_rows_summin
     assert {c: v["type_config"]["format"] for c, v in numbers.items()} == dict.fromkeys(
         ["q·k", "q·k / √d_k", WEIGHT], "%.4f")  # every number shown with 4 decimals, like the masked column
     assert all(re.fullmatch(r"-?\d+\.\d{4}|−∞", x) for x in df[MASKED])
-    weights = figure(at, "att_weights")["data"][0]
-    assert (weights["zmin"], weights["zmax"]) == (0, 1)
-    grid = figure(at, "att_grid")
-    assert len(values(grid)) == 4  # course-gpt has 4 heads
-    for m, raw in zip(hover_values(grid), values(grid), strict=True):
+    main = figure(at, "att_main")
+    assert (main["data"][0]["zmin"], main["data"][0]["zmax"]) == (0, 1)
+    assert len(main["layout"]["yaxis"]["ticktext"]) == main_values(at).shape[0]  # every token labelled
+    for m, raw in zip(hover_values(main)[:1], values(main)[:1], strict=True):
         assert (np.triu(m, k=1) == 0).all() and np.isnan(raw[np.triu_indices_from(raw, 1)]).all()
         np.testing.assert_allclose(m.sum(-1), 1.0, atol=1e-5)
-    assert grid["layout"]["coloraxis"]["cmin"] == 0 and grid["layout"]["coloraxis"]["cmax"] == 1
+    thumbs = figure(at, "att_thumbs_0")
+    assert len(values(thumbs)) == 4  # course-gpt has 4 heads
+    for raw in values(thumbs):
+        assert np.isnan(raw[np.triu_indices_from(raw, 1)]).all()
+    assert thumbs["layout"]["coloraxis"]["cmin"] == 0 and thumbs["layout"]["coloraxis"]["cmax"] == 1
     lo, hi = map(float, re.findall(r"\d\.\d{6}", next(s for s in messages(at) if s.startswith("Row sums"))))
     assert lo == pytest.approx(1.0, abs=1e-5) and hi == pytest.approx(1.0, abs=1e-5)
-    assert any("flat" in s for s in messages(at))  # the seed's uniform-softmax pitfall
+    assert any("flat" in s for s in shown_texts(at))  # the course's uniform-softmax mistake, explained
 
 
 @pytest.mark.parametrize("mode", ["none", "causal", "padding", "both"])
@@ -123,18 +129,46 @@ def test_each_mask_mode_recomputes_the_weights(mode):
         assert (np.isnan(marks) == ~upper).all()
         assert all((t == "✕") == u for row, urow in zip(overlays[0]["text"], upper, strict=True)
                    for t, u in zip(row, urow, strict=True))
-    for m in hover_values(figure(at, "att_weights")) + hover_values(figure(at, "att_grid")):
-        np.testing.assert_allclose(m.sum(-1), 1.0, atol=1e-5)
-        assert (np.triu(m, k=1) == 0).all() == causal
-    weights = figure(at, "att_weights")
-    marks = [tr for tr in weights["data"] if tr.get("name") == "mask"]
+    main = figure(at, "att_main")
+    m = hover_values(main)[0]
+    np.testing.assert_allclose(m.sum(-1), 1.0, atol=1e-5)
+    assert (np.triu(m, k=1) == 0).all() == causal
+    marks = [tr for tr in main["data"] if tr.get("name") == "mask"]
     assert len(marks) == (1 if causal else 0)
-    if causal:  # like "after masking": blank + ✕, and hover reads the exact 0 the weight is
-        upper = np.triu(np.ones_like(values(weights)[0], dtype=bool), k=1)
-        assert np.isnan(values(weights)[0][upper]).all() and (array(marks[0]["z"])[upper] == 0).all()
-        assert all((t == "✕") == u for row, urow in zip(marks[0]["text"], upper, strict=True)
-                   for t, u in zip(row, urow, strict=True))
-        assert "masked → 0" in marks[0]["hovertemplate"] and "%{z:.4f}" in marks[0]["hovertemplate"]
+    if causal:  # like "after masking": blank + ✕, and hover says the weight is exactly 0
+        upper = np.triu(np.ones_like(values(main)[0], dtype=bool), k=1)
+        assert np.isnan(values(main)[0][upper]).all() and (array(marks[0]["z"])[upper] == 0).all()
+        assert "masked" in marks[0]["hovertemplate"] and "→ 0" in marks[0]["hovertemplate"]
+
+
+@pytest.mark.parametrize("scale", ["row", "log"])
+def test_colour_scales_per_row_and_log(scale):
+    at = open_app(PAGE, model=SMALL, lang="en", text="the cat sat on the mat")
+    weights = hover_values(figure(at, "att_main"))[0]
+    at.radio(key="att_scale").set_value(scale).run()
+    assert_clean(at)
+    main = figure(at, "att_main")
+    z = values(main)[0]
+    live = ~np.isnan(z)
+    if scale == "row":
+        np.testing.assert_allclose(np.nanmax(z, axis=-1), 1.0, atol=1e-6)  # each row by its largest weight
+        assert (main["data"][0]["zmin"], main["data"][0]["zmax"]) == (0, 1)
+    else:
+        np.testing.assert_allclose(z[live], np.log10(np.maximum(weights[live], 1e-6)), atol=1e-5)
+        assert main["data"][0]["colorbar"]["ticktext"] == ["1e-6", "1e-4", "1e-2", "1e0"]
+
+
+def test_a_chosen_cell_is_explained_step_by_step():
+    at = open_app(PAGE, model=SMALL, lang="en", text="the cat sat on the mat")
+    assert "cells" in [tr.get("name") for tr in figure(at, "att_main")["data"]]  # click targets on every cell
+    at.session_state["att_cell"] = (3, 1)  # what a click on (query 3, key 1) stores
+    at.run()
+    assert_clean(at)
+    assert any(s.value.startswith("Why 3 ‘") and "1 ‘" in s.value for s in at.subheader)
+    text = " ".join(m.value for m in at.markdown)
+    assert "q·k =" in text and "softmax over the whole row" in text
+    table = next(df.value for df in at.dataframe if WEIGHT in df.value.columns)
+    assert table[KEY].iloc[1].startswith("▶ ")
 
 
 def test_encoder_decoder_opens_on_cross_attention_with_encoder_keys():
@@ -148,11 +182,11 @@ def test_encoder_decoder_opens_on_cross_attention_with_encoder_keys():
     at.selectbox(key="block").set_value("cross").run()
     assert_clean(at)
     df = step_table(at)
-    assert len(df) == SRC_TOKENS and df[KEY].iloc[0] == "0·同" and df[KEY].iloc[3] == "3·!"
-    assert at.selectbox(key="att_query_idx").options[0] == "0·我"  # queries: the decoder's tokens
+    assert len(df) == SRC_TOKENS and df[KEY].iloc[0] == "0 ‘同’" and df[KEY].iloc[3] == "3 ‘!’"
+    assert at.selectbox(key="att_query_idx").options[0] == "0 ‘我’"  # queries: the decoder's tokens
     assert len(at.selectbox(key="att_query_idx").options) == TGT_TOKENS
     assert df[WEIGHT].sum() == pytest.approx(1.0, abs=1e-6)
-    assert any("DecoderBlock" in s for s in messages(at))  # the cross-attention pitfall
+    assert any("DecoderBlock" in s for s in shown_texts(at))  # the cross-attention mistake, explained
     at.radio(key="mask_mode").set_value("causal").run()  # never causal over the encoder memory
     assert_clean(at)
     assert (step_table(at)[MASKED] != "−∞").all()
@@ -168,30 +202,26 @@ def test_chart_data_stays_under_one_megabyte_at_64_tokens():
     text = enc.decode(enc.encode("the quick brown fox jumps over the lazy dog " * 20)[:64])
     at = open_app(PAGE, model=BASE, lang="en", text=text, tgt=text, block="dec_self")
     assert_clean(at)
-    assert array(figure(at, "att_before")["data"][0]["z"]).shape == (64, 64)
-    layout = figure(at, "att_grid")["layout"]  # 64 tokens: 8 heads in 2 columns, labels on the outer edges
-    assert layout["xaxis3"]["domain"] == layout["xaxis"]["domain"] != layout["xaxis2"]["domain"]
-    assert layout["yaxis"]["showticklabels"] and not layout["yaxis2"].get("showticklabels")
-    sizes = {"weights": chart_bytes(at)}
-    for stage in ("scores", "masked"):
-        at.radio(key="att_grid_stage_sel").set_value(stage).run()
-        assert_clean(at)
-        sizes[stage] = chart_bytes(at)
-    print("chart bytes at 64 tokens:", sizes)
-    assert max(sizes.values()) < 1_000_000, sizes
+    assert main_values(at).shape == (64, 64) and array(figure(at, "att_before")["data"][0]["z"]).shape == (64, 64)
+    print("chart bytes at 64 tokens:", chart_bytes(at))
+    assert chart_bytes(at) < 1_000_000
 
 
-def test_long_sequence_caps_the_heatmaps_and_says_so():
+def test_long_sequence_shows_every_token_with_zoom_and_a_window_for_the_pair():
     enc = load_encoding("cl100k_base")
     text = enc.decode(enc.encode("the quick brown fox jumps over the lazy dog " * 40)[:300])
     at = open_app(PAGE, model=BASE, lang="en", text=text, tgt="short target")
     at.selectbox(key="block").set_value("enc_self").run()
     assert_clean(at)
-    assert any("heatmaps show the first 128" in s for s in messages(at))
-    assert array(figure(at, "att_weights")["data"][0]["z"]).shape == (128, 128)
-    assert values(figure(at, "att_grid"))[0].shape == (64, 64)
+    assert main_values(at).shape == (300, 300)  # the whole sequence, every token on the axes
+    assert len(figure(at, "att_main")["layout"]["xaxis"]["ticktext"]) == 300
+    assert any("zoom in" in c.value for c in at.caption)
+    assert array(figure(at, "att_before")["data"][0]["z"]).shape == (256, 256)  # a window of the pair
+    assert at.slider(key="att_window")
+    assert values(figure(at, "att_thumbs_0"))[0].shape == (75, 75)  # thumbnails pooled (every 4th)
     assert len(step_table(at)) == 300  # the table keeps every key
-    assert chart_bytes(at) < 1_500_000
+    print("chart bytes at 300 tokens:", chart_bytes(at))
+    assert chart_bytes(at) < 4_000_000
 
 
 @pytest.mark.parametrize("text", list(BAD_INPUTS.values()), ids=list(BAD_INPUTS))
@@ -208,9 +238,9 @@ def test_bad_inputs_never_raise(text):
 def test_one_token_weights_keep_the_zero_to_one_colour_scale():
     at = open_app(PAGE, model=SMALL, lang="en", text="hello")
     assert_clean(at)
-    weights = figure(at, "att_weights")["data"][0]
-    assert array(weights["z"]).tolist() == [[1.0]] and (weights["zmin"], weights["zmax"]) == (0, 1)
-    assert figure(at, "att_grid")["layout"]["coloraxis"]["cmax"] == 1
+    main = figure(at, "att_main")["data"][0]
+    assert array(main["z"]).tolist() == [[1.0]] and (main["zmin"], main["zmax"]) == (0, 1)
+    assert figure(at, "att_thumbs_0")["layout"]["coloraxis"]["cmax"] == 1
 
 
 def test_chinese_page_has_no_english_labels():
@@ -252,23 +282,14 @@ def test_row_sums_skip_and_count_fully_masked_rows():
     assert row_sums(weights, mask) == (1.0, 1.0, 1)
 
 
-def test_grid_labels_rows_on_the_first_column_and_keys_under_the_last_heatmap_of_each_column():
-    fig = heatmap_grid([np.eye(3)] * 6, list("abcdef"), list("xyz"), list("pqr"), cols=4, x_title="k", y_title="q")
-    shows = {ax: bool(fig.layout[ax].showticklabels) for ax in fig.layout if ax.startswith(("xaxis", "yaxis"))}
-    assert [shows[f"yaxis{i or ''}"] for i in (0, 2, 3, 4, 5, 6)] == [True, False, False, False, True, False]
-    assert [shows[f"xaxis{i or ''}"] for i in (0, 2, 3, 4, 5, 6)] == [False, False, True, True, True, True]
-    assert fig.layout.xaxis5.title.text == "k" and fig.layout.yaxis5.title.text == "q"
-    assert not fig.layout.xaxis.title.text and not fig.layout.yaxis2.title.text
-
-
 def test_mask_marks_overlay_marks_only_masked_cells():
     masked = np.triu(np.ones((3, 3), dtype=bool), k=1)
-    fig = heatmap(np.where(masked, np.nan, 1.0), list("abc"), list("xyz"))
-    add_mask_marks(fig, masked, list("abc"), list("xyz"), hovertemplate="masked")
+    fig = token_heatmap(np.where(masked, np.nan, 1.0), list("abc"), list("xyz"))
+    mark_cells(fig, masked, hovertemplate="masked")
     main, overlay = fig.data
     assert main.hoverongaps is False and overlay.name == "mask" and "masked" in overlay.hovertemplate
     assert [list(r) for r in overlay.text] == [["", "✕", "✕"], ["", "", "✕"], ["", "", ""]]
     assert (np.isnan(np.asarray(overlay.z, dtype=float)) == ~masked).all()
-    empty = go.Figure()
-    add_mask_marks(empty, np.zeros((2, 2), dtype=bool), ["a", "b"], ["x", "y"])
-    assert not empty.data
+    empty = token_heatmap(np.ones((2, 2)), ["a", "b"], ["x", "y"])
+    mark_cells(empty, np.zeros((2, 2), dtype=bool), hovertemplate="")
+    assert len(empty.data) == 1

@@ -47,7 +47,7 @@ def test_course_base_shows_course_pe_table_and_real_embedding_rows():
     assert pe_small.iloc[5, 1:].tolist() == [-0.9589, 0.2837, 0.0500, 0.9988]
     model = catalog.load(BASE, "cpu")[0]
     tok = figure(at, "emb_tok")["data"][0]
-    assert tok["y"][:4] == ["0·同", "1·志", "2·们", "3·!"]
+    assert figure(at, "emb_tok")["layout"]["yaxis"]["ticktext"][:4] == ["0 ‘同’", "1 ‘志’", "2 ‘们’", "3 ‘!’"]
     expected = model.encoder.embed.tok.weight.detach()[IDS_1, :64].numpy()
     np.testing.assert_allclose(array(tok["z"]), expected, atol=1e-6)
     np.testing.assert_allclose(array(figure(at, "emb_pe")["data"][0]["z"]), sinusoid_table(13, 512)[:, :64], atol=1e-6)
@@ -72,7 +72,7 @@ def test_dimension_range_and_more_positions():
     at = open_app(PAGE, model=SMALL)
     at.slider(key="emb_dims_64").set_value((10, 20)).run()
     tok = figure(at, "emb_tok")["data"][0]
-    assert array(tok["z"]).shape == (13, 11) and tok["x"][0] == "d10" and tok["x"][-1] == "d20"
+    assert array(tok["z"]).shape == (13, 11) and tok["x"][0] == 10 and tok["x"][-1] == 20  # dimension numbers
     at.checkbox(key="emb_pos_more").check().run()  # course-gpt: max_len 16
     assert not at.exception
     np.testing.assert_allclose(array(figure(at, "emb_pe")["data"][0]["z"]), sinusoid_table(16, 64)[:, 10:21], atol=1e-6)
@@ -107,7 +107,7 @@ def test_chinese_headings():
     at = open_app(PAGE, model=SMALL)
     at.sidebar.radio(key="lang").set_value("zh").run()  # switched last: AppTest re-formats options in English
     assert not at.exception
-    assert at.title[0].value == "2 · 词嵌入与位置编码"
+    assert at.title[0].value == "词嵌入与位置编码"
     heads = [s.value for s in at.subheader]
     assert "词嵌入（token × 维度）" in heads and "课程中的小表：max_len 6，d_model 4" in heads
     assert all(re.search(r"[\u4e00-\u9fff]", h) for h in heads)

@@ -154,7 +154,7 @@ def test_page_shows_probabilities_summing_to_one(page):
 def test_chart_and_table_show_the_same_whitespace_visible_tokens_with_readable_numbers(page):
     chart = json.loads(next(c for c in page.get("plotly_chart") if c.proto.id.endswith("-log_probs")).proto.spec)
     table = top_table(page)
-    assert [y.split("·", 1)[1] for y in chart["data"][0]["y"]] == list(table[EN["col_token"]])
+    assert [y.split(" ", 1)[1][1:-1] for y in chart["data"][0]["y"]] == list(table[EN["col_token"]])
     assert not any(ch.isspace() for tok in table[EN["col_token"]] for ch in tok)
     axis = chart["layout"]["xaxis"]  # percentages, not SI prefixes ("20μ"), and a named axis
     assert axis["tickformat"] == "~%" and axis["title"]["text"] == EN["col_prob"]
@@ -165,7 +165,7 @@ def test_chart_and_table_show_the_same_whitespace_visible_tokens_with_readable_n
 
 def test_visible_marks_spaces_tabs_and_newlines():
     assert visible("\t  a\r\n") == "⇥␣␣a␍⏎"
-    assert axis_labels(["\t x", "y"]) == ["0·⇥␣x", "1·y"]
+    assert axis_labels(["\t x", "y"]) == ["0 ‘⇥␣x’", "1 ‘y’"]
 
 
 def test_counts_are_singular_for_one_token():
@@ -204,24 +204,13 @@ def test_top_p_keeps_fewer_tokens(page):
     assert metric(page, EN["log_sum"]) == "1.000000"
 
 
-@pytest.mark.parametrize(("widget", "key", "value", "word"), [
-    ("slider", "log_T", 0.0, "temperature"),
-    ("slider", "log_topp", 0.0, "top-p"),
-])
-def test_impossible_sampling_settings_show_a_message(page, widget, key, value, word):
-    getattr(page, widget)(key=key).set_value(value).run()
-    assert not page.exception
-    shown = [m for m in messages(page) if m.startswith(EN["log_bad_sampling"])]
-    assert shown and word in shown[0].lower()
-    assert not [m for m in page.metric if m.label == EN["log_sum"]]
-    assert not page.button(key="log_next").disabled  # greedy (the default) ignores the controls
-    page.radio(key="log_greedy").set_value(False).run()
-    assert page.button(key="log_next").disabled  # sampling needs valid settings
-
-
-def test_position_slider_opens_on_the_last_position(page):
-    slider = page.slider(key="log_pos_13")
-    assert slider.value == 12 and slider.max == 12
+def test_sampling_sliders_only_offer_valid_values(page):
+    """Temperature 0 and top-p 0 are impossible settings: the sliders start just above them."""
+    assert page.slider(key="log_T").min == 0.05 and page.slider(key="log_topp").min == 0.01
+    page.slider(key="log_T").set_value(0.05).run()
+    page.slider(key="log_topp").set_value(0.01).run()
+    assert not page.exception and not [m for m in messages(page) if m.startswith(EN["log_bad_sampling"])]
+    assert int(metric(page, EN["log_kept"])) == 1  # the smallest top-p keeps the top token only
 
 
 def test_greedy_append_adds_the_top_token_and_every_page_sees_it(page):
@@ -238,7 +227,7 @@ def test_greedy_append_adds_the_top_token_and_every_page_sees_it(page):
     page.switch_page(page_file("attention")).run()
     assert not page.exception
     figures = " ".join(c.proto.spec for c in page.get("plotly_chart"))
-    assert "13·" in figures and "14·" not in figures  # the attention heatmaps have a 14th token
+    assert "13 ‘" in figures and "14 ‘" not in figures  # the attention heatmaps have a 14th token
     page.switch_page(page_file("tokenizer")).run()
     assert not page.exception
     page.switch_page(page_file("logits")).run()

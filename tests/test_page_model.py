@@ -72,6 +72,7 @@ def test_device_and_measured_forward_time():
     at = open_app(PAGE, model=SMALL)
     device = next(m.value for m in at.metric if m.label == "Device")
     assert device == device_name(pick_device())  # "CPU", or the GPU's name on a CUDA machine
+    at.button(key="mdl_measure").click().run()  # a model of more than 10 M parameters is timed on request
     text = next(m.value for m in at.markdown if "for one forward" in m.value)
     match = re.fullmatch(r"([\d.]+) ms for one forward of this text on (.+) \(median of 5\)\.", text)
     assert match and float(match.group(1)) > 0 and match.group(2) == device
@@ -97,7 +98,7 @@ def test_chinese_headings():
     at = open_app(PAGE, model=SMALL)
     at.sidebar.radio(key="lang").set_value("zh").run()  # switched last: AppTest re-formats options in English
     assert not at.exception
-    assert at.title[0].value == "5 · 模型"
+    assert at.title[0].value == "模型卡与参数"
     heads = [s.value for s in at.subheader]
-    assert heads[:2] == ["模型结构", "配置"] and "每个中间张量的形状" in heads
+    assert heads[:3] == ["模型卡", "模型结构", "配置"] and "每个中间张量的形状" in heads
     assert frame(at, "参数量")["组件"].iloc[-1] == "总计"

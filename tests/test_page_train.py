@@ -177,7 +177,7 @@ def test_page_speaks_chinese():
     with harness_language("zh"):
         at = open_app(PAGE, lang="zh")
     assert not at.exception
-    assert at.title[0].value == "6 · 训练"
+    assert at.title[0].value == "训练模型"
     assert at.button(key="tr_start").label == "开始训练"
     assert "倒序：'=' 后面的答案是把输入的字母倒过来。" in at.radio(key="tr_target").proto.captions
     assert any("这个会话还没有训练" in c.value for c in at.caption)

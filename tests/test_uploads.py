@@ -12,6 +12,8 @@ from transformer_core.model.transformer import build_model
 from transformer_core.train.checkpoint import load_checkpoint, save_checkpoint
 from transformer_core.train.tasks import TASKS
 
+VIEWER = "viewer-token-0123456789abcdef"
+
 
 def small_model(**changes):
     return build_model(TASKS["copy"].model_config(**{"d_model": 16, "n_heads": 2, "n_layers": 1, **changes}), "cpu")
@@ -40,18 +42,21 @@ def test_text_upload_limits():
 
 def test_a_good_safetensors_upload_is_saved_clean_and_listed(tmp_path, user_dir):
     key = uploads.import_model(exported(tmp_path), "m.safetensors", "shared model",
-                               {"example_src": "d a", "default": True, "x": [1]})
+                               {"example_src": "d a", "default": True, "x": [1]}, owner=VIEWER)
     assert key.startswith("user:") and (user_dir / key.split(":")[1]).is_dir()
     _, card = load_checkpoint(user_dir / key.split(":")[1])
-    assert card == {"example_src": "d a", "name": "shared-model", "uploaded": True}  # unknown fields dropped
-    assert [e.label for e in catalog.entries() if e.kind == "user"] == ["shared-model"]
+    owner = catalog.owner_id(VIEWER)
+    assert card == {"example_src": "d a", "name": "shared model", "uploaded": True, "owner": owner}  # unknown dropped
+    assert VIEWER not in json.dumps(card)  # the card holds a hash of the token, never the token
+    assert [e.label for e in catalog.entries(VIEWER) if e.kind == "user"] == ["shared model"]
+    assert [e for e in catalog.entries() if e.kind == "user"] == []  # private: nobody else lists it
 
 
 def test_a_pt_with_config_and_state_dict_is_accepted(tmp_path, user_dir):
     model = small_model()
     doc = {"config": json.loads(model.cfg.to_json()), "state_dict": model.state_dict()}
-    key = uploads.import_model(pt_bytes(doc), "m.pt", "from torch")
-    loaded, _ = catalog.load(key, "cpu")
+    key = uploads.import_model(pt_bytes(doc), "m.pt", "from torch", owner=VIEWER)
+    loaded, _ = catalog.load(key, "cpu", viewer=VIEWER)
     assert torch.equal(loaded.decoder.embed.tok.weight, model.decoder.embed.tok.weight)
 
 
@@ -66,7 +71,8 @@ class Evil:
 def test_uploaded_pickle_with_code_is_refused_without_running_it(tmp_path, user_dir):
     side = tmp_path / "side-effect"
     with pytest.raises(CheckpointError, match="Nothing in it was run"):
-        uploads.import_model(pt_bytes({"config": {}, "state_dict": {"w": Evil(side)}}), "evil.pt", "evil")
+        uploads.import_model(pt_bytes({"config": {}, "state_dict": {"w": Evil(side)}}), "evil.pt", "evil",
+                             owner=VIEWER)
     assert not side.exists() and not user_dir.exists()
 
 
@@ -74,20 +80,22 @@ def test_uploaded_config_must_match_the_weights(tmp_path, user_dir):
     model = small_model()
     wider = json.loads(small_model(d_model=32).cfg.to_json())
     with pytest.raises(CheckpointError, match="do not fit"):
-        uploads.import_model(pt_bytes({"config": wider, "state_dict": model.state_dict()}), "m.pt", "mismatch")
+        uploads.import_model(pt_bytes({"config": wider, "state_dict": model.state_dict()}), "m.pt", "mismatch",
+                             owner=VIEWER)
     huge = wider | {"d_model": 4096, "n_layers": 48, "d_ffn": 65536}  # counted on the meta device: no 50 GB
     with pytest.raises(CheckpointError, match="more parameters than this server allows"):
-        uploads.import_model(pt_bytes({"config": huge, "state_dict": model.state_dict()}), "m.pt", "huge")
+        uploads.import_model(pt_bytes({"config": huge, "state_dict": model.state_dict()}), "m.pt", "huge", owner=VIEWER)
     with pytest.raises(ConfigError):
-        uploads.import_model(pt_bytes({"config": wider | {"d_model": 1.5}, "state_dict": {}}), "m.pt", "float")
+        uploads.import_model(pt_bytes({"config": wider | {"d_model": 1.5}, "state_dict": {}}), "m.pt", "float",
+                             owner=VIEWER)
     with pytest.raises(CheckpointError):
-        uploads.import_model(b"{not json", "m.safetensors", "broken")
+        uploads.import_model(b"{not json", "m.safetensors", "broken", owner=VIEWER)
     with pytest.raises(CheckpointError, match="Upload a .safetensors"):
-        uploads.import_model(b"hello", "m.exe", "odd")
+        uploads.import_model(b"hello", "m.exe", "odd", owner=VIEWER)
     assert not user_dir.exists()
 
 
 def test_safetensors_without_a_config_is_refused(tmp_path, user_dir):
     raw = save_safetensors({"w": torch.zeros(2)})
     with pytest.raises(CheckpointError, match="no config inside"):
-        uploads.import_model(raw, "m.safetensors", "bare")
+        uploads.import_model(raw, "m.safetensors", "bare", owner=VIEWER)

@@ -26,7 +26,7 @@ from .errors import (
 from .model.attention import MultiHeadAttention, attention
 from .model.config import PRESETS, TransformerConfig, preset
 from .model.device import device_name, pick_device
-from .model.hooks import HookPoint, act_name, capture
+from .model.hooks import HookPoint, act_name, capture, intervene
 from .model.layers import AddNorm, DecoderLayer, EncoderLayer, PositionWiseFFN
 from .model.masks import attention_mask, pad_batch, padding_mask, subsequent_mask
 from .model.positional import PositionalEncoding, sinusoid_table
@@ -43,7 +43,8 @@ __all__ = [
     "EncoderLayer", "EncodingUnavailable", "ExplorerError", "HookPoint", "InputError", "ModelSourceError",
     "MultiHeadAttention", "Places", "PositionWiseFFN", "PositionalEncoding", "Sampling", "SamplingError", "Trace",
     "TrainingError", "Transformer", "TransformerConfig", "act_name", "attention", "attention_mask", "build_model",
-    "capture", "device_name", "distribution", "generate", "generate_batch", "generate_text", "list_entries",
+    "capture", "device_name", "distribution", "generate", "generate_batch", "generate_text", "intervene",
+    "list_entries",
     "load_checkpoint", "load_encoding", "load_gpt2", "load_model", "next_token_probs", "next_tokens", "pad_batch",
     "padding_mask", "param_counts", "pick_device", "preset", "prepare", "query_steps", "run", "run_with_trace",
     "save_checkpoint", "sinusoid_table", "subsequent_mask", "token_labels", "tokenize", "trace_text",

@@ -111,3 +111,16 @@ def forward_time_ms(key: str, device: str, text: str, tgt_text: str | None, repe
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     return 1000 * sorted(times[1:])[len(times[1:]) // 2]
+
+
+@st.cache_data(show_spinner=False, max_entries=4, ttl=600)
+def model_file(key: str, device: str) -> bytes:
+    """The model as one .safetensors file (weights, with the config in its metadata), for download."""
+    import tempfile
+    from pathlib import Path
+
+    from transformer_core.train.checkpoint import WEIGHTS, save_checkpoint
+
+    model, card = get_model(key, device)
+    with tempfile.TemporaryDirectory() as tmp:
+        return (save_checkpoint(model, Path(tmp) / "m", {}) / WEIGHTS).read_bytes()

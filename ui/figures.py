@@ -1,7 +1,7 @@
 """Plotly figure builders shared by the pages: heatmaps (masked cells marked), head grids, lines, bars.
 
-Data go to the browser as float32 arrays (plotly encodes them compactly); axes are categorical labels
-"i·token", so repeated tokens stay distinct and hover shows the token without extra per-cell data.
+Data go to the browser as float32 arrays (plotly encodes them compactly). Token axes carry labels
+"position ‘token’", so repeated tokens stay distinct and a number token is never mistaken for its position.
 """
 from __future__ import annotations
 
@@ -23,67 +23,12 @@ def visible(token: str) -> str:
 
 
 def axis_labels(tokens: list[str]) -> list[str]:
-    """Unique category labels: position and token (whitespace made visible)."""
-    return [f"{i}·{visible(tok)}" for i, tok in enumerate(tokens)]
+    """Unique labels: the position, then the token in quotes with its whitespace made visible ("3 ‘42’")."""
+    return [f"{i} ‘{visible(tok)}’" for i, tok in enumerate(tokens)]
 
 
 def _f32(a) -> np.ndarray:
     return np.asarray(a, dtype=np.float32)
-
-
-def heatmap(z, x_labels, y_labels, *, title="", colorscale=DIVERGING, zmid=None, zmin=None, zmax=None, x_title="",
-            y_title="", height=None) -> go.Figure:
-    """One heatmap (NaN cells are gaps: mark masked ones with add_mask_marks)."""
-    fig = go.Figure()
-    add_heatmap(fig, z, x_labels, y_labels, colorscale=colorscale, zmid=zmid, zmin=zmin, zmax=zmax)
-    n = max(len(y_labels), 1)
-    fig.update_layout(title=title, height=height or min(160 + 22 * n, 720), margin=dict(l=10, r=10, t=40, b=10),
-                      xaxis_title=x_title, yaxis_title=y_title)
-    fig.update_yaxes(autorange="reversed", type="category")
-    fig.update_xaxes(type="category", tickangle=-60)
-    return fig
-
-
-def add_heatmap(fig, z, x_labels, y_labels, *, colorscale=DIVERGING, zmid=None, zmin=None, zmax=None, row=None,
-                col=None, coloraxis=None, showscale=True) -> None:
-    fig.add_trace(go.Heatmap(
-        z=_f32(z), x=x_labels, y=y_labels, colorscale=None if coloraxis else colorscale, zmid=zmid, zmin=zmin,
-        zmax=zmax, coloraxis=coloraxis, showscale=showscale and not coloraxis, hoverongaps=False,
-        hovertemplate="%{y}<br>%{x}<br>%{z:.4f}<extra></extra>",
-    ), row=row, col=col)
-
-
-def heatmap_grid(mats, titles, x_labels, y_labels, *, cols=4, colorscale=SEQUENTIAL, zmin=None, zmax=None, zmid=None,
-                 row_height=None, x_title="", y_title="") -> go.Figure:
-    """Several heatmaps with one shared colour scale (e.g. every head of a layer).
-
-    Row labels only on the first column and column labels only under the lowest heatmap of each column, so no
-    heatmap's labels are drawn over its neighbour.
-    """
-    n = len(mats)
-    cols = min(cols, n)
-    rows = (n + cols - 1) // cols
-    row_h = row_height or min(120 + 16 * len(y_labels), 420)
-    gap, top, below = 46, 40, 90  # px: room for each row's subplot titles, and for the bottom x labels
-    plot_h = rows * row_h + (rows - 1) * gap
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.015,
-                        vertical_spacing=gap / plot_h if rows > 1 else 0.02)
-    finite = [m[np.isfinite(m)] for m in map(_f32, mats)]
-    lo = zmin if zmin is not None else min((f.min() for f in finite if f.size), default=0.0)
-    hi = zmax if zmax is not None else max((f.max() for f in finite if f.size), default=1.0)
-    for i, m in enumerate(mats):
-        add_heatmap(fig, m, x_labels, y_labels, row=i // cols + 1, col=i % cols + 1, coloraxis="coloraxis")
-    fig.update_layout(coloraxis=dict(colorscale=colorscale, cmin=float(lo), cmax=float(hi),
-                                     cmid=zmid), margin=dict(l=10, r=10, t=top, b=10), height=plot_h + top + below)
-    fig.update_yaxes(autorange="reversed", type="category", showticklabels=False, tickfont_size=10)
-    fig.update_xaxes(type="category", showticklabels=False, tickangle=-60, tickfont_size=10)
-    for i in range(n):
-        r, c = i // cols + 1, i % cols + 1
-        if c == 1:
-            fig.update_yaxes(showticklabels=True, title_text=y_title, row=r, col=c)
-        if i + cols >= n:  # no heatmap below this one
-            fig.update_xaxes(showticklabels=True, title_text=x_title, row=r, col=c)
-    return fig
 
 
 def lines(x, series: dict[str, list], *, title="", x_title="", y_title="", height=320) -> go.Figure:
@@ -114,22 +59,153 @@ def bars(labels, values, *, title="", x_title="", y_title="", height=360, second
     return fig
 
 
-def add_mask_marks(fig, masked, x_labels, y_labels, *, hovertemplate="query %{y}<br>key %{x}<br>masked (−∞)",
-                   row=None, col=None, marks: bool | None = None, value: float = 1.0) -> None:
-    """Mark masked cells compactly: one grey overlay heatmap, ✕ as cell text (`marks`, default up to 64×64 cells).
 
-    The marked heatmap should already hold NaN there; its gaps stop answering hover, the overlay does instead.
-    The overlay's cells hold `value` (e.g. 0 for softmax weights), which `hovertemplate` may show as %{z}.
-    """
+SCALES = ("01", "row", "log")  # how softmax weights are coloured: 0 to 1, each row by its maximum, log10
+LOG_FLOOR = 1e-6
+
+
+def scaled_weights(w: np.ndarray, scale: str) -> tuple[np.ndarray, dict]:
+    """Weights (…, Tq, Tk) as coloured on `scale`, and the colour-axis settings that go with it."""
+    w = _f32(w)
+    if scale == "row":
+        top = np.nanmax(np.where(np.isnan(w), -np.inf, w), axis=-1, keepdims=True)
+        return np.where(top > 0, w / np.where(top > 0, top, 1), 0.0), {"zmin": 0.0, "zmax": 1.0}
+    if scale == "log":
+        ticks = [-6, -4, -2, 0]
+        return np.log10(np.maximum(w, LOG_FLOOR)), {
+            "zmin": -6.0, "zmax": 0.0, "colorbar": {"tickvals": ticks, "ticktext": [f"1e{k}" for k in ticks]}}
+    return w, {"zmin": 0.0, "zmax": 1.0}
+
+
+def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL, zmin=None, zmax=None, zmid=None,
+                  colorbar=None, customdata=None, hovertemplate=None, px_per_token=18, min_height=360,
+                  max_height=1400, font_size=None, x0: int = 0) -> go.Figure:
+    """A heatmap on integer axes with every row labelled (tokens), columns labelled too unless k_labels is None
+    (then numbered); tall enough for one label per row (zoom in for long inputs). Integer axes keep repeated
+    tokens apart. `customdata` (Tq, Tk, n) feeds a richer hover."""
+    z = _f32(z)
+    n_q, n_k = z.shape
+    fig = go.Figure(go.Heatmap(
+        z=z, x=list(range(x0, x0 + n_k)), y=list(range(n_q)), colorscale=colorscale, zmin=zmin, zmax=zmax, zmid=zmid,
+        colorbar=colorbar, customdata=customdata, hoverongaps=False,
+        hoverinfo="skip" if hovertemplate == "skip" else None,
+        hovertemplate=None if hovertemplate == "skip" else hovertemplate or "%{z:.4f}<extra></extra>", name="values"))
+    size = font_size or (12 if max(n_q, n_k) <= 40 else 10)
+    height = int(min(max(min_height, 120 + px_per_token * n_q), max_height))
+    fig.update_layout(title=title, height=height, margin=dict(l=10, r=10, t=40, b=10))
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(n_q)), ticktext=list(q_labels),
+                     tickfont={"size": size, "color": "#222"}, showgrid=False)
+    if k_labels is None:  # numbered columns (e.g. embedding dimensions): plotly picks the ticks
+        fig.update_xaxes(tickfont={"size": size, "color": "#222"}, showgrid=False)
+    else:
+        fig.update_xaxes(tickmode="array", tickvals=list(range(x0, x0 + n_k)), ticktext=list(k_labels), tickangle=-60,
+                         tickfont={"size": size, "color": "#222"}, showgrid=False)
+    return fig
+
+
+def mark_cells(fig, masked, *, hovertemplate: str, value: float = 1.0, row=None, col=None,
+               marks: bool | None = None) -> None:
+    """Masked cells (the heatmap holds NaN there) in grey with an ✕, answering hover instead of the gap."""
     masked = np.asarray(masked, dtype=bool)
     if not masked.any():
         return
     marks = masked.size <= 64 * 64 if marks is None else marks
-    fig.update_traces(hoverongaps=False, selector={"type": "heatmap"})
+    n_q, n_k = masked.shape
     fig.add_trace(go.Heatmap(
-        z=np.where(masked, float(value), np.nan).astype(np.float32), x=x_labels, y=y_labels, showscale=False,
-        colorscale=[[0, MASK_COLOUR], [1, MASK_COLOUR]], hoverongaps=False,
+        z=np.where(masked, float(value), np.nan).astype(np.float32), x=list(range(n_k)), y=list(range(n_q)),
+        showscale=False, colorscale=[[0, MASK_COLOUR], [1, MASK_COLOUR]], hoverongaps=False,
         hovertemplate=hovertemplate + "<extra></extra>",
         text=np.where(masked, "✕", "").tolist() if marks else None, texttemplate="%{text}" if marks else None,
-        textfont={"color": "#555"}, name="mask",
-    ), row=row, col=col)
+        textfont={"color": "#555"}, name="mask"), row=row, col=col)
+
+
+def click_targets(fig, n_q: int, n_k: int, customdata=None, hovertemplate=None) -> None:
+    """Nearly invisible markers on every cell: plotly selects scatter points (not heatmap cells), so a click
+    on a cell selects (query, key) and the page explains it."""
+    qs, ks = np.divmod(np.arange(n_q * n_k), n_k)
+    fig.add_trace(go.Scatter(
+        x=ks, y=qs, mode="markers", marker={"size": max(6, min(28, 900 // max(n_q, n_k))), "symbol": "square",
+                                            "color": "rgba(0,0,0,0)", "line": {"width": 0}},
+        customdata=None if customdata is None else np.asarray(customdata).reshape(n_q * n_k, -1),
+        hovertemplate=hovertemplate or "<extra></extra>", showlegend=False, name="cells"))
+    fig.update_layout(clickmode="event+select", dragmode="zoom")
+
+
+def thumbnails(mats, titles, *, cols: int, colorscale=SEQUENTIAL, zmin=0.0, zmax=1.0, masked=None,
+               size_px: int = 150, selected: int | None = None) -> go.Figure:
+    """Small multiples (one per head) on one colour scale, no tick labels; a click anywhere on one selects it
+    (one large invisible marker per thumbnail)."""
+    n = len(mats)
+    rows = (n + cols - 1) // cols
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.02,
+                        vertical_spacing=0.08 if rows > 1 else 0.02)
+    for i, m in enumerate(mats):
+        r, c = i // cols + 1, i % cols + 1
+        m = _f32(m)
+        if masked is not None:
+            m = np.where(masked[i], np.nan, m)
+        fig.add_trace(go.Heatmap(z=m, coloraxis="coloraxis", hoverinfo="skip", name=f"head {i}"), row=r, col=c)
+        fig.add_trace(go.Scatter(x=[(m.shape[1] - 1) / 2], y=[(m.shape[0] - 1) / 2], mode="markers",
+                                 marker={"size": size_px * 0.9, "symbol": "square", "color": "rgba(0,0,0,0)",
+                                         "line": {"width": 0}},
+                                 customdata=[i], hovertemplate=f"{titles[i]}<extra></extra>", showlegend=False,
+                                 name=f"pick {i}"), row=r, col=c)
+        if i == selected:
+            fig.add_shape(type="rect", xref=f"x{i + 1 if i else ''} domain", yref=f"y{i + 1 if i else ''} domain",
+                          x0=0, x1=1, y0=0, y1=1, line={"color": "#d62728", "width": 3})
+    fig.update_layout(coloraxis={"colorscale": colorscale, "cmin": zmin, "cmax": zmax},
+                      height=rows * (size_px + 40) + 40, margin=dict(l=10, r=10, t=40, b=10),
+                      clickmode="event+select", dragmode=False)
+    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
+    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed")
+    return fig
+
+
+BLOCK_COLOURS = {"text": "#eeeeee", "embed": "#d9f2d9", "attn": "#dbe8fb", "cross": "#e6dbfb", "norm": "#f2f2f2",
+                 "ffn": "#fde9d4", "out": "#f6dbe8"}
+
+
+def route(a: dict, b: dict) -> list[tuple[float, float]]:
+    """The path of an arrow from block a to block b: straight along a row or down a column, else down into the gap
+    below a, across, and down into b (like a line break)."""
+    if abs(a["y"] - b["y"]) < 0.1:  # same row
+        sign = 1 if b["x"] > a["x"] else -1
+        return [(a["x"] + sign * a["w"] / 2, a["y"]), (b["x"] - sign * b["w"] / 2, b["y"])]
+    start, end = (a["x"], a["y"] + a["h"] / 2), (b["x"], b["y"] - b["h"] / 2)
+    if abs(a["x"] - b["x"]) < 0.1:
+        return [start, end]
+    mid = (start[1] + end[1]) / 2
+    return [start, (a["x"], mid), (b["x"], mid), end]
+
+
+def model_map(blocks: list[dict], arrows: list, *, width: float, height: float, px_per_unit: int = 60) -> go.Figure:
+    """The whole model as boxes: each block dict has id, x, y (centre), w, h, kind (a BLOCK_COLOURS key), title,
+    detail (shape and live summary) and page (where a click goes). Arrows join block ids (a, b), routed by `route`,
+    or are explicit point lists."""
+    fig = go.Figure()
+    where = {b["id"]: b for b in blocks}
+    for b in blocks:
+        fig.add_shape(type="rect", x0=b["x"] - b["w"] / 2, x1=b["x"] + b["w"] / 2, y0=b["y"] - b["h"] / 2,
+                      y1=b["y"] + b["h"] / 2, fillcolor=BLOCK_COLOURS[b["kind"]], line={"color": "#777", "width": 1},
+                      layer="below")
+        fig.add_annotation(x=b["x"], y=b["y"], text=f"<b>{b['title']}</b><br>{b['detail']}", showarrow=False,
+                           font={"size": 11, "color": "#222"})
+    for arrow in arrows:
+        points = route(where[arrow[0]], where[arrow[1]]) if isinstance(arrow[0], str) else arrow
+        if len(points) > 2:
+            fig.add_trace(go.Scatter(x=[p[0] for p in points[:-1]], y=[p[1] for p in points[:-1]], mode="lines",
+                                     line={"color": "#555", "width": 1.4}, hoverinfo="skip", showlegend=False))
+        (ax, ay), (x, y) = points[-2], points[-1]
+        fig.add_annotation(x=x, y=y, ax=ax, ay=ay, xref="x", yref="y", axref="x", ayref="y", showarrow=True,
+                           arrowhead=2, arrowsize=1.2, arrowwidth=1.4, arrowcolor="#555", text="")
+    fig.add_trace(go.Scatter(  # a click on a block (anywhere near its centre) opens its page
+        x=[b["x"] for b in blocks], y=[b["y"] for b in blocks], mode="markers",
+        marker={"size": [min(b["w"], b["h"]) * px_per_unit * 0.9 for b in blocks], "symbol": "square",
+                "color": "rgba(0,0,0,0)", "line": {"width": 0}},
+        customdata=[b["page"] for b in blocks], hovertext=[b.get("hover", b["title"]) for b in blocks],
+        hovertemplate="%{hovertext}<extra></extra>", showlegend=False, name="blocks"))
+    fig.update_xaxes(visible=False, range=[0, width], fixedrange=True)
+    fig.update_yaxes(visible=False, range=[height, 0], fixedrange=True)
+    fig.update_layout(height=int(height * px_per_unit) + 20, margin=dict(l=0, r=0, t=10, b=10),
+                      plot_bgcolor="white", clickmode="event+select", dragmode=False)
+    return fig

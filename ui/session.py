@@ -7,7 +7,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from service import catalog
+from service import catalog, downloads
+from service.settings import settings
 from transformer_core.errors import InputError
 from transformer_core.model.trace import Trace
 from transformer_core.model.transformer import DEFAULT_MASKS
@@ -18,6 +19,7 @@ from transformer_core.text.tokenizer import available_encodings
 from . import cache
 from .errors import error_text, show_error
 from .i18n import LANGS, browser_lang, lang, t
+from .widgets import IMAGE_FORMATS
 
 # The course's example sentences (doc 000): the default texts learners arrive with.
 DEFAULT_TEXT = "同志们!我踩着地雷了"
@@ -26,7 +28,7 @@ URL_MAX_TEXT = 1500  # longer texts are not mirrored into the URL
 TEXT_MAX_CHARS = 2_000_000  # hard cap on the text box; the model sees at most max_len tokens anyway
 # keys whose values survive page changes and are mirrored into the URL
 URL_KEYS = ("text", "tgt", "model", "enc", "lang", "layer", "head", "block")
-PERSIST_KEYS = URL_KEYS + ("allow_special", "mask_mode", "gen_ids")
+PERSIST_KEYS = URL_KEYS + ("allow_special", "mask_mode", "gen_ids", "img_fmt", "att_scale")
 
 
 def _init_state() -> None:
@@ -101,22 +103,35 @@ def sidebar() -> None:
             st.selectbox(t("encoding"), encs, key="enc", help=t("encoding_help"), on_change=clear_generated)
         elif entry.card.get("encoding"):
             st.caption(t("encoding_fixed", enc=entry.card["encoding"]))
-        st.text_area(t("input_text"), key="text", help=t("input_help"), max_chars=TEXT_MAX_CHARS, height=90,
-                     on_change=clear_generated)
+        st.text_area(t("input_text"), key="text", help=t("input_help"), height=90, on_change=on_text_change)
         if model_is_encoder_decoder(entry):
-            st.text_area(t("target_text"), key="tgt", help=t("target_help"), max_chars=TEXT_MAX_CHARS, height=70,
-                         on_change=clear_generated)
+            st.text_area(t("target_text"), key="tgt", help=t("target_help"), height=70, on_change=on_text_change)
         else:
             st.caption(t("target_unused"))
         st.checkbox(t("allow_special"), key="allow_special", help=t("allow_special_help"))
         generated_sidebar()
+        if ss.pop("_text_cut", False):
+            st.caption(t("text_cut", n=f"{TEXT_MAX_CHARS:,}"))
         _, dev_label = cache.get_device()
         st.caption(f"{t('device')}: **{dev_label}**")
+        st.radio(t("img_fmt"), IMAGE_FORMATS, key="img_fmt", horizontal=True, format_func=str.upper,
+                 help=t("img_fmt_help"))
         if len(ss.text) > URL_MAX_TEXT:
             st.caption(t("text_not_in_url"))
         else:
             st.caption(t("share_link"))
     _sync_url()
+
+
+def on_text_change() -> None:
+    """A new text or target: keep it within the cap (the model reads at most max_len tokens anyway) and start
+    generation afresh. (A max_chars on the text box would show a "18/2000000" counter to every learner.)"""
+    ss = st.session_state
+    for key in ("text", "tgt"):
+        if len(ss.get(key) or "") > TEXT_MAX_CHARS:
+            ss[key] = ss[key][:TEXT_MAX_CHARS]
+            ss._text_cut = True
+    clear_generated()
 
 
 def clear_generated() -> None:
@@ -164,9 +179,36 @@ def load_selected_model():
     try:
         model, meta = cache.get_model(key, device)
     except Exception as exc:  # noqa: BLE001 - shown to the learner as a message
-        show_error(exc)
+        if getattr(exc, "code", "") == "gpt2_not_downloaded":
+            gpt2_download_panel()
+        else:
+            show_error(exc)
         st.stop()
     return key, model, meta, device
+
+
+def gpt2_download_panel() -> None:
+    """GPT-2 small is not on this server yet: one click downloads it (once, for everyone), with progress."""
+    st.info(t("err.gpt2_not_downloaded"), icon="📦")
+    dl = downloads.current()
+    if dl is None or dl.status == "error":
+        if dl is not None:
+            show_error(dl.error)
+        if not settings().hf_offline:
+            st.button(t("gpt2_download"), on_click=downloads.start_gpt2, key="gpt2_download", type="primary",
+                      icon=":material/download:")
+        return
+    st.fragment(run_every=1.0)(_download_progress)()
+
+
+def _download_progress() -> None:
+    dl = downloads.current()
+    if dl is None:
+        return
+    if dl.status == "done":
+        st.rerun()  # the whole page: the model loads now
+    total = f"{dl.total / 2**20:,.0f}" if dl.total else "?"
+    st.progress(dl.fraction, text=t("gpt2_progress", done=f"{dl.done / 2**20:,.0f}", total=total))
 
 
 def page_context(layer: int | None = None, masks: dict | None = None) -> PageContext:

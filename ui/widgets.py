@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+import re
 
 import pandas as pd
 import streamlit as st
@@ -9,7 +10,7 @@ import streamlit as st
 from .figures import visible
 from .i18n import strings, t
 
-PLOTLY_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
+IMAGE_FORMATS = ("png", "svg")  # what the chart toolbar's camera downloads (a sidebar choice)
 CHIP_COLOURS = ("#fde2e4", "#e2ece9", "#dfe7fd", "#fff1e6", "#e9f5db", "#f0e6ef", "#d7f9f1", "#fcf4dd")
 
 
@@ -20,9 +21,39 @@ def explain(key: str, latex: str | None = None) -> None:
         st.latex(latex)
 
 
-def chart(fig, key: str) -> None:
-    """A plotly chart; its toolbar camera downloads a PNG."""
-    st.plotly_chart(fig, key=key, config=PLOTLY_CONFIG, width="stretch")
+def file_stem(*parts: str) -> str:
+    """A download's file name: page, view and model, in letters, digits and dashes."""
+    stem = "-".join(re.sub(r"[^\w]+", "-", str(p), flags=re.ASCII).strip("-") for p in parts if p)
+    return stem[:80] or "chart"
+
+
+def chart(fig, key: str, *, on_select: bool = False):
+    """A plotly chart; its toolbar camera downloads it as PNG or SVG (the sidebar's choice) under a file name
+    that says what it is. With on_select, clicks select points and the selection event is returned."""
+    fmt = st.session_state.get("img_fmt", "png")
+    config = {"displaylogo": False, "toImageButtonOptions": {
+        "format": fmt if fmt in IMAGE_FORMATS else "png", "scale": 2,
+        "filename": file_stem("transformer-explorer", key, str(st.session_state.get("model", "")).split(":")[-1])}}
+    if on_select:
+        return st.plotly_chart(fig, key=key, config=config, width="stretch", on_select="rerun",
+                               selection_mode="points")
+    st.plotly_chart(fig, key=key, config=config, width="stretch")
+    return None
+
+
+def clicked(fig, key: str, trace_name: str | None = None):
+    """Draw a chart whose points can be clicked; return the clicked point's customdata once (then the chart is
+    drawn afresh, so an old click never fires again), or None."""
+    n = st.session_state.get(f"_{key}_n", 0)
+    event = chart(fig, f"{key}_{n}", on_select=True)
+    points = (event or {}).get("selection", {}).get("points", []) if event else []
+    names = [tr.name for tr in fig.data]
+    points = [p for p in points if trace_name is None or names[p.get("curve_number", -1)] == trace_name]
+    if not points or points[-1].get("customdata") is None:
+        return None
+    st.session_state[f"_{key}_n"] = n + 1
+    data = points[-1]["customdata"]
+    return data[0] if isinstance(data, list) and len(data) == 1 else data
 
 
 def table(df: pd.DataFrame, key: str, *, height: int | None = None, formats: dict[str, str] | None = None) -> None:

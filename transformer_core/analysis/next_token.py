@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import SamplingError
+from ..model import kv_cache
+from ..model.hooks import editing
 from ..model.trace import run
 from ..model.transformer import Transformer
 
@@ -102,16 +104,27 @@ def generate_batch(model: Transformer, dec: torch.Tensor, steps: int, s: Samplin
     """
     s.validate()
     dec = dec.cpu()
-    for _ in range(max(0, steps)):
-        window = dec[:, -model.cfg.max_len:]  # (B, T)
-        if model.is_encoder_decoder:
-            logits = run(model, src[:, -model.cfg.max_len:], window, src_lengths=src_lengths)  # (B, T, vocab)
+    steps = max(0, steps)
+    device = next(model.parameters()).device
+    # a key/value cache unless the window must slide, or an intervention edits per-position values (a cached step
+    # sees only the newest position, so e.g. a mean over positions would change meaning)
+    cached = dec.size(1) + steps <= model.cfg.max_len and not editing()
+    if cached:
+        cache = kv_cache.start(model, None if src is None else src[:, -model.cfg.max_len:].to(device),
+                               None if src_lengths is None else src_lengths.to(device))
+        fresh = dec.to(device)  # the first step reads the whole prompt, then one token at a time
+    for _ in range(steps):
+        if cached:
+            last = kv_cache.step(model, cache, fresh)[:, -1].float().cpu()  # (B, vocab)
         else:
-            logits = run(model, window)  # (B, T, vocab)
-        last = logits[:, -1].float().cpu()  # (B, vocab)
+            window = dec[:, -model.cfg.max_len:]  # (B, T)
+            logits = run(model, None if src is None else src[:, -model.cfg.max_len:], window,
+                         src_lengths=src_lengths) if model.is_encoder_decoder else run(model, window)
+            last = logits[:, -1].float().cpu()  # (B, vocab)
         gen = torch.Generator().manual_seed(seed * 100_003 + dec.size(1))
         new = [choose(next_token_probs(row, s), s, gen) for row in last] if not s.greedy else last.argmax(-1).tolist()
         dec = torch.cat([dec, torch.tensor(new, dtype=torch.long)[:, None]], dim=1)  # (B, T + 1)
+        fresh = dec[:, -1:].to(device)
     return dec[:, dec.size(1) - max(0, steps):]
 
 

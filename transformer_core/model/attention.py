@@ -56,12 +56,23 @@ class MultiHeadAttention(nn.Module):
     def stage(self, name: str, x: torch.Tensor) -> torch.Tensor:
         return getattr(self, f"hook_{name}")(x)
 
-    def forward(self, x, kv=None, mask=None):
-        """x: (B, Tq, d); kv: (B, Tk, d) or None for self-attention; mask: bool (B, 1, Tq, Tk)."""
+    def forward(self, x, kv=None, mask=None, cache: dict | None = None, static: bool = False):
+        """x: (B, Tq, d); kv: (B, Tk, d) or None for self-attention; mask: bool (B, 1, Tq, Tk).
+
+        cache (generation only): this block's keys and values so far. Self-attention appends the new ones;
+        a `static` block (cross-attention over a fixed memory) computes them once and reuses them.
+        """
         kv = x if kv is None else kv
         q = self.hook_q(self.split_heads(self.W_q(x)))  # (B, nh, Tq, hs)
-        k = self.hook_k(self.split_heads(self.W_k(kv)))  # (B, nh, Tk, hs)
-        v = self.hook_v(self.split_heads(self.W_v(kv)))  # (B, nh, Tk, hs)
+        if cache is not None and static and "k" in cache:
+            k, v = cache["k"], cache["v"]  # (B, nh, Tk, hs) the memory's, computed at the first step
+        else:
+            k = self.hook_k(self.split_heads(self.W_k(kv)))  # (B, nh, Tk, hs)
+            v = self.hook_v(self.split_heads(self.W_v(kv)))  # (B, nh, Tk, hs)
+            if cache is not None and not static and "k" in cache:
+                k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)  # (B, nh, T, hs)
+            if cache is not None:
+                cache["k"], cache["v"] = k, v
         if mask is not None:
             mask = mask.expand(-1, self.n_heads, -1, -1)  # (B, nh, Tq, Tk) True = attend
         z, _ = attention(q, k, v, mask, hook=self.stage, dropout=self.dropout)  # (B, nh, Tq, hs)

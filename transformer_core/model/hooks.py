@@ -1,8 +1,8 @@
 """Named hook points (TransformerLens style) that capture intermediates without changing the math.
 
 Capture is per thread/context (a ContextVar), so one shared model can be traced by many
-Streamlit sessions at once: nothing is registered on the module itself. `act_name` is the one place
-that spells a hook point's path.
+Streamlit sessions at once: nothing is registered on the module itself. Edits (`intervene`) are per
+thread/context the same way. `act_name` is the one place that spells a hook point's path.
 """
 from __future__ import annotations
 
@@ -14,16 +14,22 @@ import torch
 from torch import nn
 
 _ACTIVE: contextvars.ContextVar[_Capture | None] = contextvars.ContextVar("capture", default=None)
+_EDITS: contextvars.ContextVar[dict[str, Callable[[torch.Tensor], torch.Tensor]] | None] = contextvars.ContextVar(
+    "edits", default=None)
 
 
 class HookPoint(nn.Module):
-    """Identity module; while a capture is active it stores a detached CPU snapshot of its input."""
+    """Identity module; inside intervene() it returns edit(x) instead; while a capture is active it stores a
+    detached CPU snapshot of what it returns (so a trace shows the edit)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.name = ""  # set by name_hook_points() to the attribute path
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        edits = _EDITS.get()
+        if edits and self.name in edits:
+            x = edits[self.name](x)
         store = _ACTIVE.get()
         if store is not None:
             store.save(self.name, x)
@@ -90,6 +96,34 @@ def capture_all(names: Iterable[str] | Callable[[str], bool] | None = None) -> I
         yield store
     finally:
         _ACTIVE.reset(token)
+
+
+@contextmanager
+def intervene(edits: dict[str, Callable[[torch.Tensor], torch.Tensor]]) -> Iterator[None]:
+    """Forwards run in this context (this thread only) see edits[name](x) at hook point `name` instead of x.
+
+    The model is never changed. An edit must return a new tensor of the same shape (never write into x).
+    Nested contexts compose: an inner edit of the same hook runs on the outer edit's result.
+    """
+    outer = _EDITS.get() or {}
+    merged = dict(outer)
+    for name, edit in edits.items():
+        merged[name] = _then(outer[name], edit) if name in outer else edit
+    token = _EDITS.set(merged)
+    try:
+        yield
+    finally:
+        _EDITS.reset(token)
+
+
+def _then(first: Callable[[torch.Tensor], torch.Tensor],
+          second: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    return lambda x: second(first(x))
+
+
+def editing() -> bool:
+    """Whether an intervention is active in this thread / context."""
+    return bool(_EDITS.get())
 
 
 # Which stack and module an attention block lives in; the course's three kinds of attention.

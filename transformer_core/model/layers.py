@@ -23,10 +23,11 @@ class Embeddings(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.hook_tok, self.hook_scaled, self.hook_sum = HookPoint(), HookPoint(), HookPoint()
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """ids: (B, T); offset: the position of the first one (generation with a key/value cache)."""
         x = self.hook_tok(self.tok(ids))  # (B, T, d)
         x = self.hook_scaled(x * self.scale if self.scale != 1.0 else x)  # (B, T, d)
-        return self.dropout(self.hook_sum(self.pos(x)))  # (B, T, d)
+        return self.dropout(self.hook_sum(self.pos(x, offset)))  # (B, T, d)
 
 
 class PositionWiseFFN(nn.Module):
@@ -86,10 +87,13 @@ class DecoderLayer(nn.Module):
         self.addnorm_ffn = f"addnorm{3 if cross else 2}"
         setattr(self, self.addnorm_ffn, AddNorm(cfg))
 
-    def forward(self, x, memory=None, self_mask=None, cross_mask=None):
-        x = self.addnorm1(x, lambda h: self.self_attn(h, mask=self_mask))  # (B, Tt, d)
+    def forward(self, x, memory=None, self_mask=None, cross_mask=None, cache=None):
+        """cache: this layer's key/value store while generating ({"self": {}, "cross": {}}), else None."""
+        c = cache or {}
+        x = self.addnorm1(x, lambda h: self.self_attn(h, mask=self_mask, cache=c.get("self")))  # (B, Tt, d)
         if memory is not None:  # queries from the decoder, keys and values from the encoder memory
-            x = self.addnorm2(x, lambda h: self.cross_attn(h, kv=memory, mask=cross_mask))  # (B, Tt, d)
+            x = self.addnorm2(x, lambda h: self.cross_attn(h, kv=memory, mask=cross_mask, cache=c.get("cross"),
+                                                            static=True))  # (B, Tt, d)
         return getattr(self, self.addnorm_ffn)(x, self.ffn)  # (B, Tt, d)
 
 
@@ -120,8 +124,9 @@ class Decoder(nn.Module):
         self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.final_norm else nn.Identity()
         self.hook_out = HookPoint()
 
-    def forward(self, ids, memory=None, self_mask=None, cross_mask=None):
-        x = self.embed(ids)  # (B, Tt, d)
-        for layer in self.layers:
-            x = layer(x, memory, self_mask, cross_mask)  # (B, Tt, d)
+    def forward(self, ids, memory=None, self_mask=None, cross_mask=None, cache=None, offset: int = 0):
+        """cache: one key/value store per layer while generating (see KVCache), else None."""
+        x = self.embed(ids, offset)  # (B, Tt, d)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, memory, self_mask, cross_mask, None if cache is None else cache[i])  # (B, Tt, d)
         return self.hook_out(self.norm(x))  # (B, Tt, d)

@@ -28,8 +28,8 @@ class PositionalEncoding(nn.Module):
         self.register_buffer("pe", sinusoid_table(cfg.max_len, cfg.d_model).unsqueeze(0), persistent=False)
         self.hook_pe = HookPoint()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.hook_pe(self.pe[:, : x.size(1)])  # (B, T, d) + (1, T, d)
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        return x + self.hook_pe(self.pe[:, offset : offset + x.size(1)])  # (B, T, d) + (1, T, d)
 
 
 class LearnedPositions(nn.Module):
@@ -40,8 +40,8 @@ class LearnedPositions(nn.Module):
         self.weight = nn.Parameter(torch.randn(cfg.max_len, cfg.d_model) * 0.02)
         self.hook_pe = HookPoint()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.hook_pe(self.weight[: x.size(1)].unsqueeze(0))  # (B, T, d) + (1, T, d)
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        return x + self.hook_pe(self.weight[offset : offset + x.size(1)].unsqueeze(0))  # (B, T, d) + (1, T, d)
 
 
 class NoPositions(nn.Module):
@@ -51,7 +51,7 @@ class NoPositions(nn.Module):
         super().__init__()
         self.hook_pe = HookPoint()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         return x + self.hook_pe(torch.zeros_like(x[:1]))  # (B, T, d)
 
 

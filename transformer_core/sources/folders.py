@@ -8,25 +8,36 @@ import re
 from pathlib import Path
 
 from ..errors import ModelSourceError
-from ..train.checkpoint import CONFIG, WEIGHTS, load_checkpoint, read_card
+from ..train.checkpoint import CARD, CONFIG, WEIGHTS, load_checkpoint, read_card
 from . import ModelEntry, Places
 
 log = logging.getLogger(__name__)
 REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")  # a folder name; never a path
+MAX_SMALL_FILE = 4 << 20  # a config or card larger than this is not one (and is not read on every listing)
 _reported: set[str] = set()
 
 
 def folder_card(folder: Path) -> dict | None:
     """The card plus arch and encoding from the config, or None (logged once) for a broken folder."""
     try:
+        if any((folder / f).is_file() and (folder / f).stat().st_size > MAX_SMALL_FILE for f in (CONFIG, CARD)):
+            raise ValueError("file too large")
         config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
         card = read_card(folder)
+        if not isinstance(config["arch"], str) or not isinstance(config["encoding"], str):
+            raise TypeError("arch and encoding must be names")
         return {**card, "arch": config["arch"], "encoding": config["encoding"]}
     except Exception as exc:  # noqa: BLE001 - one bad folder must not break the list for everyone
         if str(folder) not in _reported:
             _reported.add(str(folder))
             log.warning("skipping model folder %s: %s", folder.name, type(exc).__name__)
         return None
+
+
+def _order(card: dict) -> float:
+    """A card's place in the list (99 unless it says otherwise with a number)."""
+    order = card.get("order", 99)
+    return order if isinstance(order, (int, float)) and not isinstance(order, bool) and order == order else 99
 
 
 class FolderSource:
@@ -44,9 +55,10 @@ class FolderSource:
                 continue
             card = folder_card(folder)
             if card is not None:
-                out.append(ModelEntry(f"{self.kind}:{folder.name}", str(card.get("name", folder.name)), self.kind,
-                                      card))
-        return sorted(out, key=lambda e: (e.card.get("order", 99), e.label))
+                name = card.get("name")
+                out.append(ModelEntry(f"{self.kind}:{folder.name}", name if isinstance(name, str) and name.strip()
+                                      else folder.name, self.kind, card))
+        return sorted(out, key=lambda e: (_order(e.card), e.label))
 
     def load(self, ref: str, places: Places, device=None):
         folder = self.folder(places) / ref

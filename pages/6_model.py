@@ -1,4 +1,4 @@
-"""Page 5: the architecture, config, module tree, parameters per component, every shape, device and timing."""
+"""The model: its card, architecture, config, parameters per component, every shape, device and timing."""
 import dataclasses
 
 import pandas as pd
@@ -6,15 +6,18 @@ import streamlit as st
 
 from transformer_core.model.transformer import COMPONENTS, param_counts
 from ui import cache
+from ui.cards import show_card
 from ui.errors import show_error
 from ui.figures import bars
 from ui.i18n import t
 from ui.session import page_context, through_app
-from ui.widgets import chart, explain, table
+from ui.widgets import chart, explain, file_stem, table
 
 through_app()
 
-AUTO_MEASURE_TOKENS = 64  # longer inputs are timed on request only
+AUTO_MEASURE_TOKENS = 64  # longer inputs, and big models, are timed on request only (a first visit stays fast)
+AUTO_MEASURE_PARAMS = 10_000_000
+EXPORT_MAX_PARAMS = 20_000_000  # the exported file (float32) stays under the upload limit of 80 MB unpacked
 POSITION_CLASSES = {"sinusoidal": "PositionalEncoding", "learned": "LearnedPositions", "none": "NoPositions"}
 
 st.title(t("nav_model"))
@@ -22,6 +25,14 @@ explain("mdl_intro")
 ctx = page_context()
 cfg = ctx.model.cfg
 ss = st.session_state
+
+st.subheader(t("mdl_card"))
+show_card(ctx.card, ctx.key.split(":")[-1])
+if param_counts(ctx.model)["total"] <= EXPORT_MAX_PARAMS:
+    st.download_button(t("mdl_export"), data=lambda: cache.model_file(ctx.key, ctx.device),
+                       file_name=f"{file_stem(ctx.card.get('name', 'model'))}.safetensors",
+                       mime="application/octet-stream", help=t("mdl_export_help"), icon=":material/download:",
+                       key="mdl_export")
 
 st.subheader(t("mdl_arch"))
 arch = "encdec" if ctx.model.is_encoder_decoder else "dec"
@@ -60,7 +71,8 @@ _, dev_label = cache.get_device()
 st.metric(t("device"), dev_label)
 tgt = ss.get("tgt") if ctx.model.is_encoder_decoder else None
 n_tokens = ctx.trace.src_ids.size(1) + (ctx.trace.tgt_ids.size(1) if ctx.trace.tgt_ids is not None else 0)
-if n_tokens <= AUTO_MEASURE_TOKENS or st.button(t("mdl_measure"), key="mdl_measure"):
+auto = n_tokens <= AUTO_MEASURE_TOKENS and counts["total"] <= AUTO_MEASURE_PARAMS
+if auto or st.button(t("mdl_measure"), key="mdl_measure"):
     try:
         repeats = 5
         ms = cache.forward_time_ms(ctx.key, ctx.device, ss.get("text", ""), tgt, repeats)

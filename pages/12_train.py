@@ -14,6 +14,7 @@ from ui import cache
 from ui.errors import show_error
 from ui.figures import lines
 from ui.i18n import lang, t
+from ui.nav import link
 from ui.session import on_model_change, through_app
 from ui.widgets import chart, explain, table
 
@@ -34,8 +35,10 @@ def open_model(key: str) -> None:
 def open_button(key: str, widget_key: str) -> None:
     c1, c2, c3 = st.columns(3)
     c1.button(t("tr_open"), key=widget_key, on_click=open_model, args=(key,), type="primary")
-    c2.page_link("pages/3_attention.py", label=t("tr_see_attention"), icon="🔍")
-    c3.page_link("pages/4_logits.py", label=t("tr_see_logits"), icon="🎲")
+    with c2:
+        link("attention", t("tr_see_attention"), "🔍")
+    with c3:
+        link("logits", t("tr_see_logits"), "🎲")
 
 
 def target_label(name: str) -> str:

@@ -39,9 +39,9 @@ st.caption(t("log_position_caption", pos=pos, tok=repr(labels[pos]), next=pos + 
 
 st.subheader(t("log_controls"))
 c1, c2, c3, c4 = st.columns(4)
-temperature = c1.slider(t("log_temperature"), 0.0, 5.0, 1.0, 0.05, key="log_T", help=t("log_temperature_help"))
+temperature = c1.slider(t("log_temperature"), 0.05, 5.0, 1.0, 0.05, key="log_T", help=t("log_temperature_help"))
 top_k = c2.number_input(t("log_topk"), 0, cfg.vocab_size, 0, 1, key="log_topk", help=t("log_topk_help"))
-top_p = c3.slider(t("log_topp"), 0.0, 1.0, 1.0, 0.01, key="log_topp", help=t("log_topp_help"))
+top_p = c3.slider(t("log_topp"), 0.01, 1.0, 1.0, 0.01, key="log_topp", help=t("log_topp_help"))
 shown = c4.number_input(t("log_show"), 1, 100, 10, 1, key="log_show")
 sampling = Sampling(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p))
 try:

@@ -1,0 +1,78 @@
+"""FFN & residual stream: how big the stream is after every sub-layer, what attention and the FFN each add,
+what a LayerNorm does to one token, and which FFN neurons fire for it."""
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from transformer_core.analysis.residual import active_fraction, layer_norm_effect, stream, top_neurons
+from transformer_core.text.inputs import token_labels
+from ui.figures import axis_labels, bars, token_heatmap
+from ui.i18n import t
+from ui.session import page_context, through_app
+from ui.widgets import chart, explain, table
+
+through_app()
+ss = st.session_state
+
+st.title(t("nav_ffn"))
+explain("ffn_intro", r"x \leftarrow \mathrm{LayerNorm}\big(x + \mathrm{Sublayer}(x)\big),\qquad "
+        r"\mathrm{FFN}(x) = W_2\,\max(0,\, W_1 x + b_1) + b_2")
+ctx = page_context()
+model, cfg, trace = ctx.model, ctx.model.cfg, ctx.trace
+side = "decoder"
+if model.is_encoder_decoder:
+    side = st.radio(t("ffn_side"), ["encoder", "decoder"], horizontal=True, key="ffn_side",
+                    format_func=lambda s: t(f"ffn_side_{s}"))
+ids = (trace.src_ids if side == "encoder" else trace.decoder_ids[None])[0]
+labels = axis_labels(token_labels(model, ids))
+steps = stream(trace, side, cfg.n_layers)
+names = [t("ffn_step_embed") if s.layer is None else t("ffn_step", layer=s.layer, sub=t(f"ffn_sub_{s.sublayer}"))
+         for s in steps]
+
+st.subheader(t("ffn_stream"))
+st.markdown(t("ffn_stream_text", norm=t("ffn_norm_post" if not cfg.norm_first else "ffn_norm_pre")))
+norms = np.stack([s.norm.numpy() for s in steps], axis=1)  # (T, steps)
+fig = go.Figure([go.Scatter(x=names, y=norms.mean(0), mode="lines+markers", name=t("ffn_mean_norm"))])
+fig.update_layout(height=320, margin=dict(l=10, r=10, t=30, b=10), yaxis_title=t("ffn_norm_axis"))
+chart(fig, "ffn_stream_mean")
+heat = token_heatmap(norms, labels, names, title=t("ffn_stream_tokens"), colorscale="Viridis", px_per_token=16,
+                     hovertemplate=f"%{{y}} · %{{x}}<br>{t('ffn_norm_axis')} %{{z:.3f}}<extra></extra>")
+heat.update_xaxes(tickvals=list(range(len(names))), ticktext=names)
+chart(heat, "ffn_stream_tokens")
+
+st.subheader(t("ffn_added"))
+st.markdown(t("ffn_added_text"))
+rows = [s for s in steps if s.added is not None]
+added = pd.DataFrame({
+    t("ffn_col_step"): [names[steps.index(s)] for s in rows],
+    t("ffn_col_added"): [float(s.added.mean()) for s in rows],
+    t("ffn_col_stream"): [float(s.norm.mean()) for s in rows],
+})
+chart(bars(added[t("ffn_col_step")].tolist(), added[t("ffn_col_added")].tolist(), x_title=t("ffn_col_added"),
+           height=max(260, 28 * len(rows) + 80), secondary=(t("ffn_col_stream"), added[t("ffn_col_stream")].tolist())),
+      "ffn_added")
+table(added, "ffn_added", formats={t("ffn_col_added"): "%.3f", t("ffn_col_stream"): "%.3f"})
+
+st.subheader(t("ffn_one_token"))
+c1, c2 = st.columns(2)
+position = c1.selectbox(t("ffn_token"), range(len(labels)), index=len(labels) - 1, format_func=lambda i: labels[i],
+                        key=f"ffn_token_{len(labels)}")
+layer = c2.selectbox(t("att_layer"), range(cfg.n_layers), key="ffn_layer")
+ffn_step = next(s for s in steps if s.layer == layer and s.sublayer.endswith("ffn"))
+effect = layer_norm_effect(ffn_step, position)
+if effect is not None:
+    st.markdown(t("ffn_ln_text", mi=effect.mean_in, si=effect.std_in, ni=effect.norm_in, mo=effect.mean_out,
+                  so=effect.std_out, no=effect.norm_out))
+    before, after = ffn_step.ln_in[position].numpy(), ffn_step.ln_out[position].numpy()
+    hist = go.Figure([go.Histogram(x=before, name=t("ffn_ln_before"), opacity=0.6, nbinsx=40),
+                      go.Histogram(x=after, name=t("ffn_ln_after"), opacity=0.6, nbinsx=40)])
+    hist.update_layout(barmode="overlay", height=280, margin=dict(l=10, r=10, t=30, b=10),
+                       xaxis_title=t("ffn_feature_value"), yaxis_title=t("ffn_count"))
+    chart(hist, "ffn_ln_hist")
+neurons = top_neurons(trace, side, layer, position, k=12)
+frac = active_fraction(trace, side, layer)
+st.markdown(t("ffn_neurons_text", d_ffn=cfg.d_ffn, act=cfg.activation, frac=(frac or 0.0) * 100))
+if neurons:
+    df = pd.DataFrame({t("ffn_col_neuron"): [n for n, _ in neurons], t("ffn_col_activation"): [v for _, v in neurons]})
+    table(df, f"ffn_neurons_{layer}_{position}", formats={t("ffn_col_activation"): "%.4f"})

@@ -1,0 +1,106 @@
+"""Export: each view's numbers as .npz bytes, and notebook code that, run on its own, recomputes exactly the
+numbers the view's function returns."""
+import ast
+import io
+
+import numpy as np
+import pytest
+
+from transformer_core import InputError, distribution, load_model, prepare, trace_text
+from transformer_core.analysis.bpe import text_merges, token_playback
+from transformer_core.analysis.compare import compare
+from transformer_core.analysis.export import VIEWS, arrays_of, export_npz, notebook_snippet, npz_bytes
+from transformer_core.analysis.heads import detect_heads
+from transformer_core.analysis.interventions import ablate, patch
+from transformer_core.analysis.logit_lens import logit_lens
+from transformer_core.analysis.sinks import find_sinks, remove_sink
+from transformer_core.analysis.surprise import surprise
+
+GPT = "preset:tiny-gpt"
+TEXT = 'He said "don\'t" \\ twice\nand left {braces}'
+OTHER = "She stayed"
+
+
+def direct(view: str):
+    """(snippet parameters, what the view's function returns when called here)."""
+    if view in ("bpe_token", "bpe_text"):
+        return ({"token_id": 9906}, token_playback(9906)) if view == "bpe_token" else (
+            {"text": "Hello 世界 🎉"}, text_merges("Hello 世界 🎉"))
+    if view in ("attention", "next_token", "heads", "compare", "remove_sink"):  # a shipped encoder-decoder
+        model, _ = load_model("reverse")
+        inputs = {"model": "reverse", "text": "d a c b", "target": "= b c a"}
+        prep, trace = trace_text(model, "d a c b", "= b c a")
+        prep_b = prepare(model, "b a", "= a b")
+        calls = {
+            "attention": ({"kind": "cross", "layer": 1}, lambda: trace.attention("cross", 1)),
+            "next_token": ({"top": 5}, lambda: distribution(trace.logits[0, -1], top=5)),
+            "heads": ({"count": 2, "seed": 3}, lambda: detect_heads(model, prep, count=2, seed=3)),
+            "compare": ({"text_b": "b a", "target_b": "= a b", "kind": "cross", "layer": 1, "head": 2},
+                        lambda: compare(model, prep, prep_b, "cross", 1, 2)),
+            "remove_sink": ({"kind": "enc_self", "layer": 0, "head": 3, "top": 4},
+                            lambda: remove_sink(model, prep, "enc_self", 0, 3, top=4)),
+        }
+        params, call = calls[view]
+        return {**inputs, **params}, call()
+    model, _ = load_model(GPT)
+    prep, prep_b = prepare(model, TEXT), prepare(model, OTHER)
+    inputs = {"model": GPT, "text": TEXT, "target": None}
+    calls = {
+        "logit_lens": ({"k": 3}, lambda: logit_lens(model, prep, k=3)),
+        "surprise": ({}, lambda: surprise(model, prep)),
+        "ablate": ({"heads": [("dec_self", 0, 1)], "ffn_layers": [("decoder", 1)], "mode": "mean"},
+                   lambda: ablate(model, prep, [("dec_self", 0, 1)], [("decoder", 1)], mode="mean")),
+        "patch": ({"text_b": OTHER, "target_b": None, "kind": "dec_self", "layer": 1, "head": 0, "align": "start"},
+                  lambda: patch(model, prep, prep_b, "dec_self", 1, 0, align="start")),
+        "sinks": ({"threshold": 0.0}, lambda: find_sinks(model, prep, threshold=0.0)),
+    }
+    params, call = calls[view]
+    return {**inputs, **params}, call()
+
+
+@pytest.mark.parametrize("view", list(VIEWS))
+def test_the_notebook_snippet_recomputes_exactly_what_the_view_shows(view):
+    params, result = direct(view)
+    code = notebook_snippet(view, **params)
+    tree = ast.parse(code)
+    imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    assert imported and all(m.split(".")[0] == "transformer_core" for m in imported)
+    assert not [n for n in ast.walk(tree) if isinstance(n, ast.Import)]
+    ns = {}
+    exec(compile(code, f"snippet {view}", "exec"), ns)
+    expected = arrays_of(result)
+    assert expected and set(ns["arrays"]) == set(expected)
+    for name, value in expected.items():
+        assert ns["arrays"][name].dtype == value.dtype, name
+        assert np.array_equal(ns["arrays"][name], value, equal_nan=True), name
+
+
+@pytest.mark.parametrize("view", ["logit_lens", "sinks", "bpe_text"])
+def test_npz_bytes_hold_every_array_as_float32_or_exact_integers(view):
+    _, result = direct(view)
+    blob = export_npz(result)
+    with np.load(io.BytesIO(blob)) as got:
+        expected = arrays_of(result)
+        assert set(got.files) == set(expected)
+        for name in got.files:
+            assert got[name].dtype in (np.float32, np.int64, np.bool_)
+            assert np.array_equal(got[name], expected[name], equal_nan=True)
+
+
+def test_npz_bytes_convert_floats_to_float32():
+    with np.load(io.BytesIO(npz_bytes({"x": np.arange(3, dtype=np.float64), "n": [1, 2]}))) as got:
+        assert got["x"].dtype == np.float32 and got["n"].dtype == np.int64
+
+
+def test_snippet_parameters_are_plain_data_only():
+    with pytest.raises(InputError) as err:
+        notebook_snippet("logit_lens", k=object())
+    assert err.value.code == "export_param"
+    with pytest.raises(InputError) as err:
+        notebook_snippet("logit_lens", layer=1)
+    assert err.value.code == "export_param"
+    with pytest.raises(InputError) as err:
+        notebook_snippet("no_such_view")
+    assert err.value.code == "export_view" and "logit_lens" in str(err.value)
+    code = notebook_snippet("surprise", text="__import__('os').system('x')")
+    assert "prepare(model, \"__import__('os').system('x')\"" in code

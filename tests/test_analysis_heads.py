@@ -1,0 +1,133 @@
+"""Head detector: the score definitions on handmade patterns and against plain loops, the random repeated
+sequence, labels and the threshold, and the shipped models' heads (repeat copies, reverse reads backwards)."""
+import numpy as np
+import pytest
+import torch
+
+from transformer_core import InputError, build_model, load_model, prepare, preset, trace_text
+from transformer_core.analysis.heads import (
+    THRESHOLD,
+    HeadRecord,
+    anti_diagonal,
+    detect_heads,
+    diagonal,
+    first_token,
+    induction,
+    induction_batch,
+    induction_scores,
+    label,
+    previous_token,
+    self_token,
+    vocab_ids,
+)
+
+
+def one_hot_rows(keys: list[int], T: int) -> torch.Tensor:
+    """(1, 1, len(keys), T): row i puts all its weight on keys[i]."""
+    w = torch.zeros(1, 1, len(keys), T)
+    w[0, 0, torch.arange(len(keys)), torch.tensor(keys)] = 1.0
+    return w
+
+
+def test_handmade_patterns_score_one_on_their_own_pattern():
+    T = 6
+    prev = one_hot_rows([0] + list(range(T - 1)), T)  # query i looks at i - 1
+    assert previous_token(prev).item() == 1.0 and self_token(prev).item() == 0.0
+    assert first_token(prev).item() == pytest.approx(1 / (T - 1))  # only query 1's previous token is key 0
+    sink = one_hot_rows([0] * T, T)
+    assert first_token(sink).item() == 1.0 and previous_token(sink).item() == pytest.approx(1 / (T - 1))
+    assert self_token(one_hot_rows(list(range(T)), T)).item() == 1.0
+    L = 4
+    ind = one_hot_rows([0] * L + [j + 1 for j in range(L)], 2 * L)  # query L + j looks at key j + 1
+    assert induction(ind, L).item() == 1.0
+    cross = one_hot_rows([3, 2, 1], 4)  # 3 decoder queries over 4 source keys, read backwards
+    assert anti_diagonal(cross).item() == 1.0 and diagonal(cross).item() == 0.0
+    assert diagonal(one_hot_rows([0, 1, 2], 5)).item() == 1.0
+
+
+def test_scores_equal_plain_loops_on_random_weights():
+    torch.manual_seed(0)
+    B, nh, T, L = 3, 2, 8, 4
+    w = torch.softmax(torch.randn(B, nh, T, T), -1)
+    for h in range(nh):
+        loops = {
+            "previous_token": np.mean([np.mean([float(w[b, h, i, i - 1]) for i in range(1, T)]) for b in range(B)]),
+            "first_token": np.mean([np.mean([float(w[b, h, i, 0]) for i in range(1, T)]) for b in range(B)]),
+            "self": np.mean([np.mean([float(w[b, h, i, i]) for i in range(1, T)]) for b in range(B)]),
+            "induction": np.mean([np.mean([float(w[b, h, L + j, j + 1]) for j in range(L - 1)]) for b in range(B)]),
+        }
+        got = {"previous_token": previous_token(w), "first_token": first_token(w), "self": self_token(w),
+               "induction": induction(w, L)}
+        for k, v in loops.items():
+            assert float(got[k][h]) == pytest.approx(v, abs=1e-6), k
+    wc = torch.softmax(torch.randn(B, nh, 3, 5), -1)  # cross: Tq = 3 decoder queries, Tk = 5 source keys
+    assert float(anti_diagonal(wc)[1]) == pytest.approx(np.mean([[float(wc[b, 1, i, 4 - i]) for i in range(3)]
+                                                                for b in range(B)]), abs=1e-6)
+    assert float(first_token(wc, from_query=0)[0]) == pytest.approx(float(wc[:, 0, :, 0].mean()), abs=1e-6)
+
+
+def test_undefined_scores_are_nan_not_errors():
+    assert torch.isnan(previous_token(torch.ones(1, 2, 1, 1))).all()
+
+
+def test_induction_batch_is_the_cards_random_sequence():
+    ids = np.arange(10, 40)
+    got = induction_batch(ids, 5, 3, seed=7)
+    r = np.random.default_rng(7).choice(ids, size=(3, 5))
+    assert got.tolist() == np.concatenate([r, r], 1).tolist()
+
+
+def test_vocab_ids_leave_out_unknown_and_special_tokens():
+    compact = build_model(preset("tiny-gpt", vocab_size=4, vocab_map=(5, -1, 7, 9)), "cpu")
+    assert vocab_ids(compact).tolist() == [0, 2, 3]
+    ids = vocab_ids(build_model(preset("tiny-gpt"), "cpu"))
+    assert ids[-1] == 100255  # cl100k's last ordinary token; 100257.. are special
+
+
+def test_label_is_the_strongest_pattern_above_the_threshold():
+    assert label({"previous_token": 0.7, "self": 0.8, "first_token": None}) == "self"
+    assert label({"previous_token": 0.45, "self": 0.3}) is None
+    assert label({"previous_token": 0.45}, threshold=0.4) == "previous_token"
+    assert THRESHOLD == 0.5
+
+
+def test_detect_heads_on_a_tiny_model_matches_its_trace():
+    model = build_model(preset("tiny"), "cpu")
+    prep, trace = trace_text(model, "d a c b", "= b c a")
+    records = detect_heads(model, prep, length=5, count=2)
+    assert len(records) == 3 * model.cfg.n_layers * model.cfg.n_heads
+    assert [r.kind for r in records[:4]] == ["enc_self"] * 4 and records[-1].kind == "cross"
+    for r in records:
+        w = trace.attention(r.kind, r.layer).weights
+        if r.kind == "cross":
+            assert r.scores["anti_diagonal"] == pytest.approx(float(anti_diagonal(w)[r.head]), abs=1e-4)
+            assert set(r.scores) == {"first_token", "diagonal", "anti_diagonal"}
+        else:
+            assert r.scores["previous_token"] == pytest.approx(float(previous_token(w)[r.head]), abs=1e-4)
+            assert 0 <= r.scores["induction"] <= 1
+        assert r.label == label(r.scores)
+    assert isinstance(sorted(records, key=lambda r: -r.strength)[0], HeadRecord)
+    assert set(records[0].row()) >= {"kind", "layer", "head", "previous_token", "label"}
+
+
+def test_the_repeat_model_has_induction_heads_in_layer_1_only():
+    model, _ = load_model("repeat")
+    scores = induction_scores(model, length=4, count=16)
+    assert float(scores["dec_self", 1].max()) > 0.5
+    assert float(scores["dec_self", 0].max()) < 0.2
+
+
+def test_the_reverse_model_reads_the_source_backwards():
+    model, _ = load_model("reverse")
+    records = detect_heads(model, prepare(model, "d a c b e", "= e b c a"), count=2)
+    cross = [r for r in records if r.kind == "cross" and r.layer == 1]
+    assert all(r.label == "anti_diagonal" for r in cross)
+
+
+@pytest.mark.parametrize("kwargs, code", [({"length": 1}, "heads_length"), ({"length": 33}, "heads_length"),
+                                          ({"count": 0}, "heads_count"), ({"threshold": 1.5}, "analysis_fraction")])
+def test_bad_settings_are_refused_with_a_code(kwargs, code):
+    model = build_model(preset("tiny-gpt"), "cpu")
+    with pytest.raises(InputError) as err:
+        detect_heads(model, prepare(model, "a b"), **kwargs)
+    assert err.value.code == code and "{" not in err.value.text("zh")

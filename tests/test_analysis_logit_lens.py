@@ -1,0 +1,74 @@
+"""The logit lens: its last row is the model's own output, exactly; its other rows equal a model cut after that
+layer (independently: a copy with the later layers removed)."""
+import copy
+
+import pytest
+import torch
+
+from transformer_core import InputError, build_model, prepare, preset, run, trace_text
+from transformer_core.analysis.logit_lens import EMBEDDINGS, lens_from_trace, lens_logits, logit_lens, residual_names
+
+TEXT = "The quick brown fox jumps over"
+
+MODELS = {
+    "post-norm gpt": preset("tiny-gpt"),
+    "pre-norm gpt with final norm": preset("tiny-gpt", norm_first=True, final_norm=True),
+    "post-norm encoder-decoder with final norm": preset("tiny", final_norm=True, scale_embedding=True),
+    "pre-norm encoder-decoder": preset("tiny", norm_first=True),
+}
+
+
+@pytest.fixture(scope="module", params=list(MODELS), ids=list(MODELS))
+def model(request):
+    return build_model(MODELS[request.param], "cpu")
+
+
+def prep_for(model):
+    return prepare(model, TEXT, "= a b c" if model.is_encoder_decoder else None)
+
+
+def test_last_layer_lens_is_exactly_the_models_logits(model):
+    prep, trace = trace_text(model, TEXT, "= a b c" if model.is_encoder_decoder else None)
+    last = trace[residual_names(model)[-1]]
+    assert torch.equal(lens_logits(model, last), trace.logits)
+    lens = logit_lens(model, prep, k=4)
+    probs = torch.softmax(run(model, prep.src_ids, prep.tgt_ids)[0].float(), -1)  # (T, vocab)
+    top = torch.topk(probs, 4)
+    assert torch.equal(lens.ids[-1], top.indices)
+    assert torch.equal(lens.probs[-1], top.values)
+    assert torch.equal(lens.final_prob[-1], top.values[:, 0])
+
+
+def test_each_row_equals_the_model_cut_after_that_layer(model):
+    prep = prep_for(model)
+    lens = logit_lens(model, prep, k=3)
+    assert lens.layers == [EMBEDDINGS, *range(model.cfg.n_layers)]
+    for keep in range(model.cfg.n_layers + 1):  # 0 layers: the embeddings read out directly
+        cut = copy.deepcopy(model)
+        cut.decoder.layers = cut.decoder.layers[:keep]
+        probs = torch.softmax(run(cut, prep.src_ids, prep.tgt_ids)[0].float(), -1)  # (T, vocab)
+        top = torch.topk(probs, 3)
+        assert torch.equal(lens.ids[keep], top.indices), keep
+        assert torch.allclose(lens.probs[keep], top.values, atol=1e-6)
+
+
+def test_table_has_one_row_per_layer_position_and_rank():
+    model = build_model(preset("tiny-gpt"), "cpu")
+    lens = logit_lens(model, prepare(model, TEXT), k=2)
+    T = len(lens.labels)
+    rows = lens.table()
+    assert len(rows) == (model.cfg.n_layers + 1) * T * 2
+    assert rows[0]["layer"] == EMBEDDINGS and rows[0]["rank"] == 1 and rows[1]["rank"] == 2
+    assert all(0 <= r["prob"] <= 1 for r in rows)
+    assert lens.arrays()["ids"].shape == (model.cfg.n_layers + 1, T, 2)
+
+
+def test_a_trace_without_the_residual_is_refused_and_k_is_checked():
+    model = build_model(preset("tiny-gpt"), "cpu")
+    _, trace = trace_text(model, TEXT, names=lambda n: n.endswith("hook_weights"))
+    with pytest.raises(InputError) as err:
+        lens_from_trace(model, trace)
+    assert err.value.code == "trace_missing"
+    with pytest.raises(InputError) as err:
+        logit_lens(model, prepare(model, TEXT), k=0)
+    assert err.value.code == "analysis_top"

@@ -1,0 +1,113 @@
+"""Two texts side by side through the same model: each one's next-token distribution, per-token surprise and one
+head's attention weights, and what differs (tokens, top-token probability, distance between the predictions)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..errors import InputError
+from ..model.hooks import act_name
+from ..model.trace import run_with_trace
+from ..model.transformer import Transformer
+from ..text.inputs import Prepared, token_labels
+from .blocks import check_head, check_top, key_side, query_side, sequence
+from .interventions import kl_divergence
+from .next_token import Distribution, distribution
+from .surprise import Surprise, surprise_from_logits
+
+
+@dataclass(frozen=True)
+class Side:
+    """One text: its decoder tokens, next token, surprise (None for a one-token text) and the head's weights."""
+
+    labels: list[str]  # (T,) the decoder sequence
+    next_token: Distribution
+    surprise: Surprise | None
+    weights: torch.Tensor  # (Tq, Tk) float32 the chosen head's softmax rows
+    query_labels: list[str]  # (Tq,)
+    key_labels: list[str]  # (Tk,)
+
+
+@dataclass(frozen=True)
+class Difference:
+    only_a: list[str]  # tokens of A's decoder sequence that B lacks (first appearance order)
+    only_b: list[str]
+    top_id: int  # A's most likely next token
+    top_prob_a: float  # its probability after A
+    top_prob_b: float  # its probability after B
+    total_variation: float  # ½ Σ |p_A − p_B| over the vocabulary (0 same .. 1 disjoint)
+    kl_ab: float  # KL(p_A ‖ p_B), nats
+    kl_ba: float  # KL(p_B ‖ p_A), nats
+
+    @property
+    def top_prob_change(self) -> float:
+        """How much A's top token gains (+) or loses (−) when the text is B."""
+        return self.top_prob_b - self.top_prob_a
+
+
+@dataclass(frozen=True)
+class Comparison:
+    kind: str
+    layer: int
+    head: int
+    a: Side
+    b: Side
+    diff: Difference
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        out = {}
+        for name, side in (("a", self.a), ("b", self.b)):
+            out[f"{name}_next_ids"] = np.array(side.next_token.ids, dtype=np.int64)
+            out[f"{name}_next_probs"] = np.array(side.next_token.raw, dtype=np.float32)
+            out[f"{name}_weights"] = side.weights.numpy()
+            if side.surprise is not None:
+                out |= {f"{name}_{k}": v for k, v in side.surprise.arrays().items()}
+        d = self.diff
+        out["difference"] = np.array([d.top_prob_a, d.top_prob_b, d.total_variation, d.kl_ab, d.kl_ba], np.float32)
+        return out
+
+
+def total_variation(logits_a: torch.Tensor, logits_b: torch.Tensor) -> float:
+    """½ Σ |softmax(a) − softmax(b)| of two (vocab,) logit vectors, in float64."""
+    return float(0.5 * (torch.softmax(logits_a.double(), -1) - torch.softmax(logits_b.double(), -1)).abs().sum())
+
+
+def _only(model: Transformer, ids: list[int], other: list[int]) -> list[str]:
+    seen = set(other)
+    fresh = list(dict.fromkeys(i for i in ids if i not in seen))
+    return token_labels(model, fresh)
+
+
+def _side(model: Transformer, prep: Prepared, kind: str, layer: int, head: int,
+          top: int) -> tuple[Side, torch.Tensor]:
+    name = act_name("weights", layer=layer, block=kind, cross=model.is_encoder_decoder)
+    logits, trace = run_with_trace(model, prep.src_ids, prep.tgt_ids, names=[name])
+    logits = logits[0].float().cpu()  # (T, vocab)
+    ids = sequence(prep, "decoder")  # (T,)
+    side = Side(labels=token_labels(model, ids.tolist()), next_token=distribution(logits[-1], top=top),
+                surprise=surprise_from_logits(model, ids, logits) if ids.numel() >= 2 else None,
+                weights=trace[name][0, head].float(),
+                query_labels=token_labels(model, sequence(prep, query_side(kind)).tolist()),
+                key_labels=token_labels(model, sequence(prep, key_side(kind)).tolist()))
+    return side, logits[-1]
+
+
+def compare(model: Transformer, prep_a: Prepared, prep_b: Prepared, kind: str = "dec_self", layer: int = 0,
+            head: int = 0, *, top: int = 10) -> Comparison:
+    """Both texts through the model; the head (kind, layer, head)'s weights of each; their differences."""
+    kind, layer, head = check_head(model, kind, layer, head)
+    top = check_top(top)
+    if (prep_a.tgt_ids is None) != (prep_b.tgt_ids is None):
+        raise InputError("patch_mismatch")
+    a, last_a = _side(model, prep_a, kind, layer, head, top)
+    b, last_b = _side(model, prep_b, kind, layer, head, top)
+    ids_a, ids_b = sequence(prep_a, "decoder").tolist(), sequence(prep_b, "decoder").tolist()
+    top_id = int(last_a.argmax())
+    pa, pb = torch.softmax(last_a.double(), -1), torch.softmax(last_b.double(), -1)  # (vocab,)
+    diff = Difference(only_a=_only(model, ids_a, ids_b), only_b=_only(model, ids_b, ids_a), top_id=top_id,
+                      top_prob_a=float(pa[top_id]), top_prob_b=float(pb[top_id]),
+                      total_variation=total_variation(last_a, last_b), kl_ab=kl_divergence(last_a, last_b),
+                      kl_ba=kl_divergence(last_b, last_a))
+    return Comparison(kind, layer, head, a, b, diff)

@@ -1,0 +1,171 @@
+"""Head detector: what each attention head mostly looks at, on the learner's text and on a random sequence
+repeated twice. Every score is a mean attention weight (0..1) on the key a pattern names:
+
+- previous_token: key i - 1, mean over queries i >= 1;
+- first_token:    key 0 (the "attention sink"), mean over queries i >= 1 (cross-attention: every query);
+- self:           key i (the diagonal), mean over queries i >= 1 (query 0 of causal attention has only itself);
+- induction:      on random tokens r (length L) repeated (r + r), from query L + j to key j + 1, the token after
+                  the earlier copy of the current one, mean over j = 0 .. L - 2;
+- diagonal / anti_diagonal (cross-attention): from decoder query i to source key i / Ts - 1 - i, over
+  i < min(Tt, Ts) (what copy and reverse learn).
+
+previous_token, first_token and induction are the definitions the shipped models' cards use. A head is labelled
+with its strongest pattern when that score is above THRESHOLD (0.5: more than half its weight goes where the
+pattern says; a uniform head over three or more keys stays below it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..errors import InputError
+from ..model.hooks import act_name
+from ..model.trace import run_with_trace
+from ..model.transformer import Transformer
+from ..text.inputs import UNK, Prepared
+from ..text.tokenizer import load_encoding
+from .blocks import KIND_ORDER, check_fraction, kinds
+
+THRESHOLD = 0.5
+SELF_PATTERNS = ("previous_token", "first_token", "self", "induction")
+CROSS_PATTERNS = ("first_token", "diagonal", "anti_diagonal")
+
+
+def _mean(x: torch.Tensor) -> torch.Tensor:
+    """(B, nh, n) -> (nh,) mean over the n positions of each item, then over the batch; NaN when n = 0."""
+    if x.size(-1) == 0:
+        return torch.full((x.size(1),), float("nan"))
+    return x.float().mean(-1).mean(0)
+
+
+def previous_token(w: torch.Tensor) -> torch.Tensor:
+    """(B, nh, T, T) weights -> (nh,) mean weight of query i on key i - 1 (queries i >= 1)."""
+    return _mean(w[:, :, 1:, :].diagonal(offset=0, dim1=2, dim2=3))  # (B, nh, T-1): w[i+1, i]
+
+
+def first_token(w: torch.Tensor, from_query: int = 1) -> torch.Tensor:
+    """(B, nh, Tq, Tk) weights -> (nh,) mean weight on key 0 over queries i >= from_query."""
+    return _mean(w[:, :, from_query:, 0])  # (B, nh, Tq - from_query)
+
+
+def self_token(w: torch.Tensor) -> torch.Tensor:
+    """(B, nh, T, T) weights -> (nh,) mean weight of query i on key i (queries i >= 1)."""
+    return _mean(w.diagonal(dim1=2, dim2=3)[:, :, 1:])  # (B, nh, T-1)
+
+
+def diagonal(w: torch.Tensor) -> torch.Tensor:
+    """(B, nh, Tq, Tk) -> (nh,) mean weight of query i on key i, i < min(Tq, Tk)."""
+    return _mean(w.diagonal(dim1=2, dim2=3))  # (B, nh, min(Tq, Tk))
+
+
+def anti_diagonal(w: torch.Tensor) -> torch.Tensor:
+    """(B, nh, Tq, Tk) -> (nh,) mean weight of query i on key Tk - 1 - i, i < min(Tq, Tk)."""
+    return _mean(w.flip(-1).diagonal(dim1=2, dim2=3))  # (B, nh, min(Tq, Tk)): w[i, Tk-1-i]
+
+
+def induction(w: torch.Tensor, length: int) -> torch.Tensor:
+    """(B, nh, 2L, 2L) weights on r + r -> (nh,) mean weight from query L + j to key j + 1, j = 0 .. L - 2."""
+    j = torch.arange(0, length - 1)
+    return _mean(w[:, :, length + j, j + 1])  # (B, nh, L-1)
+
+
+def vocab_ids(model: Transformer) -> np.ndarray:
+    """Model ids random sequences draw from: every id but the unknown one (compacted vocabularies), else the
+    tokenizer's ordinary tokens (no special tokens) that the model's vocabulary holds."""
+    vmap = model.cfg.vocab_map
+    if vmap:
+        return np.array([i for i, real in enumerate(vmap) if real != UNK])
+    n = min(model.cfg.vocab_size, len(load_encoding(model.cfg.encoding)._mergeable_ranks))
+    return np.arange(n)
+
+
+def induction_batch(ids: np.ndarray, length: int, count: int, seed: int = 0) -> torch.Tensor:
+    """(count, 2 * length): random tokens drawn uniformly from `ids`, each row repeated twice."""
+    rng = np.random.default_rng(seed)
+    r = rng.choice(ids, size=(count, length))  # (count, L)
+    return torch.from_numpy(np.concatenate([r, r], axis=1)).long()  # (count, 2L)
+
+
+@dataclass(frozen=True)
+class HeadRecord:
+    """One head's scores (pattern -> mean weight; None where undefined, e.g. a one-token text) and its label."""
+
+    kind: str
+    layer: int
+    head: int
+    scores: dict[str, float | None] = field(default_factory=dict)
+    label: str | None = None  # the strongest pattern above the threshold, or None
+
+    @property
+    def strength(self) -> float:
+        """The label's score (0 when unlabelled): sort by it to list the clearest heads first."""
+        return self.scores[self.label] if self.label else 0.0
+
+    def key(self) -> tuple[int, int, int]:
+        """Forward order: encoder self-attention, then per decoder layer; heads in order."""
+        return KIND_ORDER.index(self.kind), self.layer, self.head
+
+    def row(self) -> dict:
+        return {"kind": self.kind, "layer": self.layer, "head": self.head, **self.scores, "label": self.label}
+
+
+def label(scores: dict[str, float | None], threshold: float = THRESHOLD) -> str | None:
+    """The pattern with the highest score above the threshold (None when none is)."""
+    have = {k: v for k, v in scores.items() if v is not None and v > threshold}
+    return max(have, key=have.get) if have else None
+
+
+def _weights(model: Transformer, src: torch.Tensor, tgt: torch.Tensor | None) -> dict[tuple[str, int], torch.Tensor]:
+    """(kind, layer) -> (B, nh, Tq, Tk) float32 attention weights of every block."""
+    cross = model.is_encoder_decoder
+    names = {(k, i): act_name("weights", layer=i, block=k, cross=cross)
+             for k in kinds(model) for i in range(model.cfg.n_layers)}
+    _, trace = run_with_trace(model, src, tgt, names=set(names.values()))
+    return {where: trace[name].float() for where, name in names.items()}
+
+
+def _value(x: torch.Tensor, h: int) -> float | None:
+    v = float(x[h])
+    return None if v != v else round(v, 4)
+
+
+def induction_scores(model: Transformer, length: int, count: int = 8,
+                     seed: int = 0) -> dict[tuple[str, int], torch.Tensor]:
+    """(kind, layer) -> (nh,) induction score of every self-attention block, one random sequence at a time
+    (bounded memory: one forward holds 2L positions of logits); the mean over sequences of each one's mean."""
+    seqs = induction_batch(vocab_ids(model), length, count, seed)  # (count, 2L)
+    total: dict[tuple[str, int], torch.Tensor] = {}
+    for seq in seqs:
+        one = seq[None]  # (1, 2L)
+        for where, w in _weights(model, one, one if model.is_encoder_decoder else None).items():
+            if where[0] != "cross":
+                total[where] = total.get(where, 0.0) + induction(w, length) / count  # (nh,)
+    return total
+
+
+def detect_heads(model: Transformer, prep: Prepared, *, threshold: float = THRESHOLD, length: int | None = None,
+                 count: int = 8, seed: int = 0) -> list[HeadRecord]:
+    """Score and label every head: patterns on the learner's text, induction on `count` random sequences of
+    `length` tokens (default min(max_len // 2, 64)) repeated twice (self-attention blocks; both stacks read them)."""
+    threshold = check_fraction(threshold)
+    length = min(model.cfg.max_len // 2, 64) if length is None else length
+    if isinstance(length, bool) or not isinstance(length, int) or not 2 <= length <= model.cfg.max_len // 2:
+        raise InputError("heads_length", lo=2, hi=model.cfg.max_len // 2, max_len=model.cfg.max_len)
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 256:
+        raise InputError("heads_count", lo=1, hi=256)
+    text = _weights(model, prep.src_ids, prep.tgt_ids)
+    ind = induction_scores(model, length, count, seed)
+    records = []
+    for (kind, layer), w in text.items():
+        if kind == "cross":
+            scores = {"first_token": first_token(w, from_query=0), "diagonal": diagonal(w),
+                      "anti_diagonal": anti_diagonal(w)}
+        else:
+            scores = {"previous_token": previous_token(w), "first_token": first_token(w), "self": self_token(w),
+                      "induction": ind[kind, layer]}
+        for h in range(model.cfg.n_heads):
+            values = {k: _value(v, h) for k, v in scores.items()}
+            records.append(HeadRecord(kind, layer, h, values, label(values, threshold)))
+    return sorted(records, key=HeadRecord.key)

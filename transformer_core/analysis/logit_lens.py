@@ -1,0 +1,86 @@
+"""The logit lens: read the decoder's residual stream after the embeddings and after each layer as if it were
+the last one (the final LayerNorm when the model has one, then the output layer, then softmax).
+
+The residual after decoder layer l is the output of its last Add & Norm (post-norm: LN(x + FFN(x)); pre-norm:
+x + FFN(LN(x))), so the lens of the last layer is exactly the model's own logits.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..errors import InputError
+from ..model.hooks import act_name
+from ..model.trace import Trace, run_with_trace
+from ..model.transformer import Transformer
+from ..text.inputs import Prepared, token_labels
+from .blocks import check_top
+
+EMBEDDINGS = -1  # the row of the embeddings (before layer 0)
+
+
+def residual_names(model: Transformer) -> list[str]:
+    """Hook names of the decoder's residual stream: the embeddings (with positions), then each layer's output."""
+    cross = model.is_encoder_decoder
+    return [act_name("embed", side="decoder")] + [
+        act_name("addnorm_out", layer=i, block="dec_ffn", cross=cross) for i in range(model.cfg.n_layers)]
+
+
+def lens_logits(model: Transformer, resid: torch.Tensor) -> torch.Tensor:
+    """(..., d) residual -> (..., vocab) logits: final norm (when cfg.final_norm) then the output layer."""
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        return model.out(model.decoder.norm(resid.to(device)))  # (..., vocab)
+
+
+@dataclass(frozen=True)
+class LogitLens:
+    """Top-k tokens per (row, position): row 0 reads the embeddings, row l + 1 the output of layer l."""
+
+    layers: list[int]  # (R,) EMBEDDINGS (-1), 0, 1, ..., n_layers - 1
+    labels: list[str]  # (T,) the decoder's tokens (what each position has read so far ends here)
+    ids: torch.Tensor  # (R, T, k) model ids, most likely first
+    probs: torch.Tensor  # (R, T, k) float32 softmax probabilities
+    tokens: list[list[list[str]]]  # (R, T, k) how the tokenizer shows ids
+    final_prob: torch.Tensor  # (R, T) float32: each row's probability of the model's own top token (last row's)
+
+    def table(self) -> list[dict]:
+        """One row per (layer, position, rank)."""
+        return [{"layer": layer, "position": t, "token": self.labels[t], "rank": r + 1,
+                 "next": self.tokens[i][t][r], "id": int(self.ids[i, t, r]), "prob": float(self.probs[i, t, r])}
+                for i, layer in enumerate(self.layers) for t in range(len(self.labels))
+                for r in range(self.ids.size(-1))]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {"layers": np.array(self.layers, dtype=np.int64), "ids": self.ids.numpy(),
+                "probs": self.probs.numpy(), "final_prob": self.final_prob.numpy()}
+
+
+def lens_from_trace(model: Transformer, trace: Trace, k: int = 5) -> LogitLens:
+    """The logit lens of batch item 0 of a trace that kept the residual hooks (residual_names)."""
+    k = check_top(k, hi=100)
+    names = residual_names(model)
+    missing = [n for n in names if n not in trace]
+    if missing:
+        raise InputError("trace_missing", name=missing[0])
+    ids, probs, final, own = [], [], [], None
+    for name in reversed(names):  # the last layer first: its top token is the model's own prediction
+        p = torch.softmax(lens_logits(model, trace[name][:1]).float(), dim=-1)[0].cpu()  # (T, vocab)
+        own = p.argmax(-1) if own is None else own  # (T,)
+        top = torch.topk(p, min(k, p.size(-1)))  # (T, k)
+        ids.insert(0, top.indices)
+        probs.insert(0, top.values)
+        final.insert(0, p.gather(-1, own[:, None])[:, 0])  # (T,)
+    ids_t = torch.stack(ids)  # (R, T, k)
+    tokens = [[token_labels(model, row.tolist()) for row in layer] for layer in ids_t]
+    return LogitLens(layers=[EMBEDDINGS, *range(model.cfg.n_layers)],
+                     labels=token_labels(model, trace.decoder_ids.tolist()), ids=ids_t,
+                     probs=torch.stack(probs), tokens=tokens, final_prob=torch.stack(final))
+
+
+def logit_lens(model: Transformer, prep: Prepared, k: int = 5) -> LogitLens:
+    """Top-k next tokens after the embeddings and after every decoder layer, at every decoder position."""
+    _, trace = run_with_trace(model, prep.src_ids, prep.tgt_ids, names=residual_names(model))
+    return lens_from_trace(model, trace, k)

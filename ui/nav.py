@@ -1,0 +1,36 @@
+"""Pages by name: a page is the file pages/<n>_<name>.py, its URL path is <name> and its title the string
+nav_<name>. app.py lists the pages (one line each); everything else links to a page by its name."""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import streamlit as st
+
+from .i18n import t
+
+PAGES_DIR = Path(__file__).resolve().parents[1] / "pages"
+
+
+@lru_cache(maxsize=64)
+def file_of(name: str) -> str:
+    """pages/<n>_<name>.py, relative to the app."""
+    found = [p for p in PAGES_DIR.glob("*.py") if p.stem.split("_", 1)[-1] == name]
+    if len(found) != 1:
+        raise KeyError(f"no single page file for {name!r}")
+    return f"pages/{found[0].name}"
+
+
+def page(name: str, icon: str | None = None, *, default: bool = False) -> st.Page:
+    """The navigation entry of a page."""
+    return st.Page(file_of(name), title=t(f"nav_{name}"), icon=icon, url_path=None if default else name,
+                   default=default)
+
+
+def link(name: str, label: str | None = None, icon: str | None = None) -> None:
+    """A link to a page by its name."""
+    st.page_link(file_of(name), label=label or t(f"nav_{name}"), icon=icon)
+
+
+def switch(name: str) -> None:
+    st.switch_page(file_of(name))
