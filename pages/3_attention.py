@@ -8,6 +8,7 @@ from transformer_core.analysis.attention_steps import query_steps, row_sums
 from transformer_core.model.masks import MASK_MODES
 from transformer_core.model.transformer import DEFAULT_MASKS
 from transformer_core.text.inputs import token_labels
+from ui import cache
 from ui.errors import show_error
 from ui.figures import (
     DIVERGING,
@@ -126,21 +127,69 @@ def side_by_side(stages, head, q_lab, k_lab) -> None:
             chart(fig, f"att_{key}")
 
 
-def head_thumbnails(stages, heads: int) -> None:
+def head_labels(ctx, kind: str) -> dict[int, object]:
+    """head -> the detector's record for the heads of this block and layer ({} if it cannot run)."""
+    try:
+        records = cache.head_records(ctx.key, ctx.device, ss.get("text", ""), ss.get("tgt") if kind != "dec_self"
+                                     or ctx.model.is_encoder_decoder else None, bool(ss.get("allow_special")))
+    except Exception:  # noqa: BLE001 - labels are extra: the maps stand without them
+        return {}
+    return {r.head: r for r in records if r.kind == kind and r.layer == ss.layer}
+
+
+def label_text(record) -> str:
+    if record is None or record.label is None:
+        return t("head_kind_mixed")
+    return f"{t('head_kind_' + record.label)} {record.scores[record.label]:.2f}"
+
+
+def what_head_does(record, head: int) -> None:
+    """One line on the chosen head's pattern: its label, score and what that pattern does."""
+    if record is None:
+        return
+    if record.label is None:
+        st.caption(t("head_what_none", head=head))
+    else:
+        st.info(t("head_what", head=head, kind=t("head_kind_" + record.label), score=record.scores[record.label])
+                + " " + t("head_does_" + record.label), icon="🔎")
+
+
+def heads_table(records: dict[int, object]) -> None:
+    """This block's heads with every score, sortable by any column; a kind filter narrows the thumbnails."""
+    if not records:
+        return
+    patterns = sorted({p for r in records.values() for p, v in r.scores.items() if v is not None})
+    df = pd.DataFrame([{t("att_head"): h, t("card_head_kind"): label_text(r).rsplit(" ", 1)[0] if r.label else "—",
+                        **{t("head_kind_" + p): r.scores.get(p) for p in patterns}} for h, r in records.items()])
+    with st.expander(t("att_heads_table")):
+        table(df, f"heads_{ss.block}_{ss.layer}", formats={t("head_kind_" + p): "%.3f" for p in patterns})
+
+
+def head_thumbnails(stages, heads: int, records: dict[int, object]) -> None:
     """Every head of this layer and block, small; a click picks the head shown large above."""
     st.subheader(t("att_grid"))
+    kinds_found = sorted({r.label for r in records.values() if r.label})
+    shown = list(range(heads))
+    if kinds_found:
+        wanted = st.pills(t("att_filter_kind"), kinds_found, selection_mode="multi", key=f"att_kinds_{ss.layer}",
+                          format_func=lambda k: t("head_kind_" + k))
+        if wanted:
+            shown = [h for h in shown if records.get(h) is not None and records[h].label in wanted]
     w = stages.weights[0].float().numpy()  # (nh, Tq, Tk)
     mask = stages.mask[0].numpy()
     step = max(1, -(-max(w.shape[-2:]) // THUMB_CAP))  # pool long maps so thumbnails stay light
     if step > 1:
         w, mask = w[:, ::step, ::step], mask[:, ::step, ::step]
     z, axis = scaled_weights(np.where(mask, w, np.nan), ss.att_scale)
-    titles = [f"{t('att_head')} {h}" for h in range(heads)]
-    fig = thumbnails(list(z), titles, cols=min(heads, 8 if heads > 8 else 4 if heads > 4 else heads),
-                     zmin=axis["zmin"], zmax=axis["zmax"], masked=~mask, selected=int(ss.head))
+    titles = [f"{t('att_head')} {h}<br><sup>{label_text(records.get(h))}</sup>" if records else f"{t('att_head')} {h}"
+              for h in shown]
+    n = len(shown)
+    fig = thumbnails([z[h] for h in shown], titles, cols=min(n, 8 if n > 8 else 4 if n > 4 else n),
+                     zmin=axis["zmin"], zmax=axis["zmax"], masked=[~mask[h] for h in shown],
+                     selected=shown.index(int(ss.head)) if int(ss.head) in shown else None)
     picked = clicked(fig, "att_thumbs")
     if picked is not None:
-        ss.head = int(picked)
+        ss.head = shown[int(picked)]
         ss.pop("att_cell", None)
         st.rerun()
     st.caption(t("att_thumbs_hint") + (" " + t("att_thumbs_pooled", step=step) if step > 1 else ""))
@@ -246,11 +295,14 @@ try:
            if ctx.trace.tgt_ids is not None else src)
     q_lab, k_lab = (src if kind == "enc_self" else tgt), (tgt if kind == "dec_self" else src)
     head = int(ss.head)
+    records = head_labels(ctx, kind)
+    what_head_does(records.get(head), head)
     cell = main_map(stages, head, list(q_lab), list(k_lab))
     if cell is not None:
         explain_cell(stages, head, list(q_lab), list(k_lab), cell)
     sums_and_pitfalls(stages, kind, ss.mask_mode)
-    head_thumbnails(stages, model.cfg.n_heads)
+    head_thumbnails(stages, model.cfg.n_heads, records)
+    heads_table(records)
     st.subheader(t("att_before_after"))
     side_by_side(stages, head, q_lab, k_lab)
     one_query(stages, head, list(q_lab), list(k_lab))

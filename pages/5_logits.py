@@ -9,7 +9,7 @@ from transformer_core.text.tokenizer import tokens_of
 from ui.errors import error_text, show_error
 from ui.figures import axis_labels, bars, visible
 from ui.i18n import t
-from ui.session import page_context, through_app
+from ui.session import generated, page_context, set_generated, through_app
 from ui.widgets import chart, count_text, explain, table, token_chips
 
 through_app()
@@ -24,9 +24,9 @@ if ctx.key.startswith("preset:"):
 
 dec = ctx.trace.decoder_ids.tolist()  # model ids of the decoder-side sequence (incl. generated ones)
 src = ctx.trace.src_ids[0].tolist()
-n_gen = len(ss.get("gen_ids") or ())
-generated = f" · {count_text('log_generated', n_gen)}" if n_gen else ""
-st.markdown(count_text("log_sequence", len(dec)) + generated)
+n_gen = len(generated())
+gen_note = f" · {count_text('log_generated', n_gen)}" if n_gen else ""
+st.markdown(count_text("log_sequence", len(dec)) + gen_note)
 token_chips(tokens_of(real_ids(model, dec), cfg.encoding))
 
 labels = token_labels(model, dec)
@@ -39,9 +39,13 @@ st.caption(t("log_position_caption", pos=pos, tok=repr(labels[pos]), next=pos + 
 
 st.subheader(t("log_controls"))
 c1, c2, c3, c4 = st.columns(4)
-temperature = c1.slider(t("log_temperature"), 0.05, 5.0, 1.0, 0.05, key="log_T", help=t("log_temperature_help"))
-top_k = c2.number_input(t("log_topk"), 0, cfg.vocab_size, 0, 1, key="log_topk", help=t("log_topk_help"))
-top_p = c3.slider(t("log_topp"), 0.01, 1.0, 1.0, 0.01, key="log_topp", help=t("log_topp_help"))
+# the controls' values may come from a shared link: defaults are set once, then the widgets own them
+for key, default, lo, hi in (("log_T", 1.0, 0.05, 5.0), ("log_topk", 0, 0, cfg.vocab_size),
+                             ("log_topp", 1.0, 0.01, 1.0), ("log_seed", 0, 0, 2**31 - 1)):
+    ss[key] = min(max(ss.get(key, default), lo), hi)
+temperature = c1.slider(t("log_temperature"), 0.05, 5.0, step=0.05, key="log_T", help=t("log_temperature_help"))
+top_k = c2.number_input(t("log_topk"), 0, cfg.vocab_size, step=1, key="log_topk", help=t("log_topk_help"))
+top_p = c3.slider(t("log_topp"), 0.01, 1.0, step=0.01, key="log_topp", help=t("log_topp_help"))
 shown = c4.number_input(t("log_show"), 1, 100, 10, 1, key="log_show")
 sampling = Sampling(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p))
 try:
@@ -79,14 +83,14 @@ def _append(model, src: list[int], dec: list[int], steps: int, s: Sampling, seed
     except Exception as exc:  # noqa: BLE001 - shown on the rerun, never a traceback
         ss["_log_flash"] = ("error", error_text(exc))
         return
-    ss.gen_ids = list(ss.get("gen_ids") or ()) + new
+    set_generated(list(generated()) + new)
     text = t("log_added", toks=" ".join(repr(x) for x in token_labels(model, new))) if new else ""
     ss["_log_flash"] = ("warning", f"{text} {t('log_full')}".strip()) if len(new) < steps else ("success", text)
 
 
 def _undo() -> None:
-    ids = list(ss.get("gen_ids") or ())
-    ss.gen_ids = ids[:-1]
+    ids = list(generated())
+    set_generated(ids[:-1])
     if not ids:
         ss["_log_flash"] = ("info", t("log_nothing_to_undo"))
 
@@ -96,7 +100,7 @@ st.markdown(t("log_gen_intro"))
 g1, g2 = st.columns(2)
 greedy = g1.radio(t("log_mode"), [True, False], key="log_greedy", horizontal=True,
                   format_func=lambda g: t("log_greedy") if g else t("log_sample")) is True
-seed = int(g2.number_input(t("log_seed"), 0, 2**31 - 1, 0, 1, key="log_seed", help=t("log_seed_help"),
+seed = int(g2.number_input(t("log_seed"), 0, 2**31 - 1, step=1, key="log_seed", help=t("log_seed_help"),
                            disabled=greedy))
 full = len(dec) >= cfg.max_len
 b1, b2, b3 = st.columns(3)

@@ -250,7 +250,7 @@ class _TensorRecord:
 
 def _rebuild_tensor(storage, offset, size, stride, *_rest) -> _TensorRecord:
     if not (isinstance(storage, _Storage) and _int(offset) and isinstance(size, tuple) and isinstance(stride, tuple)
-            and len(size) == len(stride) <= MAX_DIMS and all(map(_int, size + stride))):
+            and len(size) == len(stride) <= MAX_DIMS and all(map(_int, size + stride)) and min(size, default=0) >= 0):
         raise pickle.UnpicklingError("malformed tensor record")
     return _TensorRecord(storage, offset, size, stride)
 
@@ -312,9 +312,10 @@ def _torch(raw: bytes) -> Inspected:
         st = rec.storage
         entry = entries.get(f"{prefix}data/{st.key}")
         nbytes = prod(rec.size) * st.itemsize
-        exact = (entry is not None and entry.compress_type == zipfile.ZIP_STORED
-                 and entry.file_size == entry.compress_size == st.numel * st.itemsize == nbytes)
-        if not exact or rec.offset != 0 or any(s < 0 for s in rec.size) or not _contiguous(rec.size, rec.stride):
+        if entry is None or entry.compress_type != zipfile.ZIP_STORED or not (
+                entry.file_size == entry.compress_size == st.numel * st.itemsize):
+            raise CheckpointError("upload_pt_storage", name=name[:60])  # as torch.save writes: stored, exact size
+        if nbytes != st.numel * st.itemsize or rec.offset != 0 or not _contiguous(rec.size, rec.stride):
             raise CheckpointError("upload_tensor_view", name=name[:60])
         if owners.setdefault(st.key, rec) != rec:  # one storage, two different tensors: overlapping views
             raise CheckpointError("upload_tensor_view", name=name[:60])

@@ -63,7 +63,7 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
 MAX_IDS = 256
 _INT = re.compile(r"[0-9]{1,10}")  # ASCII digits only: "²" or "٣" are not numbers here
 _FLOAT = re.compile(r"[0-9]{1,6}(?:\.[0-9]{1,8})?")
-_IDS = re.compile(r"[0-9]{1,8}(?:,[0-9]{1,8}){0,%d}" % (MAX_IDS - 1))
+_IDS = re.compile(rf"[0-9]{{1,8}}(?:,[0-9]{{1,8}}){{0,{MAX_IDS - 1}}}")
 _KEY = re.compile(r"[a-z0-9]{1,16}:[A-Za-z0-9_.@:-]{1,160}")
 
 

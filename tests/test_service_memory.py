@@ -112,6 +112,11 @@ gc.collect()
 def peak():  # this process's own high-water mark (ru_maxrss would carry the parent's over fork and exec)
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+try:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the high-water mark starts again at the current RSS
+except OSError:
+    pass
 before = peak()
 if keep == "none":
     out = run(model, src, tgt)
@@ -189,6 +194,11 @@ gc.collect()
 def peak():
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+try:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the high-water mark starts again at the current RSS
+except OSError:
+    pass
 before = peak()
 logits = model(src) if arch == "decoder_only" else model(src, tgt)
 loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten())

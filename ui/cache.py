@@ -14,19 +14,21 @@ from collections.abc import Callable
 import streamlit as st
 import torch
 
-from service import catalog
 from service.settings import settings
 from transformer_core.errors import DeviceError
 from transformer_core.model.device import device_name, pick_device
 from transformer_core.model.hooks import layer_filter
 from transformer_core.model.trace import Trace, run, run_with_trace
+from transformer_core.sources import load_model
 from transformer_core.text.inputs import Prepared, prepare
 
 
 @st.cache_resource(show_spinner=False, max_entries=6)
 def get_model(key: str, device: str):
-    """(model, card) for a catalog key, built once per server process and shared read-only."""
-    return catalog.load(key, device)
+    """(model, card) for a catalog key, built once per server process and shared read-only. Who may open a
+    private model is checked before (ui.session.load_selected_model), not here: the cache is shared."""
+    model, card = load_model(key, settings().places, device)
+    return model, {k: v for k, v in card.items() if k != "owner"}
 
 
 @st.cache_resource(show_spinner=False)
@@ -124,3 +126,12 @@ def model_file(key: str, device: str) -> bytes:
     model, card = get_model(key, device)
     with tempfile.TemporaryDirectory() as tmp:
         return (save_checkpoint(model, Path(tmp) / "m", {}) / WEIGHTS).read_bytes()
+
+
+@st.cache_resource(show_spinner=False, max_entries=64, ttl=3600)
+def head_records(key: str, device: str, text: str, tgt_text: str | None, allow_special: bool) -> list:
+    """The head detector's labels for every head of a model on one text (shared by all sessions)."""
+    from transformer_core.analysis.heads import detect_heads
+
+    model, _ = get_model(key, device)
+    return detect_heads(model, prepare(model, text, tgt_text, allow_special=allow_special))

@@ -148,13 +148,15 @@ def thumbnails(mats, titles, *, cols: int, colorscale=SEQUENTIAL, zmin=0.0, zmax
         fig.add_trace(go.Scatter(x=[(m.shape[1] - 1) / 2], y=[(m.shape[0] - 1) / 2], mode="markers",
                                  marker={"size": size_px * 0.9, "symbol": "square", "color": "rgba(0,0,0,0)",
                                          "line": {"width": 0}},
-                                 customdata=[i], hovertemplate=f"{titles[i]}<extra></extra>", showlegend=False,
+                                 customdata=[i], hovertemplate=f"{titles[i]}<extra></extra>".replace("<br>", " · "),
+                                 showlegend=False,
                                  name=f"pick {i}"), row=r, col=c)
         if i == selected:
             fig.add_shape(type="rect", xref=f"x{i + 1 if i else ''} domain", yref=f"y{i + 1 if i else ''} domain",
                           x0=0, x1=1, y0=0, y1=1, line={"color": "#d62728", "width": 3})
+    fig.update_annotations(font_size=12)
     fig.update_layout(coloraxis={"colorscale": colorscale, "cmin": zmin, "cmax": zmax},
-                      height=rows * (size_px + 40) + 40, margin=dict(l=10, r=10, t=40, b=10),
+                      height=rows * (size_px + 50) + 50, margin=dict(l=10, r=10, t=50, b=10),
                       clickmode="event+select", dragmode=False)
     fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
     fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed")

@@ -6,10 +6,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
+import streamlit.components.v1 as components
 
-from service import catalog, downloads
+from service import catalog, downloads, urlstate
 from service.settings import settings
-from transformer_core.errors import InputError
+from transformer_core.errors import InputError, ModelSourceError
 from transformer_core.model.trace import Trace
 from transformer_core.model.transformer import DEFAULT_MASKS
 from transformer_core.sources.presets import preset_key
@@ -24,34 +25,80 @@ from .widgets import IMAGE_FORMATS
 # The course's example sentences (doc 000): the default texts learners arrive with.
 DEFAULT_TEXT = "同志们!我踩着地雷了"
 DEFAULT_TARGET = "我现在开始排雷。"
-URL_MAX_TEXT = 1500  # longer texts are not mirrored into the URL
 TEXT_MAX_CHARS = 2_000_000  # hard cap on the text box; the model sees at most max_len tokens anyway
-# keys whose values survive page changes and are mirrored into the URL
-URL_KEYS = ("text", "tgt", "model", "enc", "lang", "layer", "head", "block")
-PERSIST_KEYS = URL_KEYS + ("allow_special", "mask_mode", "gen_ids", "img_fmt", "att_scale")
+OWNER_COOKIE = "te_owner"  # the browser's random token: models it trains or uploads are visible to it only
+# URL parameter -> session key of the control it mirrors (service.urlstate parses and writes the URL)
+URL_STATE = {"model": "model", "text": "text", "tgt": "tgt", "enc": "enc", "lang": "lang", "layer": "layer",
+             "head": "head", "block": "block", "mask": "mask_mode", "scale": "att_scale", "T": "log_T",
+             "k": "log_topk", "p": "log_topp", "seed": "log_seed", "gen": "gen_ids"}
+PERSIST_KEYS = (*URL_STATE.values(), "allow_special", "img_fmt", "log_greedy", "gen_for")
+
+
+def viewer() -> str:
+    """This browser's owner token (read from its cookie on a new session, else new; the cookie is set once)."""
+    ss = st.session_state
+    if "_owner" not in ss:
+        try:
+            cookie = st.context.cookies.get(OWNER_COOKIE)
+        except Exception:  # noqa: BLE001 - no browser context (AppTest)
+            cookie = None
+        ok = isinstance(cookie, str) and 20 <= len(cookie) <= 64 and cookie.replace("-", "").replace("_", "").isalnum()
+        ss._owner, ss._owner_set = (cookie, True) if ok else (catalog.new_token(), False)
+    return ss._owner
+
+
+def _remember_owner() -> None:
+    """Keep the token in a first-party cookie (a year), so a reload shows the same private models."""
+    ss = st.session_state
+    if ss.get("_owner_set"):
+        return
+    ss._owner_set = True
+    components.html(f"<script>document.cookie = '{OWNER_COOKIE}={viewer()}; path=/; max-age=31536000; "
+                    "SameSite=Strict';</script>", height=0)
 
 
 def _init_state() -> None:
+    """A new session: every control from the URL (bad values fall back to their defaults, with one notice)."""
     ss = st.session_state
     if ss.get("_initialised"):
         return
-    qp = st.query_params
-    keys = [e.key for e in catalog.entries()]
-    ss.model = qp.get("model") if qp.get("model") in keys else catalog.default_key()
-    ss.text = qp.get("text", _example(ss.model, "example_src", DEFAULT_TEXT))
-    ss.tgt = qp.get("tgt", _example(ss.model, "example_tgt", DEFAULT_TARGET))
-    ss.enc = qp.get("enc", "cl100k_base")
-    ss.lang = qp.get("lang") if qp.get("lang") in LANGS else browser_lang()
-    for k in ("layer", "head"):
-        ss[k] = int(qp.get(k, 0)) if str(qp.get(k, "0")).isdigit() else 0
-    if qp.get("block"):
-        ss.block = qp.get("block")
-    ss.gen_ids = []
+    values, notices = urlstate.parse(dict(st.query_params), [e.key for e in catalog.entries(viewer())])
+    ss.model = values["model"] if values["model"] else catalog.default_key()
+    ss.text = values["text"] if values["text"] is not None else _example(ss.model, "example_src", DEFAULT_TEXT)
+    ss.tgt = values["tgt"] if values["tgt"] is not None else _example(ss.model, "example_tgt", DEFAULT_TARGET)
+    ss.lang = values["lang"] or browser_lang()
+    for param, key in URL_STATE.items():
+        if param not in ("model", "text", "tgt", "lang") and values[param] is not None:
+            ss[key] = list(values[param]) if param == "gen" else values[param]
+    ss.gen_ids = list(values["gen"] or ())
+    ss.gen_for = _fingerprint() if ss.gen_ids else None
+    if notices:
+        ss._url_notice = urlstate.summary(notices, ss.lang)
     ss._initialised = True
 
 
+def _fingerprint() -> tuple:
+    """What generated tokens belong to: generation continues only from the sequence on screen."""
+    ss = st.session_state
+    return ss.get("model"), ss.get("text"), ss.get("tgt"), ss.get("enc")
+
+
+def set_generated(ids: list[int]) -> None:
+    """Generated tokens appended to the current sequence (every page traces them)."""
+    st.session_state.gen_ids = list(ids)
+    st.session_state.gen_for = _fingerprint()
+
+
+def generated() -> tuple[int, ...]:
+    """The generated tokens that belong to the current model and text (stale ones are dropped)."""
+    ss = st.session_state
+    if ss.get("gen_ids") and ss.get("gen_for") != _fingerprint():
+        ss.gen_ids = []
+    return tuple(ss.get("gen_ids") or ())
+
+
 def _example(key: str, field: str, fallback: str) -> str:
-    entry = catalog.entry(key)
+    entry = catalog.entry(key, viewer())
     return entry.card[field] if entry is not None and entry.card.get(field) is not None else fallback
 
 
@@ -66,21 +113,23 @@ def on_model_change() -> None:
     """A newly selected model keeps the learner's text (re-tokenised for it); an encoder-decoder model gets its
     own example target (what its decoder reads is specific to it). It opens on the first layer and head."""
     ss = st.session_state
-    entry = catalog.entry(ss.model)
+    entry = catalog.entry(ss.model, viewer())
     if entry is not None and entry.arch == "encoder_decoder":
         ss.tgt = _example(ss.model, "example_tgt", ss.get("tgt") or DEFAULT_TARGET)
     ss.gen_ids, ss.layer, ss.head = [], 0, 0
 
 
 def _sync_url() -> None:
+    """Mirror every control that changes the view into the URL (defaults and over-long texts left out)."""
     ss = st.session_state
-    params = {k: str(ss[k]) for k in URL_KEYS if k in ss and ss[k] is not None}
-    if len(ss.get("text", "")) > URL_MAX_TEXT:
-        params.pop("text")
-    if len(ss.get("tgt", "")) > URL_MAX_TEXT:
-        params.pop("tgt")
-    if dict(st.query_params) != params:
-        st.query_params.from_dict(params)
+    values = {param: ss.get(key) for param, key in URL_STATE.items()}
+    values["gen"] = tuple(generated())
+    page_defaults = {"model": catalog.default_key(), "text": _example(ss.get("model"), "example_src", DEFAULT_TEXT),
+                     "tgt": _example(ss.get("model"), "example_tgt", DEFAULT_TARGET), "lang": browser_lang()}
+    params = urlstate.encode(values, page_defaults)
+    ss._text_left_out = params.text_left_out
+    if dict(st.query_params) != dict(params):
+        st.query_params.from_dict(dict(params))
 
 
 def sidebar() -> None:
@@ -88,7 +137,7 @@ def sidebar() -> None:
     _init_state()
     _persist()
     ss = st.session_state
-    entries = {e.key: e for e in catalog.entries()}
+    entries = {e.key: e for e in catalog.entries(viewer())}
     if ss.model not in entries:  # a model that went away (or a stale key) falls back to the default
         ss.model = catalog.default_key()
     with st.sidebar:
@@ -116,11 +165,11 @@ def sidebar() -> None:
         st.caption(f"{t('device')}: **{dev_label}**")
         st.radio(t("img_fmt"), IMAGE_FORMATS, key="img_fmt", horizontal=True, format_func=str.upper,
                  help=t("img_fmt_help"))
-        if len(ss.text) > URL_MAX_TEXT:
-            st.caption(t("text_not_in_url"))
-        else:
-            st.caption(t("share_link"))
-    _sync_url()
+        _sync_url()
+        st.caption(t("text_not_in_url") if ss.get("_text_left_out") else t("share_link"))
+        if ss.get("_url_notice"):
+            st.caption(f"🔗 {ss.pop('_url_notice')}")
+    _remember_owner()
 
 
 def on_text_change() -> None:
@@ -141,7 +190,7 @@ def clear_generated() -> None:
 
 def generated_sidebar() -> None:
     """Sidebar: how many generated tokens are appended to the sequence, and a button that clears them."""
-    n = len(st.session_state.get("gen_ids") or ())
+    n = len(generated())
     if n:
         st.caption(t("log_gen_count", n=n))
         st.button(t("log_gen_clear"), key="gen_clear", on_click=clear_generated)
@@ -177,6 +226,8 @@ def load_selected_model():
     key = model_key()
     device, _ = cache.get_device()
     try:
+        if not key.startswith("preset:") and catalog.entry(key, viewer()) is None:
+            raise ModelSourceError("model_unknown")  # another browser's private model, or gone
         model, meta = cache.get_model(key, device)
     except Exception as exc:  # noqa: BLE001 - shown to the learner as a message
         if getattr(exc, "code", "") == "gpt2_not_downloaded":
@@ -221,7 +272,7 @@ def page_context(layer: int | None = None, masks: dict | None = None) -> PageCon
     try:
         with st.spinner("…"):
             prep, trace = cache.get_trace(key, device, ss.get("text", ""), tgt, tuple(sorted(masks.items())),
-                                          layer, bool(ss.get("allow_special")), tuple(ss.get("gen_ids", ())))
+                                          layer, bool(ss.get("allow_special")), generated())
     except InputError as exc:
         if exc.code == "tokens_not_in_vocab":
             cannot_take_text(exc, meta)

@@ -1,0 +1,107 @@
+"""Logit lens: the decoder's residual stream read out after the embeddings and after every layer (final norm, output
+layer, softmax), so a learner sees at which layer the answer forms. Read from the page's cached trace."""
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from transformer_core.analysis.export import export_npz, notebook_snippet
+from transformer_core.analysis.logit_lens import EMBEDDINGS, lens_from_trace
+from transformer_core.errors import ExplorerError
+from ui.errors import show_error
+from ui.figures import axis_labels, token_heatmap, visible
+from ui.i18n import t
+from ui.session import page_context, through_app
+from ui.widgets import chart, explain, file_stem, table
+
+through_app()
+ss = st.session_state
+WINDOW = 48  # the heatmap shows at most this many positions (around the chosen one); the table has them all
+TEXT_CAP = 40  # up to this many positions, each cell is written with its top token
+
+
+def export_panel(result, view: str, ctx, **params) -> None:
+    """The view's numbers as .npz and the notebook code that recomputes them."""
+    with st.expander(t("xp_title")):
+        try:
+            st.download_button(t("xp_npz"), export_npz(result), mime="application/octet-stream",
+                               file_name=f"{file_stem('transformer-explorer', view, ctx.key.split(':')[-1])}.npz",
+                               key=f"xp_npz_{view}")
+            code = notebook_snippet(view, model=ctx.key.removeprefix("shipped:"), text=ss.get("text", ""),
+                                    target=ss.get("tgt") if ctx.model.is_encoder_decoder else None, **params)
+        except ExplorerError:
+            st.caption(t("xp_unavailable"))
+            return
+        st.caption(t("xp_snippet"))
+        st.code(code, language="python")
+        if ss.get("gen_ids") or ss.get("allow_special"):
+            st.caption(t("xp_generated"))
+
+
+def row_name(layer: int) -> str:
+    return t("lens_row_embed") if layer == EMBEDDINGS else t("lens_row_layer", layer=layer)
+
+
+st.title(t("nav_lens"))
+explain("lens_intro", r"p^{(\ell)}(\cdot\mid x_{\le t}) = \operatorname{softmax}\!\big(W_{\text{out}}\,"
+        r"\mathrm{norm}(h^{(\ell)}_t)\big)")
+st.caption(t("lens_look"))
+ctx = page_context()
+model = ctx.model
+if model.is_encoder_decoder:
+    st.caption(t("lens_decoder_note"))
+c1, c2 = st.columns([1, 3])
+k = int(c1.slider(t("lens_k"), 1, 10, 5, key="lens_k"))
+try:
+    lens = lens_from_trace(model, ctx.trace, k=k)
+except Exception as exc:  # noqa: BLE001 - shown as a message, never a traceback
+    show_error(exc)
+    st.stop()
+
+n = len(lens.labels)
+pos_labels = axis_labels(lens.labels)
+pos = c2.selectbox(t("lens_position"), range(n), index=n - 1, format_func=lambda i: pos_labels[i],
+                   key=f"lens_pos_{n}")
+rows = [row_name(layer) for layer in lens.layers]
+
+lo = min(max(0, pos - WINDOW // 2), max(0, n - WINDOW))
+hi = min(n, lo + WINDOW)
+z = lens.final_prob.numpy()[:, lo:hi]  # (R, W)
+top1 = np.array([[visible(lens.tokens[r][p][0]) for p in range(lo, hi)] for r in range(len(rows))], dtype=object)
+p1 = lens.probs[:, lo:hi, 0].numpy()
+final_tok = np.broadcast_to(top1[-1:], top1.shape)
+custom = np.stack([top1, np.round(p1, 4).astype(object), final_tok], axis=-1)
+hover = (f"%{{y}} · %{{x}}<br>{t('lens_hover_top')}: %{{customdata[0]}} (%{{customdata[1]}})<br>"
+         f"{t('lens_hover_final')} ‘%{{customdata[2]}}’: %{{z:.4f}}<extra></extra>")
+fig = token_heatmap(z, rows, pos_labels[lo:hi], title=t("lens_heat_title"), zmin=0.0, zmax=1.0,
+                    customdata=custom, hovertemplate=hover, px_per_token=36, min_height=260, x0=lo)
+fig.update_yaxes(tickvals=list(range(len(rows))), ticktext=rows)
+if hi - lo <= TEXT_CAP:
+    fig.update_traces(text=top1.tolist(), texttemplate="%{text}", textfont={"size": 11}, selector={"name": "values"})
+fig.update_xaxes(title_text=t("lens_axis_pos"))
+chart(fig, "lens_heat")
+if n > WINDOW:
+    st.caption(t("lens_window", lo=lo, hi=hi - 1, n=n))
+
+final = lens.tokens[-1][pos][0]
+formed = len(rows) - 1  # the earliest row from which the final answer stays the top token
+while formed > 0 and lens.ids[formed - 1, pos, 0] == lens.ids[-1, pos, 0]:
+    formed -= 1
+st.markdown(t("lens_formed", pos=pos_labels[pos], tok=visible(final), row=rows[formed],
+              p=float(lens.probs[-1, pos, 0])))
+
+st.subheader(t("lens_table_title", k=k, pos=pos_labels[pos]))
+table(pd.DataFrame({
+    t("lens_col_layer"): [rows[r] for r in range(len(rows)) for _ in range(k)],
+    t("lens_col_rank"): [i + 1 for _ in rows for i in range(k)],
+    t("lens_col_token"): [visible(lens.tokens[r][pos][i]) for r in range(len(rows)) for i in range(k)],
+    t("lens_col_prob"): [float(lens.probs[r, pos, i]) for r in range(len(rows)) for i in range(k)],
+}), f"logit_lens_{pos}", formats={t("lens_col_prob"): "%.4f"})
+with st.expander(t("lens_all_title")):
+    table(pd.DataFrame({
+        t("lens_col_layer"): [rows[r] for r in range(len(rows)) for _ in range(n)],
+        t("lens_col_position"): [pos_labels[p] for _ in rows for p in range(n)],
+        t("lens_col_token"): [visible(lens.tokens[r][p][0]) for r in range(len(rows)) for p in range(n)],
+        t("lens_col_prob"): [float(lens.probs[r, p, 0]) for r in range(len(rows)) for p in range(n)],
+        t("lens_col_final"): [float(lens.final_prob[r, p]) for r in range(len(rows)) for p in range(n)],
+    }), "logit_lens_top1", formats={t("lens_col_prob"): "%.4f", t("lens_col_final"): "%.4f"})
+export_panel(lens, "logit_lens", ctx, k=k)
