@@ -21,6 +21,12 @@ PAGES = {
     ],
     t("nav_section_inside"): [
         page("model", ":material/memory:"),
+        page("lens", ":material/search:"),
+        page("heads", ":material/category:"),
+        page("intervene", ":material/content_cut:"),
+        page("compare", ":material/compare_arrows:"),
+        page("bpe", ":material/merge_type:"),
+        page("surprise", ":material/bolt:"),
     ],
     t("nav_section_train"): [
         page("train", ":material/model_training:"),

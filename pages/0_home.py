@@ -8,6 +8,7 @@ from transformer_core.model.transformer import param_counts
 from transformer_core.text.inputs import token_labels
 from ui import cache
 from ui.figures import model_map, visible
+from ui.guidance import look_for
 from ui.i18n import lang, t
 from ui.nav import link, switch
 from ui.session import page_context, through_app
@@ -126,6 +127,7 @@ arrows += [(dec_blocks[-1]["id"], "logits"), ("logits", "softmax")]
 width = max(x + dec_w, 6.0)
 height = max(b["y"] + b["h"] / 2 for b in blocks) + 0.3
 st.subheader(t("map_title"))
+look_for("map")
 picked = clicked(model_map(blocks, arrows, width=width, height=height), "model_map", trace_name="blocks")
 st.caption(t("map_hint"))
 if isinstance(picked, str):

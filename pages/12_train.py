@@ -1,11 +1,10 @@
 """Page 6: train a model here (a task or your text) and watch its losses; open it on every page; bring weights."""
-import uuid
 from dataclasses import replace
 
 import pandas as pd
 import streamlit as st
 
-from service import jobs, uploads
+from service import catalog, jobs, uploads
 from service.settings import settings as server_settings
 from transformer_core.train.corpus import TEXT
 from transformer_core.train.defaults import EXPERIMENT, EXPERIMENT_TASKS, quick
@@ -15,7 +14,7 @@ from ui.errors import show_error
 from ui.figures import lines
 from ui.i18n import lang, t
 from ui.nav import link
-from ui.session import on_model_change, through_app
+from ui.session import on_model_change, session_id, through_app, viewer
 from ui.widgets import chart, explain, table
 
 through_app()
@@ -23,7 +22,7 @@ through_app()
 REFRESH_S = 1.0  # how often the live part redraws while a job runs
 TARGETS = (*TASKS, "text")
 ss = st.session_state
-sid = ss.setdefault("_train_sid", uuid.uuid4().hex)
+sid = session_id()
 
 
 def open_model(key: str) -> None:
@@ -105,7 +104,7 @@ def train_tab(device: str) -> None:
     if st.button(t("tr_start"), key="tr_start", type="primary") and text is not None:
         try:
             with st.spinner(t("tr_checking")):
-                jobs.start(sid, replace(tc, text=text), name.strip() or f"my-{target}")
+                jobs.start(sid, replace(tc, text=text), name.strip() or f"my-{target}", owner=viewer())
         except Exception as exc:  # noqa: BLE001 - every refusal becomes a message
             show_error(exc)
 
@@ -179,6 +178,7 @@ def results(job: jobs.Job) -> None:
 
 def live() -> None:
     """Progress, live loss curves and the stop button, redrawn every second while the job runs (a fragment)."""
+    jobs.touch(sid)  # this tab is open
     job = jobs.get(sid)
     if job is None or not job.active:
         st.rerun()  # the whole page: results, and the new model in the sidebar
@@ -194,7 +194,7 @@ def header(job: jobs.Job) -> None:
 
 
 def your_models() -> None:
-    entries = jobs.user_models()
+    entries = jobs.user_models(viewer())
     if not entries:
         st.caption(t("tr_no_models"))
         return
@@ -220,11 +220,12 @@ def upload_model() -> None:
         st.warning(t("tr_ckpt_pair"), icon="🧩")
         return
     try:
-        key = uploads.import_model(up.getvalue(), up.name, name.strip() or "uploaded")
+        key = uploads.import_model(up.getvalue(), up.name, name.strip() or "uploaded", owner=viewer())
     except Exception as exc:  # noqa: BLE001 - refused files become messages
         show_error(exc)
         return
-    st.success(t("tr_ckpt_ok", name=jobs.safe_name(name)))
+    added = catalog.entry(key, viewer())
+    st.success(t("tr_ckpt_ok", name=added.label if added else ""))
     open_button(key, "tr_open_upload")
 
 
@@ -238,6 +239,9 @@ with tab_pos:
     experiment_tab(device)
 
 st.subheader(t("tr_live"))
+for lost in jobs.interrupted(viewer()):  # a server restart stopped these: say so once, then forget them
+    st.warning(t("err.job_interrupted", name=lost["name"]), icon="🔌")
+    jobs.dismiss(viewer(), lost["id"])
 job = jobs.get(sid)
 if job is None:
     st.caption(t("tr_idle", n=jobs.running_count(), limit=server_settings().max_trainings))

@@ -6,6 +6,7 @@ from transformer_core.text.inputs import missing_positions, padded_batch, unknow
 from transformer_core.text.tokenizer import available_encodings, tokenize
 from ui.errors import show_error
 from ui.figures import visible
+from ui.guidance import look_for
 from ui.i18n import t
 from ui.session import load_selected_model, through_app
 from ui.widgets import count_text, explain, table, token_chips
@@ -40,6 +41,9 @@ c1.metric(t("tok_counts"), tok.n_chars)
 c2.metric(t("tok_bytes"), tok.n_bytes)
 c3.metric(t("tok_tokens"),
           f"{len(tok.tokens)} / {tok.n_tokens_before_truncation}+" if tok.truncated else len(tok.tokens))
+partial = sum(x.partial for x in tok.tokens)
+if partial:
+    look_for("tokens", n=partial, total=len(tok.tokens))
 st.subheader(f"{t('tok_chips')} · {encoding}")
 token_chips(tok.tokens, unknown=missing)
 df = pd.DataFrame({

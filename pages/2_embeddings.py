@@ -7,6 +7,7 @@ from transformer_core.model.positional import sinusoid_table
 from transformer_core.text.inputs import token_labels
 from ui.errors import show_error
 from ui.figures import DIVERGING, SEQUENTIAL, axis_labels, bars, lines, token_heatmap
+from ui.guidance import look_for
 from ui.i18n import t
 from ui.session import page_context, through_app
 from ui.widgets import chart, explain, table, tensor_frame
@@ -63,6 +64,8 @@ dims_map(tok[:, lo:hi + 1], labels, "emb_tok", t("col_token"))
 
 st.subheader(t("emb_pe"))
 explain("emb_pe_text", PE_LATEX)
+if cfg.positional == "sinusoidal":
+    look_for("embeddings")
 sinusoidal = cfg.positional == "sinusoidal"
 if not sinusoidal:
     st.info(t(f"emb_note_{cfg.positional}"), icon="ℹ️")

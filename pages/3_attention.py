@@ -20,6 +20,7 @@ from ui.figures import (
     thumbnails,
     token_heatmap,
 )
+from ui.guidance import attention_hint
 from ui.i18n import t
 from ui.session import load_selected_model, page_context, through_app
 from ui.widgets import chart, clicked, explain, table, tensor_frame
@@ -296,6 +297,7 @@ try:
     q_lab, k_lab = (src if kind == "enc_self" else tgt), (tgt if kind == "dec_self" else src)
     head = int(ss.head)
     records = head_labels(ctx, kind)
+    attention_hint(list(records.values()), bool(ctx.card.get("random_init")))
     what_head_does(records.get(head), head)
     cell = main_map(stages, head, list(q_lab), list(k_lab))
     if cell is not None:

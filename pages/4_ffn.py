@@ -8,6 +8,7 @@ import streamlit as st
 from transformer_core.analysis.residual import active_fraction, layer_norm_effect, stream, top_neurons
 from transformer_core.text.inputs import token_labels
 from ui.figures import axis_labels, bars, token_heatmap
+from ui.guidance import look_for
 from ui.i18n import t
 from ui.session import page_context, through_app
 from ui.widgets import chart, explain, table
@@ -30,6 +31,9 @@ steps = stream(trace, side, cfg.n_layers)
 names = [t("ffn_step_embed") if s.layer is None else t("ffn_step", layer=s.layer, sub=t(f"ffn_sub_{s.sublayer}"))
          for s in steps]
 
+biggest = max((s for s in steps if s.added is not None), key=lambda s: float(s.added.mean()), default=None)
+if biggest is not None:
+    look_for("ffn", step=names[steps.index(biggest)])
 st.subheader(t("ffn_stream"))
 st.markdown(t("ffn_stream_text", norm=t("ffn_norm_post" if not cfg.norm_first else "ffn_norm_pre")))
 norms = np.stack([s.norm.numpy() for s in steps], axis=1)  # (T, steps)

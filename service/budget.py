@@ -73,7 +73,7 @@ class Budget:
             return list(self._held.values())
 
     def _too_big(self, nbytes: int) -> MemoryBudgetError:
-        return MemoryBudgetError("memory_too_big", mb=_mb(nbytes), limit=_mb(self.task_limit),
+        return MemoryBudgetError("memory_too_big", mb=to_mb(nbytes), limit=to_mb(self.task_limit),
                                  setting=SETTING_NAME)
 
     def acquire(self, nbytes: int, what: str, wait_s: float = WAIT_S) -> Reservation:
@@ -88,7 +88,7 @@ class Budget:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     used = sum(r.nbytes for r in self._held.values())
-                    raise MemoryBudgetError("memory_busy", used=_mb(used), limit=_mb(self.total), mb=_mb(nbytes))
+                    raise MemoryBudgetError("memory_busy", used=to_mb(used), limit=to_mb(self.total), mb=to_mb(nbytes))
                 self._cond.wait(left)
             res = Reservation(nbytes, what, next(self._ids))
             self._held[res.id] = res
@@ -116,7 +116,8 @@ _lock = threading.Lock()
 _current: Budget | None = None
 
 
-def _mb(nbytes: int) -> str:
+def to_mb(nbytes: int) -> str:
+    """Bytes as whole MB (rounded up) for a message: "1,536"."""
     return f"{-(-int(nbytes) // MB):,}"
 
 

@@ -25,6 +25,7 @@ from transformer_core.sources.folders import REF, folder_card
 from transformer_core.sources.presets import preset_key
 from transformer_core.train.checkpoint import CARD, WEIGHTS
 
+from . import budget
 from .settings import settings
 
 LIST_TTL_S = 2.0  # the sidebar lists models on every rerun: read the folders at most this often
@@ -126,14 +127,49 @@ def _user_folder(key: str) -> Path | None:
 
 def load(key: str, device=None, viewer: str | None = None):
     """(model in eval mode, card) for a key the viewer may open. Another viewer's private model is refused
-    exactly like a missing one (ModelSourceError model_unknown): a key reveals nothing."""
+    exactly like a missing one (ModelSourceError model_unknown): a key reveals nothing. The memory the load takes
+    is held in the server's budget while it runs (budget.MemoryBudgetError when it cannot fit)."""
     folder = _user_folder(key)
     if folder is not None:
         card = folder_card(folder) if (folder / WEIGHTS).is_file() else None
         if card is None or not visible(card, owner_id(viewer)):
             raise ModelSourceError("model_unknown")
-    model, card = load_model(key, settings().places, device)
+    return load_any(key, device)
+
+
+def load_any(key: str, device=None):
+    """(model in eval mode, card without its owner) with no viewer check: for a cache shared by every session,
+    after catalog.entry(key, viewer) said this viewer may open it. The load's memory is held in the server's
+    budget while it runs (budget.MemoryBudgetError when it cannot fit)."""
+    with budget.reserve(load_bytes(key), "model load"):
+        model, card = load_model(key, settings().places, device)
     return model, {k: v for k, v in card.items() if k != "owner"}
+
+
+def load_bytes(key: str) -> int:
+    """Memory a load takes while it runs, estimated from what is on disk (0 when it cannot tell): a saved
+    model's weights file twice (read, then copied into the model), a preset's parameters, a GPT-2 file 2.5 times
+    (read; its transposed matrices, about 70% of it, copied into our layout; the model built)."""
+    from transformer_core.model.config import PRESETS
+    from transformer_core.model.memory import param_bytes
+    from transformer_core.sources.gpt2 import models_dir_file, weights_file
+
+    kind, _, ref = str(key).partition(":") if ":" in str(key) else ("shipped", "", str(key))
+    places = settings().places
+    try:
+        if kind in ("user", "shipped") and REF.fullmatch(ref):
+            root = places.user_dir if kind == "user" else places.shipped_dir
+            return 2 * (Path(root) / ref / WEIGHTS).stat().st_size
+        if kind == "preset":
+            name, _, encoding = ref.partition("@")
+            cfg = PRESETS[name]
+            return param_bytes(cfg.replace(vocab_size=max(cfg.vocab_size, 200_019 if encoding == "o200k_base" else 0)))
+        if kind == "gpt2":
+            path = weights_file(places) if ref == "small" else models_dir_file(places, ref.removeprefix("file:"))
+            return int(2.5 * path.stat().st_size) if path is not None else 0
+    except (OSError, KeyError, ExplorerError, ValueError):
+        return 0  # the load itself will say what is wrong
+    return 0
 
 
 def is_admin(token: str | None) -> bool:

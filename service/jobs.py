@@ -171,7 +171,7 @@ def check(tc: TrainConfig) -> int:
         raise TrainingError("train_too_big", n=f"{n:,}", limit=f"{most:,}")
     need = training_bytes(tc, cfg)
     if need > budget.task_limit():
-        raise TrainingError("train_memory", mb=budget._mb(need), limit=budget._mb(budget.task_limit()))
+        raise TrainingError("train_memory", mb=budget.to_mb(need), limit=budget.to_mb(budget.task_limit()))
     return need
 
 
@@ -245,7 +245,8 @@ def _run(job: Job) -> None:
             pass  # nobody is there to read it: free the slot now
         elif job.experiment:
             with torch.inference_mode():
-                job.accuracy = {k: TASKS[r.config.task].accuracy(r.model, n=128) for k, r in results.items()}
+                job.accuracy = {k: TASKS[r.config.task].accuracy(r.model, n=TASK_ACCURACY_N)
+                                for k, r in results.items()}
         elif results and results["model"].iterations:
             card = model_card(job.name, results["model"])
             job.accuracy = {"model": card["accuracy"]}
@@ -327,6 +328,12 @@ def janitor(now: float | None = None) -> list[str]:
 _janitor_thread: threading.Thread | None = None
 _last_sweep = float("-inf")
 _swept: set[str] = set()  # checkpoints folders swept since this process started
+
+
+def startup() -> None:
+    """The restart clean-up and the janitor: call once when the server starts (e.g. from app.py through a
+    st.cache_resource function). Idempotent, and start(), touch() and interrupted() call it too."""
+    _ensure_janitor()
 
 
 def _ensure_janitor() -> None:
@@ -532,7 +539,7 @@ def model_card(name: str, result: TrainResult) -> dict:
     """The saved model's card: the shipped models' fields (task, examples, accuracy), the name and the run."""
     tc = result.config
     if tc.task is not None:
-        card = task_card(tc.task, result, n=128)
+        card = task_card(tc.task, result, n=TASK_ACCURACY_N)
     else:
         data = make_data(tc)
         val = data.splits["val"][: ACCURACY_WINDOWS * tc.context + 1]  # bounded: logits are (N, T, vocab)

@@ -139,8 +139,8 @@ def check_config(data) -> TransformerConfig:
     if param_count(cfg) > settings().max_train_params:
         raise CheckpointError("upload_too_many_params", limit=f"{settings().max_train_params:,}")
     if 2 * param_bytes(cfg) > budget.task_limit():  # the model, and the clean copy that is saved
-        raise budget.MemoryBudgetError("memory_too_big", mb=budget._mb(2 * param_bytes(cfg)),
-                                       limit=budget._mb(budget.task_limit()), setting=budget.SETTING_NAME)
+        raise budget.MemoryBudgetError("memory_too_big", mb=budget.to_mb(2 * param_bytes(cfg)),
+                                       limit=budget.to_mb(budget.task_limit()), setting=budget.SETTING_NAME)
     return cfg
 
 
@@ -228,20 +228,25 @@ def _int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+class _Record:
+    def __setstate__(self, state):  # a pickle's BUILD must not rewrite a checked record
+        raise pickle.UnpicklingError("records take no state")
+
+
 @dataclass(frozen=True)
-class _StorageType:
+class _StorageType(_Record):
     name: str
 
 
 @dataclass(frozen=True)
-class _Storage:
+class _Storage(_Record):
     key: str
     itemsize: int
     numel: int
 
 
 @dataclass(frozen=True)
-class _TensorRecord:
+class _TensorRecord(_Record):
     storage: _Storage
     offset: int
     size: tuple

@@ -152,10 +152,10 @@ def test_malicious_upload_is_refused_without_running_it_and_a_good_one_is_added(
     at.file_uploader(key="tr_ckpt_up").set_value(("good.safetensors", good.read_bytes(), "application/octet-stream"))
     at.text_input(key="tr_ckpt_name").set_value("from a friend")
     at.button(key="tr_ckpt_import").click().run()
-    assert any("was added as `from-a-friend`" in s.value for s in at.success)
+    assert any("was added as `from a friend`" in s.value for s in at.success)
     at.run()  # the list above the upload shows it from the next run on
-    assert at.dataframe[0].value["name"].tolist() == ["from-a-friend"]
-    assert "from-a-friend · trained here" in at.sidebar.selectbox(key="model").options
+    assert at.dataframe[0].value["name"].tolist() == ["from a friend"]
+    assert "from a friend · trained here" in at.sidebar.selectbox(key="model").options
 
 
 def test_positional_experiment_from_the_page_plots_both_runs(monkeypatch):
@@ -169,7 +169,7 @@ def test_positional_experiment_from_the_page_plots_both_runs(monkeypatch):
     curves = loss_series(at)  # both runs' validation loss on one chart
     assert list(curves) == ["with positions", "without positions"]
     assert all(x == [0, 5, 9] and len(y) == 3 for x, y in curves.values())
-    assert jobs.get(at.session_state["_train_sid"]).configs["none"] == TrainConfig(
+    assert jobs.get(at.session_state["_sid"]).configs["none"] == TrainConfig(
         **{**small.__dict__, "task": "reverse", "max_iters": 10, "positional": "none"})
 
 

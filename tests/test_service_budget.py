@@ -182,3 +182,18 @@ def test_an_upload_holds_memory_while_it_is_checked(tmp_path, monkeypatch):
     monkeypatch.setattr(uploads, "_state_ok", lambda state: (seen.append(budget.current().in_use()), real(state))[1])
     uploads.import_model(exported(tmp_path), "m.safetensors", "held", owner=VIEWER)
     assert seen and seen[0] > 0 and budget.current().in_use() == 0
+
+
+def test_loading_a_model_holds_its_memory_while_it_loads(monkeypatch, server_env):
+    from service import catalog
+
+    seen = []
+    real = catalog.load_model
+    monkeypatch.setattr(catalog, "load_model", lambda *a: (seen.append(budget.current().in_use()), real(*a))[1])
+    catalog.load("shipped:copy", "cpu")
+    assert seen[0] == catalog.load_bytes("shipped:copy") > 0 and budget.current().in_use() == 0
+    assert catalog.load_bytes("preset:course-base@cl100k_base") == memory.param_bytes(PRESETS["course-base"])
+    server_env(TRANSFORMER_EXPLORER_MEMORY_BUDGET_MB=1024)  # one task: 512 MB; the course preset is 760 MB
+    with pytest.raises(MemoryBudgetError) as info:
+        catalog.load("preset:course-base@cl100k_base", "cpu")
+    assert info.value.code == "memory_too_big"

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from service import catalog, jobs
+from transformer_core.errors import ExplorerError
 from transformer_core.train.cards import next_token_accuracy
 from transformer_core.train.loop import MAX_ITERS, TrainConfig
 
@@ -129,7 +130,7 @@ def test_after_a_restart_the_training_shows_as_interrupted_and_its_partial_files
     shown = jobs.interrupted(OWNER)
     assert [(r["id"], r["name"]) for r in shown] == [(job_id, "my long run")]
     assert jobs.interrupted(OTHER) == [] and jobs.interrupted(None) == []
-    text = catalog.ExplorerError("job_interrupted", name=shown[0]["name"]).text("en")
+    text = ExplorerError("job_interrupted", name=shown[0]["name"]).text("en")
     assert "my long run" in text and "interrupted" in text
     jobs.dismiss(OTHER, job_id)
     assert len(jobs.interrupted(OWNER)) == 1  # someone else cannot dismiss it

@@ -101,9 +101,10 @@ def test_a_zip_bomb_pt_is_refused_from_its_directory_before_anything_is_unpacked
     assert not user_dir.exists()
 
 
-def pt_pickle_of(doc: dict) -> bytes:
+def pt_pickle_of(doc: dict, build=None) -> bytes:
     """The data.pkl torch.save would write for a doc whose tensors are given as (key, numel, size, stride)
-    float records: a hand-made pickle, so a test can declare anything without allocating it."""
+    float records: a hand-made pickle, so a test can declare anything without allocating it. `build`: a state
+    the pickle then sets on each tensor (a BUILD opcode after the rebuild call)."""
     class Rec:
         def __init__(self, key, numel, size, stride):
             self.key, self.numel, self.size, self.stride = key, numel, size, stride
@@ -116,7 +117,8 @@ def pt_pickle_of(doc: dict) -> bytes:
 
         def reducer_override(self, obj):
             if isinstance(obj, Rec) and not isinstance(obj, _StorageRef):
-                return rebuild, (_StorageRef(obj), 0, obj.size, obj.stride, False, {})
+                args = (_StorageRef(obj), 0, obj.size, obj.stride, False, {})
+                return (rebuild, args) if build is None else (rebuild, args, build)
             return NotImplemented
 
     class _StorageRef(Rec):
@@ -138,6 +140,17 @@ def test_the_hand_made_pickle_reads_like_torch_save(tmp_path):
     (tmp_path / "x.pt").write_bytes(pt)
     loaded = torch.load(tmp_path / "x.pt", weights_only=True)
     assert loaded["config"] == {"a": 1} and loaded["state_dict"]["w"].tolist() == [[0.0, 1.0], [2.0, 3.0]]
+
+
+def test_a_pickle_cannot_rewrite_a_checked_record():
+    raw = pt_pickle_of({"config": config_dict(), "state_dict": {"w": ("0", 4, (4,), (1,))}},
+                       build={"size": "huge", "offset": None})
+    data = bytes(16)
+    pt = zip_file([("archive/data.pkl", raw, 0, zlib.crc32(raw), len(raw)),
+                   ("archive/data/0", data, 0, zlib.crc32(data), len(data))])
+    with pytest.raises(CheckpointError) as info:
+        uploads.import_model(pt, "m.pt", "rebuilt", owner=VIEWER)
+    assert info.value.code == "checkpoint_refused"
 
 
 def vm_peak_growth(fn) -> int:

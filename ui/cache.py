@@ -14,12 +14,13 @@ from collections.abc import Callable
 import streamlit as st
 import torch
 
+from service import budget, catalog
+from service.budget import MemoryBudgetError
 from service.settings import settings
 from transformer_core.errors import DeviceError
 from transformer_core.model.device import device_name, pick_device
 from transformer_core.model.hooks import layer_filter
 from transformer_core.model.trace import Trace, run, run_with_trace
-from transformer_core.sources import load_model
 from transformer_core.text.inputs import Prepared, prepare
 
 
@@ -27,8 +28,7 @@ from transformer_core.text.inputs import Prepared, prepare
 def get_model(key: str, device: str):
     """(model, card) for a catalog key, built once per server process and shared read-only. Who may open a
     private model is checked before (ui.session.load_selected_model), not here: the cache is shared."""
-    model, card = load_model(key, settings().places, device)
-    return model, {k: v for k, v in card.items() if k != "owner"}
+    return catalog.load_any(key, device)
 
 
 @st.cache_resource(show_spinner=False)
@@ -94,7 +94,15 @@ def get_trace(key: str, device: str, text: str, tgt_text: str | None, masks: tup
     def compute():
         model, _ = get_model(key, device)
         prep = prepare(model, text, tgt_text, allow_special=allow_special, extra=extra)
-        _, trace = run_with_trace(model, prep.src_ids, prep.tgt_ids, masks=dict(masks), names=layer_filter(layer))
+        longest = max(prep.src_ids.size(1), 0 if prep.tgt_ids is None else prep.tgt_ids.size(1))
+        fits = budget.trace_tokens(model.cfg, longest, keep=layer)  # a long text on a big model: what fits
+        if fits < 1:
+            raise MemoryBudgetError("memory_too_big", what="trace", mb=budget.to_mb(budget.task_limit()))
+        prep = prep.cut(fits)
+        n_tgt = None if prep.tgt_ids is None else prep.tgt_ids.size(1)
+        with budget.trace_reservation(model.cfg, prep.src_ids.size(1), n_tgt, keep=layer):  # in-flight work counts
+            _, trace = run_with_trace(model, prep.src_ids, prep.tgt_ids, masks=dict(masks),
+                                      names=layer_filter(layer))
         return prep, trace
 
     return TRACES.get((key, device, text, tgt_text, masks, layer, allow_special, tuple(extra)), compute)

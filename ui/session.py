@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import runpy
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
 import streamlit.components.v1 as components
 
-from service import catalog, downloads, urlstate
+from service import budget, catalog, downloads, jobs, urlstate
 from service.settings import settings
 from transformer_core.errors import InputError, ModelSourceError
 from transformer_core.model.trace import Trace
@@ -45,6 +46,23 @@ def viewer() -> str:
         ok = isinstance(cookie, str) and 20 <= len(cookie) <= 64 and cookie.replace("-", "").replace("_", "").isalnum()
         ss._owner, ss._owner_set = (cookie, True) if ok else (catalog.new_token(), False)
     return ss._owner
+
+
+def session_id() -> str:
+    """This tab's id: its training job is keyed by it (one training per tab)."""
+    return st.session_state.setdefault("_sid", uuid.uuid4().hex)
+
+
+@st.cache_resource(show_spinner=False)
+def _jobs_started() -> bool:
+    """Once per server process: sweep trainings a restart interrupted, start the janitor."""
+    jobs.startup()
+    return True
+
+
+def _heartbeat() -> None:
+    """Tell the job table this tab is still open (a training whose tab closed is stopped within a minute)."""
+    jobs.touch(session_id())
 
 
 def _remember_owner() -> None:
@@ -134,6 +152,8 @@ def _sync_url() -> None:
 
 def sidebar() -> None:
     """The sidebar shared by all pages (call once per run from app.py, before the page)."""
+    _jobs_started()
+    _heartbeat()
     _init_state()
     _persist()
     ss = st.session_state
@@ -170,6 +190,10 @@ def sidebar() -> None:
         if ss.get("_url_notice"):
             st.caption(f"🔗 {ss.pop('_url_notice')}")
     _remember_owner()
+    job = jobs.get(session_id())
+    if job is not None and job.active:  # while it trains, the open tab keeps saying so, whatever the page
+        with st.sidebar:
+            st.fragment(run_every=20)(_heartbeat)()
 
 
 def on_text_change() -> None:
@@ -282,6 +306,9 @@ def page_context(layer: int | None = None, masks: dict | None = None) -> PageCon
     except Exception as exc:  # noqa: BLE001 - every other problem becomes a message too
         show_error(exc)
         st.stop()
+    if prep.cut_from is not None:
+        st.warning(t("err.trace_cut", n=prep.src_ids.size(1), total=prep.cut_from,
+                     limit=budget.to_mb(budget.task_limit())), icon="✂️")
     if prep.src_unknown or prep.tgt_unknown:
         st.caption(t("note_unknown", n=len(prep.src_unknown) + len(prep.tgt_unknown)))
     if prep.src.truncated:

@@ -24,6 +24,15 @@ class Prepared:
     tgt_ids: torch.Tensor | None  # (1, Tt)
     src_unknown: list[int] = field(default_factory=list)  # positions mapped to the unknown id
     tgt_unknown: list[int] = field(default_factory=list)
+    cut_from: int | None = None  # tokens before cut() shortened the sequences (None: not cut)
+
+    def cut(self, n: int) -> Prepared:
+        """The same input with each sequence cut to its first n tokens (what fits a memory budget)."""
+        longest = max(self.src_ids.size(1), 0 if self.tgt_ids is None else self.tgt_ids.size(1))
+        if n >= longest:
+            return self
+        return Prepared(self.src, self.tgt, self.src_ids[:, :n], None if self.tgt_ids is None else self.tgt_ids[:, :n],
+                        [p for p in self.src_unknown if p < n], [p for p in self.tgt_unknown if p < n], longest)
 
 
 @lru_cache(maxsize=32)

@@ -1,0 +1,143 @@
+"""BPE merge playback: how the tokenizer builds one token from bytes, merge by merge (lowest rank first), and how
+many merges each token of the whole text took."""
+import html
+
+import pandas as pd
+import streamlit as st
+
+from transformer_core.analysis.bpe import text_merges, token_playback
+from transformer_core.analysis.export import export_npz, notebook_snippet
+from transformer_core.errors import ExplorerError
+from transformer_core.text.tokenizer import display_bytes
+from ui.errors import show_error
+from ui.figures import axis_labels, bars, visible
+from ui.i18n import t
+from ui.session import load_selected_model, through_app
+from ui.widgets import CHIP_COLOURS, chart, explain, file_stem, table
+
+through_app()
+ss = st.session_state
+TEXT_CAP = 5_000  # characters of the sidebar text analysed here (the merges of a longer text repeat the same story)
+WORD_CAP = 200
+CHART_CAP = 120  # tokens in the merges-per-token chart
+
+
+@st.cache_data(show_spinner=False, max_entries=64, ttl=1800)
+def merges_of(text: str, encoding: str):
+    return text_merges(text, encoding)
+
+
+@st.cache_data(show_spinner=False, max_entries=256, ttl=1800)
+def playback_of(token_id: int, encoding: str):
+    return token_playback(token_id, encoding)
+
+
+def export_panel(result, view: str, key: str, **params) -> None:
+    """The view's numbers as .npz and the notebook code that recomputes them."""
+    with st.expander(t("xp_title")):
+        try:
+            st.download_button(t("xp_npz"), export_npz(result), mime="application/octet-stream",
+                               file_name=f"{file_stem('transformer-explorer', view, key)}.npz", key=f"xp_npz_{view}")
+            code = notebook_snippet(view, **params)
+        except ExplorerError:
+            st.caption(t("xp_unavailable"))
+            return
+        st.caption(t("xp_snippet"))
+        st.code(code, language="python")
+
+
+def chips(parts: list[str], highlight: int | None = None, subs: list[str] | None = None) -> None:
+    """Parts as chips (escaped); the one at `highlight` in red; optional small text under each."""
+    out = []
+    for i, part in enumerate(parts):
+        colour = "#f5b7b1" if i == highlight else CHIP_COLOURS[i % len(CHIP_COLOURS)]
+        border = "2px solid #c0392b" if i == highlight else "1px solid #bbb"
+        sub = f"<sub style='color:#555'>{html.escape(subs[i])}</sub>" if subs else ""
+        out.append(f"<span style='background:{colour};border:{border};border-radius:4px;padding:2px 5px;margin:2px;"
+                   f"display:inline-block;font-family:monospace'>{html.escape(visible(part))}{sub}</span>")
+    st.html(f"<div style='line-height:2.2'>{''.join(out)}</div>")
+
+
+def one_token(tid: int, encoding: str) -> None:
+    try:
+        pb = playback_of(tid, encoding)
+    except Exception as exc:  # noqa: BLE001 - a special token or anything else: a message
+        show_error(exc)
+        return
+    st.markdown(t("bpe_token_text", tok=visible(pb.label), id=pb.id, n=len(pb.raw), m=pb.n_merges))
+    if pb.n_merges == 0:
+        st.info(t("bpe_single"), icon="🧱")
+        chips([display_bytes(pb.raw)])
+    else:
+        step = int(st.slider(t("bpe_step"), 0, pb.n_merges, 0, key=f"bpe_step_{encoding}_{tid}",
+                             help=t("bpe_step_help")))
+        if step == 0:
+            chips([display_bytes(bytes([b])) for b in pb.raw])
+            st.caption(t("bpe_step0", n=len(pb.raw)))
+        else:
+            s = pb.steps[step - 1]
+            chips([display_bytes(p) for p in s.parts], highlight=s.at)
+            st.caption(t("bpe_step_text", s=step, n=pb.n_merges, left=visible(display_bytes(s.pair[0])),
+                         right=visible(display_bytes(s.pair[1])), rank=s.rank, parts=len(s.parts)))
+        rows = pb.table()
+        table(pd.DataFrame({
+            t("bpe_col_step"): [("▶ " if r["step"] == step else "") + str(r["step"]) for r in rows],
+            t("bpe_col_left"): [visible(r["left"]) for r in rows],
+            t("bpe_col_right"): [visible(r["right"]) for r in rows],
+            t("bpe_col_rank"): [r["rank"] for r in rows],
+            t("bpe_col_parts"): [" · ".join(visible(p) for p in r["parts"]) for r in rows],
+        }), f"bpe_steps_{tid}")
+        st.caption(t("bpe_rank_note"))
+    export_panel(pb, "bpe_token", str(tid), token_id=tid, encoding=encoding)
+
+
+def whole_text(tm, text: str, encoding: str) -> None:
+    st.subheader(t("bpe_text_title"))
+    c1, c2, c3 = st.columns(3)
+    c1.metric(t("bpe_n_tokens"), len(tm.tokens))
+    c2.metric(t("bpe_n_merges"), tm.n_merges)
+    c3.metric(t("bpe_n_chunks"), len(tm.chunks))
+    chips([x.label for x in tm.tokens], subs=[str(x.n_merges) for x in tm.tokens])
+    st.caption(t("bpe_chips_note"))
+    shown = tm.tokens[:CHART_CAP]
+    chart(bars(axis_labels([x.label for x in shown]), [x.n_merges for x in shown], title=t("bpe_chart_title"),
+               x_title=t("bpe_axis_merges"), y_title=t("bpe_axis_merges"), height=max(260, 22 * len(shown) + 100),
+               hover_format="d"), "bpe_merges")
+    if len(tm.tokens) > CHART_CAP:
+        st.caption(t("bpe_chart_cap", n=CHART_CAP, total=len(tm.tokens)))
+    export_panel(tm, "bpe_text", "text", text=text, encoding=encoding)
+
+
+st.title(t("nav_bpe"))
+explain("bpe_intro")
+st.caption(t("bpe_look"))
+_, model, _, _ = load_selected_model()
+encoding = model.cfg.encoding
+source = st.radio(t("bpe_source"), ["text", "word"], key="bpe_source", horizontal=True,
+                  format_func=lambda s: t(f"bpe_src_{s}"))
+if source == "word":
+    text = st.text_input(t("bpe_word"), key="bpe_word", max_chars=WORD_CAP, placeholder=t("bpe_word_hint"))
+else:
+    text = ss.get("text", "") or ""
+    if len(text) > TEXT_CAP:
+        st.info(t("bpe_cut", n=f"{TEXT_CAP:,}"), icon="✂️")
+        text = text[:TEXT_CAP]
+if not text.strip():
+    st.warning(t("bpe_empty_word" if source == "word" else "bpe_empty"), icon="✍️")
+    st.stop()
+try:
+    tm = merges_of(text, encoding)
+except Exception as exc:  # noqa: BLE001 - e.g. an encoding that cannot load offline: a message
+    show_error(exc)
+    st.stop()
+if not tm.tokens:
+    st.warning(t("bpe_empty"), icon="✍️")
+    st.stop()
+
+st.subheader(t("bpe_one_title"))
+most = max(range(len(tm.tokens)), key=lambda i: tm.tokens[i].n_merges)
+pick = st.selectbox(t("bpe_token"), range(len(tm.tokens)), index=most, key=f"bpe_pick_{source}_{len(tm.tokens)}",
+                    format_func=lambda i: f"{i} ‘{visible(tm.tokens[i].label)}’ · "
+                    + t("bpe_n_merges_short", m=tm.tokens[i].n_merges))
+one_token(tm.tokens[pick].id, encoding)
+whole_text(tm, text, encoding)

@@ -1,0 +1,246 @@
+"""Head catalogue: every head of every layer labelled with what it mostly looks at (on the learner's text, and on a
+random sequence repeated twice for induction); a click opens its attention map. Then attention sinks: heads that
+park their weight on the first token, and what removing that weight does to the output."""
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from transformer_core.analysis.export import export_npz, notebook_snippet
+from transformer_core.analysis.heads import CROSS_PATTERNS, SELF_PATTERNS, THRESHOLD, detect_heads
+from transformer_core.analysis.sinks import find_sinks, remove_sink
+from transformer_core.errors import ExplorerError
+from transformer_core.model.transformer import DEFAULT_MASKS
+from transformer_core.text.inputs import prepare, token_labels
+from ui import cache
+from ui.errors import show_error
+from ui.figures import axis_labels, bars, lines, token_heatmap, visible
+from ui.i18n import t
+from ui.nav import switch
+from ui.session import page_context, through_app
+from ui.widgets import chart, clicked, explain, file_stem, table
+
+through_app()
+ss = st.session_state
+NONE = "none"  # the label of a head with no pattern above the threshold
+COUNT = 8  # random sequences the induction score averages over
+
+
+def export_panel(result, view: str, ctx, **params) -> None:
+    """The view's numbers as .npz and the notebook code that recomputes them."""
+    with st.expander(t("xp_title")):
+        try:
+            st.download_button(t("xp_npz"), export_npz(result), mime="application/octet-stream",
+                               file_name=f"{file_stem('transformer-explorer', view, ctx.key.split(':')[-1])}.npz",
+                               key=f"xp_npz_{view}")
+            code = notebook_snippet(view, model=ctx.key.removeprefix("shipped:"), text=ss.get("text", ""),
+                                    target=ss.get("tgt") if ctx.model.is_encoder_decoder else None, **params)
+        except ExplorerError:
+            st.caption(t("xp_unavailable"))
+            return
+        st.caption(t("xp_snippet"))
+        st.code(code, language="python")
+        if ss.get("gen_ids") or ss.get("allow_special"):
+            st.caption(t("xp_generated"))
+
+
+def inputs(ctx) -> tuple:
+    """What a cached computation depends on: model, device, text, target, special tokens, generated tokens."""
+    tgt = ss.get("tgt") if ctx.model.is_encoder_decoder else None
+    return ctx.key, ctx.device, ss.get("text", ""), tgt, bool(ss.get("allow_special")), tuple(ss.get("gen_ids") or ())
+
+
+def _prep(key, device, text, tgt, special, gen):
+    model, _ = cache.get_model(key, device)
+    return model, prepare(model, text, tgt, allow_special=special, extra=gen)
+
+
+@st.cache_data(show_spinner=False, max_entries=32, ttl=1800)
+def heads_of(key, device, text, tgt, special, gen, length: int, threshold: float):
+    model, prep = _prep(key, device, text, tgt, special, gen)
+    return detect_heads(model, prep, threshold=threshold, length=length, count=COUNT)
+
+
+@st.cache_data(show_spinner=False, max_entries=32, ttl=1800)
+def first_weights(key, device, text, tgt, special, gen):
+    """Every head's mean weight on the first token, strongest first."""
+    model, prep = _prep(key, device, text, tgt, special, gen)
+    return find_sinks(model, prep, threshold=0.0)
+
+
+@st.cache_data(show_spinner=False, max_entries=32, ttl=1800)
+def sink_removal(key, device, text, tgt, special, gen, kind: str, layer: int, head: int):
+    model, prep = _prep(key, device, text, tgt, special, gen)
+    return remove_sink(model, prep, kind, layer, head)
+
+
+def kind_name(kind: str, model) -> str:
+    return t("hd_kind_gpt_self") if not model.is_encoder_decoder else t(f"hd_kind_{kind}")
+
+
+def head_name(kind: str, layer: int, head: int, model) -> str:
+    return t("hd_head_name", block=kind_name(kind, model), layer=layer, head=head)
+
+
+def open_head(kind: str, layer: int, head: int) -> None:
+    """The attention page, on this head."""
+    ss.layer, ss.head, ss.block = int(layer), int(head), kind
+    ss.mask_mode = DEFAULT_MASKS[kind]
+    ss.pop("att_cell", None)
+    switch("attention")
+
+
+def head_grid(records, model):
+    """Every head as a square: one row per block and layer, colour = its label's score, text = the label."""
+    rows = list(dict.fromkeys((r.kind, r.layer) for r in records))
+    y = [rows.index((r.kind, r.layer)) for r in records]
+    texts = [t(f"hd_short_{r.label or NONE}") for r in records]
+    hover = [f"{head_name(r.kind, r.layer, r.head, model)}<br>{t('hd_col_label')}: {t(f'hd_pat_{r.label or NONE}')}"
+             f"<br>{t('hd_col_score')}: {r.strength:.3f}" for r in records]
+    fig = go.Figure(go.Scatter(
+        x=[r.head for r in records], y=y, mode="markers+text", text=texts, hovertext=hover,
+        hovertemplate="%{hovertext}<extra></extra>", customdata=list(range(len(records))), name="heads",
+        textfont={"size": 11, "color": "#111"},
+        marker={"symbol": "square", "size": 46, "color": [r.strength for r in records], "cmin": 0.0, "cmax": 1.0,
+                "colorscale": "Blues", "showscale": True, "line": {"width": 1, "color": "#999"},
+                "colorbar": {"title": {"text": t("hd_col_score")}}}))
+    fig.update_xaxes(title_text=t("hd_col_head"), tickmode="array", tickvals=list(range(model.cfg.n_heads)),
+                     range=[-0.6, model.cfg.n_heads - 0.4], showgrid=False, zeroline=False)
+    ticks = [t("hd_row", block=kind_name(k, model), layer=layer) for k, layer in rows]
+    fig.update_yaxes(tickmode="array", tickvals=list(range(len(rows))), ticktext=ticks, autorange="reversed",
+                     showgrid=False, zeroline=False)
+    fig.update_layout(title=t("hd_chart_title"), height=90 + 56 * len(rows), margin=dict(l=10, r=10, t=40, b=10),
+                      clickmode="event+select", dragmode=False)
+    return fig
+
+
+def catalogue(ctx) -> None:
+    model, cfg = ctx.model, ctx.model.cfg
+    patterns = [*SELF_PATTERNS, *(CROSS_PATTERNS if model.is_encoder_decoder else ())]
+    patterns = list(dict.fromkeys(patterns))
+    hi_len = min(cfg.max_len // 2, 64)
+    with st.expander(t("hd_settings")):
+        c1, c2 = st.columns(2)
+        default_len = min(hi_len, 4 if cfg.vocab_size < 1000 else 16)
+        length = int(c1.slider(t("hd_length"), 2, max(hi_len, 3), default_len, key=f"hd_length_{hi_len}",
+                               help=t("hd_length_help"), disabled=hi_len < 3))
+        length = min(length, hi_len)
+        threshold = float(c2.slider(t("hd_threshold"), 0.05, 0.95, THRESHOLD, 0.05, key="hd_threshold",
+                                    help=t("hd_threshold_help")))
+    try:
+        with st.spinner(t("hd_running")):
+            records = heads_of(*inputs(ctx), length, threshold)
+    except Exception as exc:  # noqa: BLE001 - a message, never a traceback
+        show_error(exc)
+        return
+    labelled = [r for r in records if r.label]
+    st.markdown(t("hd_count", n=len(labelled), total=len(records), thr=threshold))
+    picked = clicked(head_grid(records, model), "hd_grid")
+    if picked is not None:
+        r = records[int(picked)]
+        open_head(r.kind, r.layer, r.head)
+    st.caption(t("hd_click_hint"))
+
+    options = [*patterns, NONE]
+    shown = st.multiselect(t("hd_filter"), options, default=options, key=f"hd_filter_{len(options)}",
+                           format_func=lambda p: t(f"hd_pat_{p}"))
+    keep = [r for r in records if (r.label or NONE) in shown]
+    present = [p for p in patterns if any(r.scores.get(p) is not None for r in records)]
+    df = pd.DataFrame({
+        t("hd_col_block"): [kind_name(r.kind, model) for r in keep],
+        t("hd_col_layer"): [r.layer for r in keep],
+        t("hd_col_head"): [r.head for r in keep],
+        t("hd_col_label"): [t(f"hd_pat_{r.label or NONE}") for r in keep],
+        t("hd_col_score"): [r.strength for r in keep],
+        **{t(f"hd_pat_{p}"): [r.scores.get(p) for r in keep] for p in present},
+    })
+    table(df, "head_catalogue", formats={c: "%.3f" for c in [t("hd_col_score"), *(t(f"hd_pat_{p}") for p in present)]})
+    st.caption(t("hd_sort_hint"))
+
+    c1, c2 = st.columns([3, 1])
+    choice = c1.selectbox(t("hd_open_pick"), range(len(records)), key=f"hd_open_{len(records)}",
+                          format_func=lambda i: head_name(records[i].kind, records[i].layer, records[i].head, model)
+                          + f" · {t(f'hd_pat_{records[i].label or NONE}')}")
+    if c2.button(t("hd_open_button"), key="hd_open_button", icon=":material/visibility:"):
+        r = records[choice]
+        open_head(r.kind, r.layer, r.head)
+    export_panel(records, "heads", ctx, threshold=threshold, length=length, count=COUNT, seed=0)
+
+
+def labels_of(ctx, kind: str) -> tuple[list[str], list[str]]:
+    """(query labels, key labels) of a kind of attention."""
+    model, trace = ctx.model, ctx.trace
+    src = axis_labels(token_labels(model, trace.src_ids[0].tolist()))
+    dec = axis_labels(token_labels(model, trace.decoder_ids.tolist()))
+    return (src if kind == "enc_self" else dec), (dec if kind == "dec_self" else src)
+
+
+def sinks(ctx) -> None:
+    model = ctx.model
+    st.header(t("sk_title"))
+    explain("sk_intro")
+    st.caption(t("sk_look"))
+    thr = float(st.slider(t("sk_threshold"), 0.05, 0.95, 0.5, 0.05, key="sk_threshold"))
+    try:
+        every = first_weights(*inputs(ctx))
+    except Exception as exc:  # noqa: BLE001
+        show_error(exc)
+        return
+    found = [s for s in every if s.first_weight > thr]
+    if found:
+        st.markdown(t("sk_found", n=len(found), thr=thr))
+        table(pd.DataFrame({
+            t("hd_col_block"): [kind_name(s.kind, model) for s in found],
+            t("hd_col_layer"): [s.layer for s in found],
+            t("hd_col_head"): [s.head for s in found],
+            t("sk_col_weight"): [s.first_weight for s in found],
+        }), "attention_sinks", formats={t("sk_col_weight"): "%.4f"})
+    else:
+        best = every[0].first_weight if every else 0.0
+        st.info(t("sk_none", thr=thr, best=f"{best:.3f}"), icon="ℹ️")
+    export_panel(found, "sinks", ctx, threshold=thr)
+    choices = found or every[:8]
+    if not choices:
+        return
+    i = st.selectbox(t("sk_pick"), range(len(choices)), key=f"sk_pick_{len(choices)}_{len(found)}",
+                     format_func=lambda j: f"{head_name(choices[j].kind, choices[j].layer, choices[j].head, model)}"
+                     f" · {choices[j].first_weight:.3f}")
+    s = choices[i]
+    try:
+        removal = sink_removal(*inputs(ctx), s.kind, s.layer, s.head)
+    except Exception as exc:  # noqa: BLE001
+        show_error(exc)
+        return
+    eff = removal.effect
+    top = visible(token_labels(model, [eff.top_id])[0])
+    m1, m2, m3 = st.columns(3)
+    m1.metric(t("sk_top", tok=top), f"{eff.top_prob_edited:.4f}", f"{eff.top_prob_edited - eff.top_prob_intact:+.4f}")
+    m2.metric(t("sk_kl"), f"{eff.kl:.4g}")
+    m3.metric(t("sk_loss"), "—" if eff.loss_change is None else f"{eff.loss_change:+.4f}")
+    block_max = float(removal.block_change.max())
+    st.markdown(t("sk_verdict_small" if eff.kl < 0.01 else "sk_verdict_big", kl=f"{eff.kl:.2g}",
+                  block=f"{100 * block_max:.0f}", layer=f"{100 * float(removal.layer_change.max()):.0f}"))
+    q_lab, k_lab = labels_of(ctx, s.kind)
+    kw = {"zmin": 0.0, "zmax": 1.0, "px_per_token": 16, "min_height": 280, "max_height": 700,
+          "hovertemplate": "%{y} → %{x}: %{z:.4f}<extra></extra>"}
+    for col, w, title, key in zip(st.columns(2), (removal.weights_before, removal.weights_after),
+                                  (t("sk_before"), t("sk_after")), ("sk_before", "sk_after"), strict=True):
+        with col:
+            chart(token_heatmap(w.numpy(), q_lab, k_lab, title=title, **kw), key)
+    chart(lines(q_lab, {t("sk_block_change"): removal.block_change.numpy(),
+                        t("sk_layer_change"): removal.layer_change.numpy()},
+                title=t("sk_change_title"), x_title=t("sk_axis_query"), y_title=t("sk_axis_change"), height=300),
+          "sk_change")
+    names = [visible(x) for x in token_labels(model, [m[0] for m in eff.moved])]
+    chart(bars(axis_labels(names), [m[1] for m in eff.moved], title=t("sk_next"), y_title=t("sk_intact"),
+               x_title=t("sk_axis_prob"), secondary=(t("sk_removed"), [m[2] for m in eff.moved]),
+               height=max(260, 26 * len(names) + 100), hover_format=".4f"), "sk_next")
+    st.caption(t("sk_moved_note"))
+    export_panel(removal, "remove_sink", ctx, kind=s.kind, layer=s.layer, head=s.head)
+
+
+st.title(t("nav_heads"))
+explain("hd_intro")
+st.caption(t("hd_look"))
+ctx = page_context()
+catalogue(ctx)
+sinks(ctx)

@@ -1,0 +1,152 @@
+"""Head catalogue page through the real app: every head's label and score equal detect_heads on the learner's text,
+the kind filter, opening a head on the attention page, attention sinks and removing one; bad input, Chinese."""
+import numpy as np
+import pytest
+from apptest_support import (
+    SMALL,
+    array,
+    figure,
+    harness_language,
+    messages,
+    no_pages_dir_mode,
+    open_app,
+    shown_texts,
+)
+
+from transformer_core import load_model, prepare
+from transformer_core.analysis.heads import detect_heads
+from transformer_core.analysis.sinks import find_sinks, remove_sink
+from ui.i18n import strings
+
+PAGE = "heads"
+EN = {k: v["en"] for k, v in strings().items()}
+ENGLISH_ONLY = {v["en"] for v in strings().values() if v["en"] != v["zh"]}
+SCORE, LABEL = EN["hd_col_score"], EN["hd_col_label"]
+
+
+@pytest.fixture(autouse=True)
+def _through_app_py():
+    with no_pages_dir_mode():
+        yield
+
+
+def assert_clean(at):
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def catalogue(at):
+    return next(d.value for d in at.dataframe if LABEL in d.value.columns)
+
+
+def sink_table(at):
+    return next(d.value for d in at.dataframe if EN["sk_col_weight"] in d.value.columns)
+
+
+def test_reverse_catalogue_equals_detect_heads_and_layer_1_cross_attention_is_anti_diagonal():
+    at = open_app(PAGE, model="shipped:reverse", text="d a c b", tgt="= b c a", lang="en")
+    assert_clean(at)
+    model, _ = load_model("reverse")
+    records = detect_heads(model, prepare(model, "d a c b", "= b c a"), length=4, count=8)  # the toy default
+    df = catalogue(at)
+    assert len(df) == 3 * 2 * 4  # three kinds of attention, 2 layers, 4 heads
+    np.testing.assert_allclose(df[SCORE], [r.strength for r in records], atol=1e-6)
+    np.testing.assert_allclose(df[EN["hd_pat_anti_diagonal"]].dropna(),
+                               [r.scores["anti_diagonal"] for r in records if r.kind == "cross"], atol=1e-6)
+    assert list(df[LABEL]) == [EN[f"hd_pat_{r.label or 'none'}"] for r in records]
+    cross1 = df[(df[EN["hd_col_block"]] == EN["hd_kind_cross"]) & (df[EN["hd_col_layer"]] == 1)]
+    assert set(cross1[LABEL]) == {EN["hd_pat_anti_diagonal"]}
+    grid = figure(at, "hd_grid_0")["data"][0]
+    assert len(grid["customdata"]) == 24 and grid["marker"]["cmax"] == 1
+    np.testing.assert_allclose(array(grid["marker"]["color"]), [r.strength for r in records], atol=1e-6)
+
+
+def test_repeat_has_induction_heads_in_layer_1_only():
+    at = open_app(PAGE, model="shipped:repeat", text="d a c b g f d a c", lang="en")
+    assert_clean(at)
+    df = catalogue(at)
+    induction = df[df[LABEL] == EN["hd_pat_induction"]]
+    assert len(induction) >= 2 and set(induction[EN["hd_col_layer"]]) == {1}
+    assert (df[df[EN["hd_col_layer"]] == 0][EN["hd_pat_induction"]] < 0.1).all()
+
+
+def test_the_kind_filter_and_the_detector_settings():
+    at = open_app(PAGE, model="shipped:reverse", text="d a c b", tgt="= b c a", lang="en")
+    at.multiselect(key="hd_filter_7").set_value(["anti_diagonal"]).run()
+    assert_clean(at)
+    df = catalogue(at)
+    assert len(df) >= 4 and set(df[LABEL]) == {EN["hd_pat_anti_diagonal"]}
+    at.slider(key="hd_threshold").set_value(0.9).run()  # a stricter label: fewer heads keep one
+    assert_clean(at)
+    assert 1 <= len(catalogue(at)) < len(df)
+    assert "{" not in " ".join(m.value for m in at.markdown)
+
+
+def test_opening_a_head_switches_to_its_attention_map():
+    at = open_app(PAGE, model="shipped:reverse", text="d a c b", tgt="= b c a", lang="en")
+    at.selectbox(key="hd_open_24").set_value(21).run()  # cross-attention, layer 1, head 1 (forward order)
+    at.button(key="hd_open_button").click().run()
+    assert_clean(at)
+    assert at.title[0].value == EN["nav_attention"]
+    ss = at.session_state
+    assert (ss["block"], ss["layer"], ss["head"], ss["mask_mode"]) == ("cross", 1, 1, "padding")
+    assert at.selectbox(key="head").value == 1 and at.selectbox(key="block").value == "cross"
+
+
+def test_sinks_and_removing_one_equal_the_core_functions():
+    at = open_app(PAGE, model="shipped:reverse", text="d a c b", tgt="= b c a", lang="en")
+    assert_clean(at)
+    model, _ = load_model("reverse")
+    prep = prepare(model, "d a c b", "= b c a")
+    sinks = find_sinks(model, prep)
+    df = sink_table(at)
+    assert (df[EN["hd_col_layer"]].tolist(), df[EN["hd_col_head"]].tolist()) == ([s.layer for s in sinks],
+                                                                             [s.head for s in sinks])
+    np.testing.assert_allclose(df[EN["sk_col_weight"]], [s.first_weight for s in sinks], atol=1e-6)
+    removal = remove_sink(model, prep, sinks[0].kind, sinks[0].layer, sinks[0].head)
+    np.testing.assert_allclose(array(figure(at, "sk_after")["data"][0]["z"]), removal.weights_after.numpy(), atol=1e-6)
+    np.testing.assert_allclose(array(figure(at, "sk_change")["data"][0]["y"]), removal.block_change.numpy(), atol=1e-5)
+    kl = next(m.value for m in at.metric if m.label == EN["sk_kl"])
+    assert float(kl) == pytest.approx(removal.effect.kl, rel=1e-3, abs=1e-9)
+    assert removal.effect.kl < 0.01 and "parked" in " ".join(m.value for m in at.markdown)  # what the caption says
+    code = [c.value for c in at.code if "remove_sink" in c.value][0]
+    scope: dict = {}
+    exec(code, scope)  # the page's notebook code recomputes the numbers it shows
+    np.testing.assert_allclose(scope["arrays"]["weights_after"], removal.weights_after.numpy(), atol=1e-6)
+
+
+def test_the_heads_snippet_recomputes_the_catalogue():
+    at = open_app(PAGE, model="shipped:copy", text="d a c b", tgt="= d a c", lang="en")
+    assert_clean(at)
+    code = [c.value for c in at.code if "detect_heads" in c.value][0]
+    assert "length=4" in code and "count=8" in code
+    scope: dict = {}
+    exec(code, scope)
+    df = catalogue(at)
+    np.testing.assert_allclose(scope["arrays"]["diagonal"][-8:], df[EN["hd_pat_diagonal"]].dropna(), atol=1e-6)
+    assert set(df[df[EN["hd_col_block"]] == EN["hd_kind_cross"]][LABEL]) == {EN["hd_pat_diagonal"]}
+
+
+def test_no_sink_above_the_threshold_still_lets_one_be_removed():
+    at = open_app(PAGE, model=SMALL, lang="en")
+    assert_clean(at)
+    assert any(m.startswith("No head puts more than 0.50") for m in messages(at))
+    assert figure(at, "sk_after") and at.selectbox(key="sk_pick_8_0")
+
+
+def test_bad_inputs_give_messages_not_tracebacks():
+    at = open_app(PAGE, model=SMALL, lang="en")
+    for text in ("", "x", "<script>alert(1)</script>", "同志们!我踩着地雷了 " * 10_000):
+        at.sidebar.text_area(key="text").set_value(text).run()
+        assert not at.exception, text[:20]
+        assert not at.error, text[:20]
+    at.sidebar.text_area(key="text").set_value("").run()
+    assert EN["err.empty_input"] in messages(at)
+
+
+def test_chinese_page_has_no_english_labels():
+    with harness_language("zh"):
+        at = open_app(PAGE, model="shipped:reverse", lang="zh")
+        assert_clean(at)
+        assert at.title[0].value == "注意力头目录"
+        assert not [s for s in shown_texts(at) if s in ENGLISH_ONLY]
