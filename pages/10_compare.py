@@ -6,10 +6,13 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from service import budget
+from service.budget import MemoryBudgetError
 from transformer_core.analysis.blocks import kinds
 from transformer_core.analysis.compare import compare
 from transformer_core.analysis.export import export_npz, notebook_snippet
 from transformer_core.errors import ExplorerError
+from transformer_core.model.memory import trace_bytes
 from transformer_core.text.inputs import prepare, token_labels
 from ui import cache
 from ui.errors import show_error
@@ -20,6 +23,7 @@ from ui.widgets import chart, explain, file_stem, table
 
 through_app()
 ss = st.session_state
+CUTS_SHOWN: set[str] = set()  # this run's notes that a section read fewer tokens (each said once)
 TEXT_B_MAX = 20_000  # characters kept of text B (the model reads at most max_len tokens of it anyway)
 TOP = 10
 
@@ -48,12 +52,48 @@ def inputs(ctx) -> tuple:
     return ctx.key, ctx.device, ss.get("text", ""), tgt, bool(ss.get("allow_special")), tuple(ss.get("gen_ids") or ())
 
 
+def _longest(prep) -> int:
+    return max(prep.src_ids.size(1), 0 if prep.tgt_ids is None else prep.tgt_ids.size(1))
+
+
+def _fit(model, prep, keep):
+    """The input cut to what one task may hold in the server's memory budget when the analysis keeps `keep`
+    (KEEP_ALL, a layer, KEEP_NONE); MemoryBudgetError when not even one token fits."""
+    fits = budget.trace_tokens(model.cfg, _longest(prep), keep=keep)
+    if fits < 1:
+        raise MemoryBudgetError("memory_too_big", mb=budget.to_mb(trace_bytes(model.cfg, 1, 1, keep=keep)),
+                                limit=budget.to_mb(budget.task_limit()), setting=budget.SETTING_NAME)
+    return prep.cut(fits)
+
+
+def _prep(key, device, text, tgt, special, gen, keep):
+    """The shared model and the sidebar's input for it, cut to what fits (see _fit)."""
+    model, _ = cache.get_model(key, device)
+    return model, _fit(model, prepare(model, text, tgt, allow_special=special, extra=gen), keep)
+
+
+def _reserve(model, *preps, keep):
+    """Hold the memory of one traced forward of the longest of these inputs while the analysis runs."""
+    n_src = max(p.src_ids.size(1) for p in preps)
+    n_tgt = None if preps[0].tgt_ids is None else max(p.tgt_ids.size(1) for p in preps)
+    return budget.trace_reservation(model.cfg, n_src, n_tgt, keep=keep)
+
+
+def cut_note(result, ctx) -> None:
+    """Say so when the analysis read fewer tokens than the page's trace (a long text on a big model)."""
+    _, n, total = result
+    text = t("err.trace_cut", n=n, total=total, limit=budget.to_mb(budget.task_limit()))
+    if total is not None and n < _longest(ctx.prep) and text not in CUTS_SHOWN:
+        CUTS_SHOWN.add(text)
+        st.warning(text, icon="✂️")
+
+
 @st.cache_data(show_spinner=False, max_entries=64, ttl=1800)
 def comparison(key, device, text, tgt, special, gen, text_b, tgt_b, kind: str, layer: int, head: int):
-    model, _ = cache.get_model(key, device)
-    prep = prepare(model, text, tgt, allow_special=special, extra=gen)
-    prep_b = prepare(model, text_b, tgt_b, allow_special=special)
-    return compare(model, prep, prep_b, kind, layer, head, top=TOP)
+    model, prep = _prep(key, device, text, tgt, special, gen, layer)
+    prep_b = _fit(model, prepare(model, text_b, tgt_b, allow_special=special), layer)
+    with _reserve(model, prep, prep_b, keep=layer):
+        return compare(model, prep, prep_b, kind, layer, head, top=TOP), _longest(prep), prep.cut_from
 
 
 # --- text B (shared with the intervene page through the "_text_b" / "_tgt_b" keys, which outlive the widgets) ----
@@ -227,10 +267,12 @@ kind, layer, head = selectors(model)
 if check_b(model, text, tgt) is None:
     st.stop()
 try:
-    comp = comparison(*inputs(ctx), text, tgt, kind, layer, head)
+    found = comparison(*inputs(ctx), text, tgt, kind, layer, head)
 except Exception as exc:  # noqa: BLE001 - a message, never a traceback
     show_error(exc)
     st.stop()
+cut_note(found, ctx)
+comp = found[0]
 
 differences(model, comp)
 zmax = 1.0

@@ -13,13 +13,14 @@ from ui.errors import show_error
 from ui.figures import axis_labels, bars, visible
 from ui.i18n import t
 from ui.session import load_selected_model, through_app
-from ui.widgets import CHIP_COLOURS, chart, explain, file_stem, table
+from ui.widgets import CHIP_COLOURS, chart, count_text, explain, file_stem, table
 
 through_app()
 ss = st.session_state
 TEXT_CAP = 5_000  # characters of the sidebar text analysed here (the merges of a longer text repeat the same story)
 WORD_CAP = 200
 CHART_CAP = 120  # tokens in the merges-per-token chart
+PART_COLOURS = CHIP_COLOURS[1:]  # the first is close to the red that marks the part just merged
 
 
 @st.cache_data(show_spinner=False, max_entries=64, ttl=1800)
@@ -50,7 +51,7 @@ def chips(parts: list[str], highlight: int | None = None, subs: list[str] | None
     """Parts as chips (escaped); the one at `highlight` in red; optional small text under each."""
     out = []
     for i, part in enumerate(parts):
-        colour = "#f5b7b1" if i == highlight else CHIP_COLOURS[i % len(CHIP_COLOURS)]
+        colour = "#f5b7b1" if i == highlight else PART_COLOURS[i % len(PART_COLOURS)]
         border = "2px solid #c0392b" if i == highlight else "1px solid #bbb"
         sub = f"<sub style='color:#555'>{html.escape(subs[i])}</sub>" if subs else ""
         out.append(f"<span style='background:{colour};border:{border};border-radius:4px;padding:2px 5px;margin:2px;"
@@ -64,7 +65,8 @@ def one_token(tid: int, encoding: str) -> None:
     except Exception as exc:  # noqa: BLE001 - a special token or anything else: a message
         show_error(exc)
         return
-    st.markdown(t("bpe_token_text", tok=visible(pb.label), id=pb.id, n=len(pb.raw), m=pb.n_merges))
+    st.markdown(t("bpe_token_text", tok=visible(pb.label), id=pb.id, bytes=count_text("bpe_n_bytes", len(pb.raw)),
+                  merges=count_text("bpe_n_merges_short", pb.n_merges)))
     if pb.n_merges == 0:
         st.info(t("bpe_single"), icon="🧱")
         chips([display_bytes(pb.raw)])
@@ -138,6 +140,6 @@ st.subheader(t("bpe_one_title"))
 most = max(range(len(tm.tokens)), key=lambda i: tm.tokens[i].n_merges)
 pick = st.selectbox(t("bpe_token"), range(len(tm.tokens)), index=most, key=f"bpe_pick_{source}_{len(tm.tokens)}",
                     format_func=lambda i: f"{i} ‘{visible(tm.tokens[i].label)}’ · "
-                    + t("bpe_n_merges_short", m=tm.tokens[i].n_merges))
+                    + count_text("bpe_n_merges_short", tm.tokens[i].n_merges))
 one_token(tm.tokens[pick].id, encoding)
 whole_text(tm, text, encoding)

@@ -12,7 +12,7 @@ from ui.errors import show_error
 from ui.figures import axis_labels, bars, visible
 from ui.i18n import t
 from ui.session import page_context, through_app
-from ui.widgets import chart, explain, file_stem, table
+from ui.widgets import chart, count_text, explain, file_stem, table
 
 through_app()
 ss = st.session_state
@@ -83,7 +83,7 @@ st.subheader(t("sur_chips_title"))
 surprise_chips(sur.labels, probs, bits)
 st.caption(t("sur_legend"))
 if sur.unknown:
-    st.caption(t("sur_unknown", n=len(sur.unknown)))
+    st.caption(count_text("sur_unknown", len(sur.unknown)))
 
 labels = axis_labels(sur.labels)[1:]
 fig = bars(

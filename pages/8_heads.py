@@ -5,10 +5,13 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from service import budget
+from service.budget import MemoryBudgetError
 from transformer_core.analysis.export import export_npz, notebook_snippet
 from transformer_core.analysis.heads import CROSS_PATTERNS, SELF_PATTERNS, THRESHOLD, detect_heads
 from transformer_core.analysis.sinks import find_sinks, remove_sink
 from transformer_core.errors import ExplorerError
+from transformer_core.model.memory import KEEP_ALL, trace_bytes
 from transformer_core.model.transformer import DEFAULT_MASKS
 from transformer_core.text.inputs import prepare, token_labels
 from ui import cache
@@ -17,10 +20,11 @@ from ui.figures import axis_labels, bars, lines, token_heatmap, visible
 from ui.i18n import t
 from ui.nav import switch
 from ui.session import page_context, through_app
-from ui.widgets import chart, clicked, explain, file_stem, table
+from ui.widgets import chart, clicked, count_text, explain, file_stem, table
 
 through_app()
 ss = st.session_state
+CUTS_SHOWN: set[str] = set()  # this run's notes that a section read fewer tokens (each said once)
 NONE = "none"  # the label of a head with no pattern above the threshold
 COUNT = 8  # random sequences the induction score averages over
 
@@ -49,28 +53,65 @@ def inputs(ctx) -> tuple:
     return ctx.key, ctx.device, ss.get("text", ""), tgt, bool(ss.get("allow_special")), tuple(ss.get("gen_ids") or ())
 
 
-def _prep(key, device, text, tgt, special, gen):
+def _longest(prep) -> int:
+    return max(prep.src_ids.size(1), 0 if prep.tgt_ids is None else prep.tgt_ids.size(1))
+
+
+def _fit(model, prep, keep):
+    """The input cut to what one task may hold in the server's memory budget when the analysis keeps `keep`
+    (KEEP_ALL, a layer, KEEP_NONE); MemoryBudgetError when not even one token fits."""
+    fits = budget.trace_tokens(model.cfg, _longest(prep), keep=keep)
+    if fits < 1:
+        raise MemoryBudgetError("memory_too_big", mb=budget.to_mb(trace_bytes(model.cfg, 1, 1, keep=keep)),
+                                limit=budget.to_mb(budget.task_limit()), setting=budget.SETTING_NAME)
+    return prep.cut(fits)
+
+
+def _prep(key, device, text, tgt, special, gen, keep):
+    """The shared model and the sidebar's input for it, cut to what fits (see _fit)."""
     model, _ = cache.get_model(key, device)
-    return model, prepare(model, text, tgt, allow_special=special, extra=gen)
+    return model, _fit(model, prepare(model, text, tgt, allow_special=special, extra=gen), keep)
+
+
+def _reserve(model, *preps, keep):
+    """Hold the memory of one traced forward of the longest of these inputs while the analysis runs."""
+    n_src = max(p.src_ids.size(1) for p in preps)
+    n_tgt = None if preps[0].tgt_ids is None else max(p.tgt_ids.size(1) for p in preps)
+    return budget.trace_reservation(model.cfg, n_src, n_tgt, keep=keep)
+
+
+def cut_note(result, ctx) -> None:
+    """Say so when the analysis read fewer tokens than the page's trace (a long text on a big model)."""
+    _, n, total = result
+    text = t("err.trace_cut", n=n, total=total, limit=budget.to_mb(budget.task_limit()))
+    if total is not None and n < _longest(ctx.prep) and text not in CUTS_SHOWN:
+        CUTS_SHOWN.add(text)
+        st.warning(text, icon="✂️")
 
 
 @st.cache_data(show_spinner=False, max_entries=32, ttl=1800)
 def heads_of(key, device, text, tgt, special, gen, length: int, threshold: float):
-    model, prep = _prep(key, device, text, tgt, special, gen)
-    return detect_heads(model, prep, threshold=threshold, length=length, count=COUNT)
+    """(records, tokens read, tokens before a cut or None)."""
+    model, prep = _prep(key, device, text, tgt, special, gen, KEEP_ALL)
+    longest = max(_longest(prep), 2 * length)  # the text, or one random sequence repeated twice
+    with budget.trace_reservation(model.cfg, longest, longest if model.is_encoder_decoder else None, keep=KEEP_ALL):
+        records = detect_heads(model, prep, threshold=threshold, length=length, count=COUNT)
+    return records, _longest(prep), prep.cut_from
 
 
 @st.cache_data(show_spinner=False, max_entries=32, ttl=1800)
 def first_weights(key, device, text, tgt, special, gen):
-    """Every head's mean weight on the first token, strongest first."""
-    model, prep = _prep(key, device, text, tgt, special, gen)
-    return find_sinks(model, prep, threshold=0.0)
+    """(every head's mean weight on the first token, strongest first; tokens read; tokens before a cut or None)."""
+    model, prep = _prep(key, device, text, tgt, special, gen, KEEP_ALL)
+    with _reserve(model, prep, keep=KEEP_ALL):
+        return find_sinks(model, prep, threshold=0.0), _longest(prep), prep.cut_from
 
 
 @st.cache_data(show_spinner=False, max_entries=32, ttl=1800)
 def sink_removal(key, device, text, tgt, special, gen, kind: str, layer: int, head: int):
-    model, prep = _prep(key, device, text, tgt, special, gen)
-    return remove_sink(model, prep, kind, layer, head)
+    model, prep = _prep(key, device, text, tgt, special, gen, layer)
+    with _reserve(model, prep, keep=layer):
+        return remove_sink(model, prep, kind, layer, head), _longest(prep), prep.cut_from
 
 
 def kind_name(kind: str, model) -> str:
@@ -99,7 +140,7 @@ def head_grid(records, model):
     fig = go.Figure(go.Scatter(
         x=[r.head for r in records], y=y, mode="markers+text", text=texts, hovertext=hover,
         hovertemplate="%{hovertext}<extra></extra>", customdata=list(range(len(records))), name="heads",
-        textfont={"size": 11, "color": "#111"},
+        textfont={"size": 11, "color": ["#fff" if r.strength > 0.6 else "#111" for r in records]},
         marker={"symbol": "square", "size": 46, "color": [r.strength for r in records], "cmin": 0.0, "cmax": 1.0,
                 "colorscale": "Blues", "showscale": True, "line": {"width": 1, "color": "#999"},
                 "colorbar": {"title": {"text": t("hd_col_score")}}}))
@@ -128,10 +169,12 @@ def catalogue(ctx) -> None:
                                     help=t("hd_threshold_help")))
     try:
         with st.spinner(t("hd_running")):
-            records = heads_of(*inputs(ctx), length, threshold)
+            found = heads_of(*inputs(ctx), length, threshold)
     except Exception as exc:  # noqa: BLE001 - a message, never a traceback
         show_error(exc)
         return
+    cut_note(found, ctx)
+    records = found[0]
     labelled = [r for r in records if r.label]
     st.markdown(t("hd_count", n=len(labelled), total=len(records), thr=threshold))
     picked = clicked(head_grid(records, model), "hd_grid")
@@ -181,13 +224,15 @@ def sinks(ctx) -> None:
     st.caption(t("sk_look"))
     thr = float(st.slider(t("sk_threshold"), 0.05, 0.95, 0.5, 0.05, key="sk_threshold"))
     try:
-        every = first_weights(*inputs(ctx))
+        weights = first_weights(*inputs(ctx))
     except Exception as exc:  # noqa: BLE001
         show_error(exc)
         return
+    cut_note(weights, ctx)
+    every = weights[0]
     found = [s for s in every if s.first_weight > thr]
     if found:
-        st.markdown(t("sk_found", n=len(found), thr=thr))
+        st.markdown(count_text("sk_found", len(found), thr=thr))
         table(pd.DataFrame({
             t("hd_col_block"): [kind_name(s.kind, model) for s in found],
             t("hd_col_layer"): [s.layer for s in found],
@@ -206,7 +251,7 @@ def sinks(ctx) -> None:
                      f" · {choices[j].first_weight:.3f}")
     s = choices[i]
     try:
-        removal = sink_removal(*inputs(ctx), s.kind, s.layer, s.head)
+        removal = sink_removal(*inputs(ctx), s.kind, s.layer, s.head)[0]
     except Exception as exc:  # noqa: BLE001
         show_error(exc)
         return

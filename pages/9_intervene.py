@@ -5,20 +5,24 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from service import budget
+from service.budget import MemoryBudgetError
 from transformer_core.analysis.blocks import kinds, sides
 from transformer_core.analysis.export import export_npz, notebook_snippet
 from transformer_core.analysis.interventions import ABLATION_MODES, ALIGNMENTS, ablate, patch
 from transformer_core.errors import ExplorerError
+from transformer_core.model.memory import KEEP_NONE, trace_bytes
 from transformer_core.text.inputs import prepare, token_labels
 from ui import cache
 from ui.errors import show_error
 from ui.figures import axis_labels, bars, visible
 from ui.i18n import t
 from ui.session import page_context, through_app
-from ui.widgets import chart, explain, file_stem, table
+from ui.widgets import chart, count_text, explain, file_stem, table
 
 through_app()
 ss = st.session_state
+CUTS_SHOWN: set[str] = set()  # this run's notes that a section read fewer tokens (each said once)
 TEXT_B_MAX = 20_000  # characters kept of text B (the model reads at most max_len tokens of it anyway)
 
 
@@ -46,22 +50,55 @@ def inputs(ctx) -> tuple:
     return ctx.key, ctx.device, ss.get("text", ""), tgt, bool(ss.get("allow_special")), tuple(ss.get("gen_ids") or ())
 
 
-def _prep(key, device, text, tgt, special, gen):
+def _longest(prep) -> int:
+    return max(prep.src_ids.size(1), 0 if prep.tgt_ids is None else prep.tgt_ids.size(1))
+
+
+def _fit(model, prep, keep):
+    """The input cut to what one task may hold in the server's memory budget when the analysis keeps `keep`
+    (KEEP_ALL, a layer, KEEP_NONE); MemoryBudgetError when not even one token fits."""
+    fits = budget.trace_tokens(model.cfg, _longest(prep), keep=keep)
+    if fits < 1:
+        raise MemoryBudgetError("memory_too_big", mb=budget.to_mb(trace_bytes(model.cfg, 1, 1, keep=keep)),
+                                limit=budget.to_mb(budget.task_limit()), setting=budget.SETTING_NAME)
+    return prep.cut(fits)
+
+
+def _prep(key, device, text, tgt, special, gen, keep):
+    """The shared model and the sidebar's input for it, cut to what fits (see _fit)."""
     model, _ = cache.get_model(key, device)
-    return model, prepare(model, text, tgt, allow_special=special, extra=gen)
+    return model, _fit(model, prepare(model, text, tgt, allow_special=special, extra=gen), keep)
+
+
+def _reserve(model, *preps, keep):
+    """Hold the memory of one traced forward of the longest of these inputs while the analysis runs."""
+    n_src = max(p.src_ids.size(1) for p in preps)
+    n_tgt = None if preps[0].tgt_ids is None else max(p.tgt_ids.size(1) for p in preps)
+    return budget.trace_reservation(model.cfg, n_src, n_tgt, keep=keep)
+
+
+def cut_note(result, ctx) -> None:
+    """Say so when the analysis read fewer tokens than the page's trace (a long text on a big model)."""
+    _, n, total = result
+    text = t("err.trace_cut", n=n, total=total, limit=budget.to_mb(budget.task_limit()))
+    if total is not None and n < _longest(ctx.prep) and text not in CUTS_SHOWN:
+        CUTS_SHOWN.add(text)
+        st.warning(text, icon="✂️")
 
 
 @st.cache_data(show_spinner=False, max_entries=64, ttl=1800)
 def ablation_of(key, device, text, tgt, special, gen, heads: tuple, ffns: tuple, mode: str):
-    model, prep = _prep(key, device, text, tgt, special, gen)
-    return ablate(model, prep, list(heads), list(ffns), mode=mode)
+    model, prep = _prep(key, device, text, tgt, special, gen, KEEP_NONE)
+    with _reserve(model, prep, keep=KEEP_NONE):
+        return ablate(model, prep, list(heads), list(ffns), mode=mode), _longest(prep), prep.cut_from
 
 
 @st.cache_data(show_spinner=False, max_entries=64, ttl=1800)
 def patch_of(key, device, text, tgt, special, gen, text_b, tgt_b, kind: str, layer: int, head: int, align: str):
-    model, prep = _prep(key, device, text, tgt, special, gen)
-    prep_b = prepare(model, text_b, tgt_b, allow_special=special)
-    return patch(model, prep, prep_b, kind, layer, head, align=align)
+    model, prep = _prep(key, device, text, tgt, special, gen, layer)
+    prep_b = _fit(model, prepare(model, text_b, tgt_b, allow_special=special), layer)
+    with _reserve(model, prep, prep_b, keep=layer):
+        return patch(model, prep, prep_b, kind, layer, head, align=align), _longest(prep), prep.cut_from
 
 
 # --- text B (shared with the compare page through the "_text_b" / "_tgt_b" keys, which outlive the widgets) ----
@@ -162,6 +199,12 @@ def summary(model, eff, key: str) -> None:
     table(df, key, formats={c: "%.4f" for c in (t("iv_col_intact"), t("iv_col_edited"), t("iv_col_change"))})
     if eff.loss_intact is None:
         st.caption(t("iv_one_token"))
+    for col, dist, name, which in zip(st.columns(2), (eff.intact, eff.edited), (t("iv_top_intact"), t("iv_top_edited")),
+                                      ("intact", "edited"), strict=True):
+        with col:
+            st.markdown(f"**{name}**")
+            table(pd.DataFrame({t("iv_col_token"): axis_labels([visible(x) for x in token_labels(model, dist.ids)]),
+                                t("iv_col_prob"): dist.raw}), f"{key}_{which}_top", formats={t("iv_col_prob"): "%.4f"})
 
 
 def ablation(ctx) -> None:
@@ -184,10 +227,12 @@ def ablation(ctx) -> None:
     head_list = tuple((k, int(layer), int(h)) for k, layer, h in (o.split(":") for o in picked_heads))
     ffn_list = tuple((s, int(layer)) for s, layer in (o.split(":") for o in picked_ffns))
     try:
-        result = ablation_of(*inputs(ctx), head_list, ffn_list, mode)
+        found = ablation_of(*inputs(ctx), head_list, ffn_list, mode)
     except Exception as exc:  # noqa: BLE001 - a message, never a traceback
         show_error(exc)
         return
+    cut_note(found, ctx)
+    result = found[0]
     summary(model, result.effect, "ablation_summary")
     moved_chart(model, result.effect, "iv_ablate", t("iv_ablated"))
     st.caption(t("iv_loss_note"))
@@ -212,16 +257,18 @@ def patching(ctx) -> None:
     if check_b(model, text, tgt) is None:
         return
     try:
-        result = patch_of(*inputs(ctx), text, tgt, kind, int(layer), int(head), align)
+        found = patch_of(*inputs(ctx), text, tgt, kind, int(layer), int(head), align)
     except Exception as exc:  # noqa: BLE001 - unequal lengths for "exact", and anything else: a message
         show_error(exc)
         return
+    cut_note(found, ctx)
+    result = found[0]
     b_top = visible(token_labels(model, [result.source_top_id])[0])
     p0, p1 = result.source_top_in_a
     m1, m2 = st.columns(2)
     m1.metric(t("pt_b_top", tok=b_top), f"{p1:.4f}", f"{p1 - p0:+.4f}")
     m2.metric(t("iv_row_kl"), f"{result.effect.kl:.4g}")
-    st.markdown(t("pt_result", tok=b_top, p0=f"{p0:.4f}", p1=f"{p1:.4f}", n=len(result.positions)))
+    st.markdown(count_text("pt_result", len(result.positions), tok=b_top, p0=f"{p0:.4f}", p1=f"{p1:.4f}"))
     summary(model, result.effect, "patch_summary")
     moved_chart(model, result.effect, "iv_patch", t("pt_patched"))
     export_panel(result, "patch", ctx, text_b=text, target_b=tgt, kind=kind, layer=int(layer), head=int(head),

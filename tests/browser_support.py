@@ -182,3 +182,132 @@ def page_problem(page, proc: subprocess.Popen) -> str | None:
         return (f"exception shown in the page:\n{boxes.first.inner_text()[:1500]}\n"
                 f"--- server log ---\n{log_tail(proc, 1500)}")
     return None
+
+
+# ---- hostile / workshop tests: a fresh server per test, its memory and disk, the Train page's upload ---------------
+
+MAIN = "[data-testid='stMain']"
+SIDEBAR = "[data-testid='stSidebar']"
+ERROR_BOX = "[data-testid='stAlertContentError']"
+WARNING_BOX = "[data-testid='stAlertContentWarning']"
+# React tracks a text box's value through its prototype setter: set it there, then say it changed (a paste)
+SET_TEXTAREA_JS = """(el, value) => {
+    Object.getOwnPropertyDescriptor(HTMLTextAreaElement.prototype, 'value').set.call(el, value);
+    el.dispatchEvent(new Event('input', {bubbles: true}));
+}"""
+
+
+def server_alive(url: str) -> bool:
+    """Whether the server answers /_stcore/health."""
+    return _healthy(url)
+
+
+def process_memory_mb(pid: int) -> dict[str, float]:
+    """{"rss": VmRSS, "hwm": VmHWM (the peak RSS so far)} of a process, in MB, from /proc/<pid>/status."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        for key, name in (("VmRSS:", "rss"), ("VmHWM:", "hwm")):
+            if line.startswith(key):
+                out[name] = int(line.split()[1]) / 1024
+    return out
+
+
+def folder_bytes(root) -> int:
+    """Bytes of the files under a folder (links not followed; 0 when it does not exist)."""
+    total = 0
+    for base, _, files in os.walk(root):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(base, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def sidebar_model_options(page) -> list[str]:
+    """The labels of the sidebar's model select box ("reverse · trained", ...), read by opening it."""
+    select = page.locator(SIDEBAR).locator("[data-testid='stSelectbox']").first
+    select.click()
+    options = page.get_by_role("option")
+    options.first.wait_for(state="visible")
+    labels = options.all_inner_texts()
+    page.keyboard.press("Escape")
+    return [label.strip() for label in labels]
+
+
+def upload_model_file(page, path, name: str | None = None) -> None:
+    """On the Train page: open "Upload a model", choose the file, (type a name), press "Check and add"; returns once
+    the run it starts is over (read the outcome from the expander's alerts)."""
+    from ui.i18n import strings
+
+    s = strings()
+    upload = page.locator(MAIN).locator("[data-testid='stExpander']").filter(has_text=s["tr_ckpt_title"]["en"])
+    if not upload.locator("[data-testid='stFileUploader']").is_visible():
+        upload.locator("summary").click()
+    upload.locator("[data-testid='stFileUploader'] input[type='file']").set_input_files(str(path))
+    upload.get_by_text(Path(path).name).first.wait_for(state="visible")
+    wait_rendered(page)
+    if name is not None:
+        box = upload.get_by_role("textbox", name=s["tr_name"]["en"], exact=True)
+        box.fill(name)
+        box.press("Enter")
+        wait_rendered(page)
+    upload.get_by_role("button", name=s["tr_ckpt_import"]["en"], exact=True).click()
+    page.wait_for_timeout(300)  # the click's run starts
+    wait_rendered(page)
+
+
+def set_number(page, label: str, value) -> None:
+    """Type a value into the main area's number input with this label and commit it (Enter)."""
+    box = page.locator(MAIN).get_by_label(label, exact=True).first
+    box.fill(str(value))
+    box.press("Enter")
+    wait_rendered(page)
+
+
+class App:
+    """A running server started by fresh_app: its process, URL and checkpoints folder."""
+
+    def __init__(self, proc: subprocess.Popen, url: str, folder: Path) -> None:
+        self.proc, self.url, self.folder = proc, url, Path(folder)
+
+    def memory(self) -> dict[str, float]:
+        """The server's {"rss", "hwm"} in MB."""
+        return process_memory_mb(self.proc.pid)
+
+    def disk(self) -> int:
+        """Bytes in the checkpoints folder."""
+        return folder_bytes(self.folder)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None and server_alive(self.url)
+
+    def log(self, n_chars: int = 20_000) -> str:
+        return log_tail(self.proc, n_chars)
+
+    def kill(self) -> None:
+        """kill -9 the server (its process group) and reap it, as a crash or an OOM kill would end it."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)  # reaped: no zombie that still answers kill(pid, 0)
+
+
+@contextmanager
+def fresh_app(folder, port: int | None = None, **env):
+    """start_app with its own checkpoints folder and extra settings (TRANSFORMER_EXPLORER_*=value); yields an App."""
+    settings = {"TRANSFORMER_EXPLORER_CHECKPOINTS": str(folder), **{k: str(v) for k, v in env.items()}}
+    with start_app(port=port, env=settings) as (proc, url):
+        yield App(proc, url, folder)
+
+
+def new_tab(browser, context=None):
+    """An English tab (in a new browser context, i.e. another browser with its own cookies, unless `context` is
+    given) that records every JS dialog in `tab.dialogs`, as conftest.py's `tab` fixture does."""
+    ctx = context or browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1000})
+    page = ctx.new_page()
+    page.set_default_timeout(60_000)
+    page.dialogs = []
+    page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
+    return page

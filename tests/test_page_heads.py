@@ -134,6 +134,18 @@ def test_no_sink_above_the_threshold_still_lets_one_be_removed():
     assert figure(at, "sk_after") and at.selectbox(key="sk_pick_8_0")
 
 
+def test_a_long_text_on_a_big_model_is_cut_to_what_the_memory_budget_allows(server_env):
+    base = "preset:course-base@cl100k_base"
+    assert not open_app(PAGE, model=base, lang="en").exception  # the model loads (and stays cached) first
+    server_env(TRANSFORMER_EXPLORER_MEMORY_BUDGET_MB=200)  # then one task may hold 100 MB
+    text = " ".join(f"w{i}" for i in range(60))  # about 120 tokens; each traced stack keeps every head's maps
+    at = open_app(PAGE, model=base, text=text, tgt=text, lang="en")
+    assert not at.exception and not at.error
+    cuts = [m for m in messages(at) if m.startswith("Only the first")]
+    assert len(cuts) == 2 and cuts[0] != cuts[1]  # the trace (one layer kept), then the catalogue and sinks (all)
+    assert len(catalogue(at)) == 3 * 6 * 8
+
+
 def test_bad_inputs_give_messages_not_tracebacks():
     at = open_app(PAGE, model=SMALL, lang="en")
     for text in ("", "x", "<script>alert(1)</script>", "同志们!我踩着地雷了 " * 10_000):

@@ -33,7 +33,12 @@ def summary(at, which: int = 0):
 
 
 def moved(at, which: int = 0):
-    return [d.value for d in at.dataframe if EN["iv_col_token"] in d.value.columns][which]
+    return [d.value for d in at.dataframe if {EN["iv_col_token"], EN["iv_col_change"]} <= set(d.value.columns)][which]
+
+
+def top_tables(at) -> list:
+    """(intact, edited) next-token tables of each section."""
+    return [d.value for d in at.dataframe if list(d.value.columns) == [EN["iv_col_token"], EN["iv_col_prob"]]]
 
 
 def test_ablating_all_layer_1_cross_heads_of_reverse_equals_ablate():
@@ -52,6 +57,10 @@ def test_ablating_all_layer_1_cross_heads_of_reverse_equals_ablate():
     metric = next(m.value for m in at.metric if m.label == EN["iv_loss_change"])
     assert float(metric) == pytest.approx(eff.loss_change, abs=1e-4)
     np.testing.assert_allclose(moved(at)[EN["iv_col_edited"]], [m[2] for m in eff.moved], atol=1e-6)
+    intact, edited = top_tables(at)[:2]  # the ablation section (the patching one follows)
+    np.testing.assert_allclose(intact[EN["iv_col_prob"]], eff.intact.raw, atol=1e-6)
+    np.testing.assert_allclose(edited[EN["iv_col_prob"]], eff.edited.raw, atol=1e-6)
+    assert edited[EN["iv_col_token"]].iloc[0] == "0 ‘␣d’"  # still the right letter, but far less sure
     bars = figure(at, "iv_ablate")["data"]
     np.testing.assert_allclose(array(bars[0]["x"]), [m[1] for m in eff.moved], atol=1e-6)  # intact
     np.testing.assert_allclose(array(bars[1]["x"]), [m[2] for m in eff.moved], atol=1e-6)  # switched off

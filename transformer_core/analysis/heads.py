@@ -145,12 +145,19 @@ def induction_scores(model: Transformer, length: int, count: int = 8,
     return total
 
 
+def default_length(model: Transformer) -> int:
+    """The random sequence's length: half the context, at most 64, and short enough for a small vocabulary
+    (at most 1/8 of it) that a span rarely repeats a token inside itself, as in the text a model learned."""
+    vocab = len(vocab_ids(model))
+    return max(2, min(model.cfg.max_len // 2, 64, vocab // 8))
+
+
 def detect_heads(model: Transformer, prep: Prepared, *, threshold: float = THRESHOLD, length: int | None = None,
                  count: int = 8, seed: int = 0) -> list[HeadRecord]:
     """Score and label every head: patterns on the learner's text, induction on `count` random sequences of
-    `length` tokens (default min(max_len // 2, 64)) repeated twice (self-attention blocks; both stacks read them)."""
+    `length` tokens (default: default_length) repeated twice (self-attention blocks; both stacks read them)."""
     threshold = check_fraction(threshold)
-    length = min(model.cfg.max_len // 2, 64) if length is None else length
+    length = default_length(model) if length is None else length
     if isinstance(length, bool) or not isinstance(length, int) or not 2 <= length <= model.cfg.max_len // 2:
         raise InputError("heads_length", lo=2, hi=model.cfg.max_len // 2, max_len=model.cfg.max_len)
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 256:
