@@ -25,6 +25,7 @@ import pickle
 import re
 import struct
 import tempfile
+import warnings
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -377,7 +378,8 @@ def import_model(raw: bytes, filename: str, name: str, card: dict | None = None,
     with budget.reserve(found.tensor_bytes + 2 * param_bytes(cfg), "upload"):
         state = _state_ok(found.load())
         try:
-            with torch.device("meta"):
+            with torch.device("meta"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # copying into meta tensors is a no-op, and torch says so
                 load_state_into(Transformer(cfg), state)  # shapes only: raises CheckpointError on a mismatch
             model = load_state_into(build_model(cfg, "cpu"), state)
         except (ConfigError, RuntimeError) as exc:

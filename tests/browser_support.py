@@ -237,21 +237,30 @@ def sidebar_model_options(page) -> list[str]:
 
 def upload_model_file(page, path, name: str | None = None) -> None:
     """On the Train page: open "Upload a model", choose the file, (type a name), press "Check and add"; returns once
-    the run it starts is over (read the outcome from the expander's alerts)."""
+    the run it starts is over (read the outcome from the expander's alerts). The expander is opened again whenever a
+    rerun closed it (it does when the elements above it change)."""
     from ui.i18n import strings
 
     s = strings()
     upload = page.locator(MAIN).locator("[data-testid='stExpander']").filter(has_text=s["tr_ckpt_title"]["en"])
-    if not upload.locator("[data-testid='stFileUploader']").is_visible():
-        upload.locator("summary").click()
-    upload.locator("[data-testid='stFileUploader'] input[type='file']").set_input_files(str(path))
-    upload.get_by_text(Path(path).name).first.wait_for(state="visible")
+    chooser = upload.locator("[data-testid='stFileUploader']")
+
+    def opened():
+        if not chooser.is_visible():
+            upload.locator("summary").click()
+            chooser.wait_for(state="visible")
+        return upload
+
+    opened().locator("[data-testid='stFileUploader'] input[type='file']").set_input_files(str(path))
+    upload.get_by_text(Path(path).name).first.wait_for(state="attached")
+    page.wait_for_timeout(300)  # the upload's rerun starts
     wait_rendered(page)
     if name is not None:
-        box = upload.get_by_role("textbox", name=s["tr_name"]["en"], exact=True)
+        box = opened().get_by_role("textbox", name=s["tr_name"]["en"], exact=True)
         box.fill(name)
         box.press("Enter")
         wait_rendered(page)
+    opened().get_by_text(Path(path).name).first.wait_for(state="visible")  # the file is still chosen
     upload.get_by_role("button", name=s["tr_ckpt_import"]["en"], exact=True).click()
     page.wait_for_timeout(300)  # the click's run starts
     wait_rendered(page)

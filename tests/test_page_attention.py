@@ -248,8 +248,8 @@ def test_chinese_page_has_no_english_labels():
         at = open_app(PAGE, model=BASE, lang="zh")
         assert_clean(at)
         assert not [s for s in shown_texts(at) if s in ENGLISH_ONLY]
-        assert at.selectbox(key="att_query_idx").label == "查询 token（query）"
-        assert any("键 token（key）" in df.value.columns for df in at.dataframe)
+        assert at.selectbox(key="att_query_idx").label == "查询词元（query）"
+        assert any("键词元（key）" in df.value.columns for df in at.dataframe)
 
 
 # --- the small pure helpers the page reads the trace with -------------------------------------------------------

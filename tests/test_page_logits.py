@@ -175,7 +175,7 @@ def test_counts_are_singular_for_one_token():
     assert "Decoder-side sequence: 2 tokens · the last one generated here" in [m.value for m in at.markdown]
     with harness_language("zh"):
         at = open_app("logits", model=SMALL, text="hello", lang="zh")
-        assert "解码器一侧的序列：1 个 token" in [m.value for m in at.markdown]
+        assert "解码器一侧的序列：1 个词元" in [m.value for m in at.markdown]
         assert not [s for s in shown_texts(at) if s in ENGLISH_ONLY]
 
 

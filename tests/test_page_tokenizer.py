@@ -36,7 +36,7 @@ def test_chinese_page_counts_tokens_in_chinese_and_has_no_english_labels():
         at = open_app("tokenizer", model=SMALL, lang="zh", text="同志们!我踩着地雷了", tgt="我现在开始排雷。")
         assert not at.exception
         shown = [m.value for m in at.markdown]
-        assert "**cl100k_base** · 13 个 token" in shown
+        assert "**cl100k_base** · 13 个词元" in shown
         assert any(s.endswith("形状 `(2, 13)`") for s in shown)
         assert not [s for s in shown_texts(at) if s in ENGLISH_ONLY]
         assert not any("shape" in s or "token 数" in s for s in shown)
