@@ -320,3 +320,162 @@ def new_tab(browser, context=None):
     page.dialogs = []
     page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
     return page
+
+
+# ---- issue 12 / 14 views and tools: settled pages, plotly charts read from the DOM, language checks ---------------
+
+PLOTS = "[data-testid='stPlotlyChart'] .js-plotly-plot"
+INFO_BOX = "[data-testid='stAlertContentInfo']"
+NOT_SETTLED = "[data-testid='stSkeleton'], [data-stale='true']"
+# every drawn plotly chart: its title (tags removed), trace names, the token ticks of its axes
+PLOTS_JS = """() => Array.from(document.querySelectorAll("[data-testid='stPlotlyChart'] .js-plotly-plot")).map(p => {
+    const title = (p.layout.title && (p.layout.title.text ?? p.layout.title)) || '';
+    const ticks = a => (p.layout[a] && p.layout[a].ticktext) ? Array.from(p.layout[a].ticktext) : null;
+    return {title: String(title).replace(/<[^>]*>/g, ''), names: p._fullData.map(d => d.name), xticks: ticks('xaxis'),
+            yticks: ticks('yaxis'), annotations: (p.layout.annotations || []).map(a => a.text || '')};
+})"""
+# page coordinates of a data point (x, y) on one chart's axes (the chart must be in view)
+PLOT_POINT_JS = """([i, xa, ya, x, y]) => {
+    const p = document.querySelectorAll("[data-testid='stPlotlyChart'] .js-plotly-plot")[i];
+    const X = p._fullLayout[xa], Y = p._fullLayout[ya], r = p.getBoundingClientRect();
+    return [r.left + X._offset + X.l2p(x), r.top + Y._offset + Y.l2p(y)];
+}"""
+PLOT_Z_JS = """([i, name]) => {
+    const p = document.querySelectorAll("[data-testid='stPlotlyChart'] .js-plotly-plot")[i];
+    const d = p._fullData.find(t => t.name === name);
+    return Array.from(d.z, row => Array.from(row, v => (v === null || Number.isNaN(v)) ? null : v));
+}"""
+# a point of a named trace: its data coordinates and the axes it is drawn on
+TRACE_POINT_JS = """([i, name, k]) => {
+    const p = document.querySelectorAll("[data-testid='stPlotlyChart'] .js-plotly-plot")[i];
+    const d = p._fullData.find(t => t.name === name);
+    const axis = (a, n) => a + 'axis' + (n.length > 1 ? n.slice(1) : '');
+    return {x: d.x[k], y: d.y[k], xaxis: axis('x', d.xaxis), yaxis: axis('y', d.yaxis),
+            customdata: d.customdata ? Array.from(d.customdata) : null};
+}"""
+HOVER_JS = "() => Array.from(document.querySelectorAll('.hoverlayer .hovertext')).map(e => e.textContent)"
+# the visible text of the app (main area and sidebar), without formulas (KaTeX spells out its letters) or code blocks
+APP_TEXT_JS = """() => ['stSidebarUserContent', 'stSidebarNav', 'stMain'].map(id => {
+    const el = document.querySelector(`[data-testid='${id}']`);
+    if (!el) return '';
+    const copy = el.cloneNode(true);
+    const hidden = ".katex, [data-testid='stCode'], code, [data-testid='stTooltipIcon']";
+    copy.querySelectorAll(hidden).forEach(e => e.remove());
+    copy.style.position = 'absolute'; copy.style.left = '-10000px';
+    document.body.appendChild(copy);
+    const text = copy.innerText;
+    copy.remove();
+    return text;
+}).join('\\n')"""
+INTERNAL_WORDS = ("hook_", "seed's", "seed’s", "/work/", "/home/", "/root/", "/tmp/", "site-packages", ".py",
+                  "checkpoints/", "Traceback")
+
+
+def settle(page, *, timeout: float = 120_000, charts: bool = False) -> None:
+    """wait_rendered, then until no skeleton placeholder or stale (faded) element is left: Streamlit reports the run
+    over a moment before the last elements replace their placeholders."""
+    wait_rendered(page, timeout=timeout, charts=charts)
+    page.wait_for_function(f"() => !document.querySelector(\"{NOT_SETTLED}\")", timeout=30_000)
+    wait_rendered(page, timeout=timeout)
+
+
+def plots(page) -> list[dict]:
+    """The drawn plotly charts, in page order: {"title", "names", "xticks", "yticks", "annotations"}."""
+    return page.evaluate(PLOTS_JS)
+
+
+def plot_index(page, title: str) -> int:
+    """The index of the first chart whose title contains `title` (AssertionError when none does)."""
+    found = [i for i, p in enumerate(plots(page)) if title in p["title"]]
+    assert found, f"no chart titled {title!r}: {[p['title'] for p in plots(page)]}"
+    return found[0]
+
+
+def plot_point(page, index: int, x: float, y: float, xaxis: str = "xaxis", yaxis: str = "yaxis") -> tuple[float, float]:
+    """Scroll chart `index` into view; the page coordinates of data point (x, y) on its axes."""
+    page.locator(PLOTS).nth(index).scroll_into_view_if_needed()
+    page.wait_for_timeout(200)
+    return tuple(page.evaluate(PLOT_POINT_JS, [index, xaxis, yaxis, x, y]))
+
+
+def plot_z(page, index: int, trace: str = "values") -> list[list[float | None]]:
+    """The z values of a chart's heatmap trace (by name), as plotly decoded them (None for NaN)."""
+    return page.evaluate(PLOT_Z_JS, [index, trace])
+
+
+def trace_point(page, index: int, name: str, k: int = 0) -> dict:
+    """Point k of the trace named `name` on chart `index`: {"x", "y", "xaxis", "yaxis", "customdata" (all points)}."""
+    return page.evaluate(TRACE_POINT_JS, [index, name, k])
+
+
+def hover_texts(page, index: int, x: float, y: float, xaxis: str = "xaxis", yaxis: str = "yaxis") -> list[str]:
+    """Move the mouse over a data point of a chart; the hover labels' text."""
+    px, py = plot_point(page, index, x, y, xaxis, yaxis)
+    page.mouse.move(px - 3, py - 3)
+    page.mouse.move(px, py)
+    try:
+        page.wait_for_function("() => document.querySelectorAll('.hoverlayer .hovertext').length > 0", timeout=5_000)
+    except Exception:  # noqa: BLE001 - playwright's TimeoutError: no label, say so in the assertion
+        return []
+    return page.evaluate(HOVER_JS)
+
+
+def click_plot(page, index: int, x: float, y: float, xaxis: str = "xaxis", yaxis: str = "yaxis") -> None:
+    """Click a data point of a chart (a plotly selection event: the app reruns) and wait for the run to end."""
+    px, py = plot_point(page, index, x, y, xaxis, yaxis)
+    page.mouse.move(px, py)
+    page.mouse.click(px, py)
+    page.wait_for_timeout(500)
+    settle(page)
+
+
+def app_text(page) -> str:
+    """What a learner reads in the sidebar and the main area (chart titles and labels included; formulas, code and
+    tooltips left out)."""
+    return page.evaluate(APP_TEXT_JS)
+
+
+def english_only(strings: dict[str, dict[str, str]], ignore=()) -> list[tuple[str, str]]:
+    """(key, phrase): literal English pieces of the UI strings whose Chinese differs, that no Chinese string uses
+    itself and that are long enough not to be a token or a model name: a page in Chinese must show none of them.
+    A piece is a run of text between {placeholders} and markdown marks, with at least two words or one word of 5+
+    letters that is the whole string (a label)."""
+    import re
+
+    zh_all = "\n".join(v.get("zh", "") for v in strings.values()).lower()
+    out = []
+    for key, entry in strings.items():
+        en, zh = entry.get("en", ""), entry.get("zh", "")
+        if not en or en == zh:
+            continue
+        for piece in re.split(r"\{[^}]*\}|\*\*|`|\n|[()（）:;：；·|]", en):
+            piece = piece.strip(" .,!?'\"‘’“”-–—→=+/")
+            words = re.findall(r"[A-Za-z]{2,}", piece)
+            label = len(words) == 1 and len(words[0]) >= 5 and piece == words[0] and piece == en.strip()
+            if not (len(words) >= 2 and len(piece) >= 10) and not label:
+                continue
+            if piece.lower() in zh_all or piece.lower() in {i.lower() for i in ignore}:
+                continue
+            out.append((key, piece))
+    return out
+
+
+def english_shown(text: str, phrases: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The phrases (key, English) that occur in a page's text as whole words."""
+    import re
+
+    return [(k, p) for k, p in phrases if re.search(rf"(?<![A-Za-z]){re.escape(p)}(?![A-Za-z])", text)]
+
+
+def internal_words(text: str) -> list[str]:
+    """Words a learner must never read (hook names, the seed documents, file paths, tracebacks) found in a text."""
+    return [w for w in INTERNAL_WORDS if w in text]
+
+
+def screenshot(page, path) -> None:
+    """A settled full-page screenshot (charts drawn), for a person to look at."""
+    try:
+        settle(page)
+        page.wait_for_timeout(300)
+    finally:
+        full_screenshot(page, path)

@@ -11,7 +11,7 @@ COURSE_GPT = TrainConfig()
 # A task learns in a minute or two on a 2-core CPU with these.
 QUICK_TASK = TrainConfig(batch_size=32, d_model=64, n_layers=2, n_heads=4, dropout=0.0, lr=3e-3, eval_interval=50,
                          eval_iters=4, lr_schedule="cosine", seed=0)
-QUICK_ITERS = {"copy": 300, "reverse": 400, "sort": 800, "repeat": 600, "count": 600}
+QUICK_ITERS = {"copy": 300, "reverse": 400, "sort": 800, "repeat": 600, "count": 600, "dates": 800}
 # The course's "does position help?" on a task: small and quick (about 10 s per run on a CPU).
 EXPERIMENT = replace(QUICK_TASK, lr=1e-3, lr_schedule="constant", max_iters=600)
 EXPERIMENT_TASKS = ("reverse", "copy")  # order-sensitive: without positions the encoder cannot tell first from last

