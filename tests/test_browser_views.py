@@ -353,7 +353,7 @@ def test_chinese_pages_show_no_english_only_string(app, tab):
 # ---- the URL reproduces the view ------------------------------------------------------------------------------------
 
 def slider(page, label: str):
-    return page.locator(MAIN).get_by_role("slider", name=label, exact=True)
+    return page.locator(MAIN).get_by_role("slider", name=label)  # its accessible name also holds the value
 
 
 def nudge(page, label: str, presses: int, key: str = "ArrowLeft") -> None:
