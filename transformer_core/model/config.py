@@ -31,6 +31,7 @@ class TransformerConfig:
     output_bias: bool = True
     layer_norm_eps: float = 1e-5
     seed: int = 42
+    embed_std: float = 0.0  # token embedding init N(0, embed_std²); 0 keeps PyTorch's N(0, 1)
     # compacted vocabulary: model id -> real tokenizer id (empty = identity; -1 = the unknown token)
     vocab_map: tuple[int, ...] = ()
 
@@ -58,6 +59,7 @@ class TransformerConfig:
             (1 <= self.n_layers <= 256, "config_range", {"field": "n_layers", "lo": 1, "hi": 256}),
             (1 <= self.d_ffn <= 65_536, "config_range", {"field": "d_ffn", "lo": 1, "hi": 65_536}),
             (0 < self.layer_norm_eps < 1, "config_range", {"field": "layer_norm_eps", "lo": "> 0", "hi": "< 1"}),
+            (0 <= self.embed_std <= 10, "config_range", {"field": "embed_std", "lo": 0, "hi": 10}),
             (0.0 <= self.dropout < 1.0, "config_range", {"field": "dropout", "lo": 0, "hi": "< 1"}),
             (1 <= self.max_len <= 100_000, "config_range", {"field": "max_len", "lo": 1, "hi": 100_000}),
             (not self.vocab_map or (len(self.vocab_map) == self.vocab_size and self.vocab_map.count(-1) <= 1),

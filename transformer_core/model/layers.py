@@ -18,6 +18,8 @@ class Embeddings(nn.Module):
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        if cfg.embed_std:  # tied embeddings want small vectors (N(0, 1/d)), scaled by √d at the input
+            nn.init.normal_(self.tok.weight, std=cfg.embed_std)
         self.scale = math.sqrt(cfg.d_model) if cfg.scale_embedding else 1.0
         self.pos = POSITIONS[cfg.positional](cfg)
         self.dropout = nn.Dropout(cfg.dropout)

@@ -32,3 +32,33 @@ def quick(target: str) -> TrainConfig:
     if target == "text":
         return COURSE_GPT
     return replace(QUICK_TASK, task=target, max_iters=QUICK_ITERS.get(target, 500))
+
+# The shipped language models: the course's decoder (post-norm Add & Norm, sinusoidal positions, ReLU), with tied
+# embeddings initialised small and scaled by √d_model (the original Transformer's recipe: without it a 4,000-token
+# vocabulary does not learn to copy within the budget), AdamW with warm-up and cosine decay, and a share of
+# synthetic rows (a random span written twice) so induction heads form within a CPU budget. See the model cards.
+_LM = TrainConfig(context=128, d_model=192, n_heads=4, n_layers=4, d_ffn=768, dropout=0.0, batch_size=32,
+                  max_iters=2400, lr=1e-3, warmup=200, lr_schedule="cosine", min_lr_ratio=0.1, weight_decay=0.1,
+                  betas=(0.9, 0.95), grad_clip=1.0, synthetic_fraction=0.5, tie_embeddings=True,
+                  scale_embedding=True, embed_std=192 ** -0.5, eval_interval=0, seed=1234)
+SHIPPED_LMS = {
+    "kjv-tang-gpt": {
+        "config": replace(_LM, corpus=("kjv", "tang"), vocab_k=5120),
+        "order": 0, "example": "In the beginning God created the heaven and the earth.",
+        "description": {
+            "en": "A small GPT (the course's decoder) trained on the King James Bible and on Tang poems: it reads "
+                  "English and Chinese. Look for previous-token and induction heads on the Attention page.",
+            "zh": "一个小 GPT（课程里的解码器），在钦定版圣经和唐诗上训练：英文和中文都能读。可以在“注意力”页找"
+                  "前一个词元头和归纳头。"}},
+    "tang-gpt": {
+        "config": replace(_LM, corpus=("tang",), vocab_k=None),
+        "order": 1, "example": "床前明月光，",
+        "description": {
+            "en": "A small GPT trained on 44,000 Tang poems (simplified characters): type the first line of a poem "
+                  "and see it expect the comma, the line break and a second line of the same length.",
+            "zh": "在 44,000 首唐诗（简体）上训练的小 GPT：输入一首诗的第一句，"
+                  "看它怎样预期逗号、换行和同样长度的第二句。"}},
+}
+# English dates and numbers -> Chinese (encoder-decoder): the shipped seq2seq sizes, longer.
+SHIPPED_TRANSLATION = replace(SHIPPED_SEQ2SEQ, task="dates", max_iters=2000, warmup=100, lr=1e-3,
+                              lr_schedule="cosine", device=None)

