@@ -100,7 +100,7 @@ def train_tab(device: str) -> None:
     tc = settings(target, device)
     name = st.text_input(t("tr_name"), f"my-{target}", key=f"tr_{target}_name", max_chars=jobs.NAME_CHARS,
                          help=t("tr_name_help"))
-    st.caption(t("tr_shared_note"))
+    st.caption(t("tr_private_note"))
     if st.button(t("tr_start"), key="tr_start", type="primary") and text is not None:
         try:
             with st.spinner(t("tr_checking")):
@@ -207,6 +207,16 @@ def your_models() -> None:
     labels = {e.key: e.label for e in entries}
     chosen = st.selectbox(t("tr_pick_model"), list(labels), format_func=labels.get, key="tr_pick_model")
     open_button(chosen, "tr_open_pick")
+    st.caption(t("tr_private_note"))
+    if server_settings().admin_token:  # the instructor can show a learner's model to the whole room
+        with st.expander(t("tr_publish_title")):
+            token = st.text_input(t("tr_admin_token"), type="password", key="tr_admin_token")
+            if st.button(t("tr_publish"), key="tr_publish"):
+                try:
+                    catalog.publish(chosen, token)
+                    st.success(t("tr_published", name=labels[chosen]))
+                except Exception as exc:  # noqa: BLE001 - a wrong token or a gone model becomes a message
+                    show_error(exc)
 
 
 def upload_model() -> None:
