@@ -438,6 +438,9 @@ def test_url_reproduces_the_view_on_a_fresh_server(app, tab, browser, tmp_path):
             assert combobox_value(other, s("att_layer", "zh")) == "1"
             assert combobox_value(other, s("att_head", "zh")) == "2"
             assert combobox_value(other, s("att_block", "zh")) == s("block_enc_self", "zh")
+            g = other.locator(MAIN).locator("[data-testid='stRadio']").filter(has_text=s("att_mask_mode", "zh"))
+            print("DBG", g.count(), [x[:200] for x in g.all_inner_texts()], other.url)
+            other.screenshot(path="/tmp/expl/dbg2.png")
             assert radio_value(other, s("att_mask_mode", "zh")) == s("mask_none", "zh")
             assert radio_value(other, s("att_scale", "zh")) == s("att_scale_log", "zh")
             main_map(other, 2, "zh", "log")

@@ -39,7 +39,8 @@ PROGRESS = "[data-testid='stProgress']"
 JOBS_FULL = "The server is already running 1 trainings (its limit is 1)"
 TINY = {"Batch size": 8, "d_model": 16, "Layers": 1, "Heads": 2, "Evaluate every": 0}  # a step takes milliseconds
 ABANDONED_WITHIN_S = 75  # the janitor: 60 s without a heartbeat, a round every 5 s, the step in flight
-INTERRUPTED = S["err.job_interrupted"]["en"].split("“", 1)[0]  # "The training "
+INTERRUPTED = "was interrupted when the server restarted"
+assert INTERRUPTED in S["err.job_interrupted"]["en"]
 
 
 @pytest.fixture

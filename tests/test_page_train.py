@@ -61,7 +61,7 @@ def loss_series(at) -> dict[str, tuple[list, list]]:
 def test_page_renders_task_and_course_defaults():
     at = open_app(PAGE)
     assert not at.exception
-    assert at.radio(key="tr_target").options == ["copy", "reverse", "sort", "repeat", "count",
+    assert at.radio(key="tr_target").options == ["copy", "reverse", "sort", "repeat", "count", "dates",
                                                  "your text (the course's GPT)"]
     assert at.selectbox(key="tr_device").options[:2] == ["auto", "cpu"]
     assert ("cuda" in at.selectbox(key="tr_device").options) == torch.cuda.is_available()
