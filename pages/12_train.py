@@ -10,6 +10,7 @@ from transformer_core.train.corpus import TEXT
 from transformer_core.train.defaults import EXPERIMENT, EXPERIMENT_TASKS, quick
 from transformer_core.train.tasks import TASKS, SeqToSeqTask
 from ui import cache
+from ui.cards import show_card
 from ui.errors import show_error
 from ui.figures import lines
 from ui.i18n import lang, t
@@ -166,6 +167,9 @@ def results(job: jobs.Job) -> None:
         st.caption(t("tr_acc_text" if tc.task is None else f"tr_acc_{TASKS[tc.task].arch}"))
     if job.checkpoint is None:
         return
+    saved = catalog.entry(job.model_key, viewer())
+    if saved is not None and tc.task is None:  # a text model: its loss against the n-gram baselines
+        show_card(saved.card, "job")
     task = TASKS.get(tc.task or "")
     if isinstance(task, SeqToSeqTask):
         try:

@@ -37,7 +37,7 @@ from transformer_core.model.device import pick_device
 from transformer_core.model.memory import forward_bytes, param_bytes, param_count, train_bytes
 from transformer_core.sources.folders import REF
 from transformer_core.text.tokenizer import load_encoding
-from transformer_core.train.cards import next_token_accuracy, run_fields, task_card
+from transformer_core.train.cards import next_token_accuracy, run_fields, task_card, text_card
 from transformer_core.train.checkpoint import save_checkpoint
 from transformer_core.train.experiment import experiment_runs
 from transformer_core.train.loop import History, TrainConfig, TrainResult, make_data, model_config, train
@@ -545,6 +545,7 @@ def model_card(name: str, result: TrainResult) -> dict:
         val = data.splits["val"][: ACCURACY_WINDOWS * tc.context + 1]  # bounded: logits are (N, T, vocab)
         card = {"task": "text", "arch": "decoder_only", "example_tgt": "",
                 "example_src": text_example(tc.text, data.vocab_map, tc.encoding),
+                **text_card(result.model, data.splits["train"].numpy(), val.numpy(), tc.context, unk_id=0),
                 "accuracy": round(chunked_accuracy(result.model, val, tc.context, tc.batch_size), 4),
                 "accuracy_metric": "next-token accuracy on the validation split (never trained on)",
                 "description": {"en": f"Trained here on {len(tc.text):,} characters of your text.",

@@ -83,11 +83,14 @@ def test_user_text_compacts_the_vocabulary_and_maps_back_to_the_real_tokens():
     result = train_text(text, max_iters=2, **TINY)
     enc = load_encoding("cl100k_base")
     ids = enc.encode(text)
+    train_ids = ids[: int(len(ids) * 0.8)]  # the vocabulary is the training split's (the last 20% is validation)
     cfg = result.model.cfg
-    assert cfg.vocab_size == len(set(ids)) < 1000 and cfg.vocab_map == tuple(sorted(set(ids)))
-    assert {enc.decode([i]) for i in cfg.vocab_map} == {enc.decode([i]) for i in ids}
+    assert cfg.vocab_size == len(set(train_ids)) + 1 < 1000  # and the unknown token, model id 0
+    assert cfg.vocab_map[0] == -1 and set(cfg.vocab_map[1:]) == set(train_ids)
     prep = prepare(result.model, "A Transformer reads")  # the app's pipeline maps real ids to model ids
     assert [cfg.vocab_map[i] for i in prep.src_ids[0].tolist()] == enc.encode("A Transformer reads")
+    prep = prepare(result.model, "zebra quantum")  # tokens never seen in training: read as ⟨unk⟩, not refused
+    assert prep.src_unknown and all(prep.src_ids[0, p] == 0 for p in prep.src_unknown)
 
 
 def test_course_defaults_build_the_course_gpt():

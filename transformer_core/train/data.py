@@ -44,7 +44,9 @@ def min_text_tokens(context: int, val_fraction: float) -> int:
 
 
 class TextData:
-    """The course's data pipeline on any text: encode, compact the vocabulary, split, sample windows."""
+    """The course's data pipeline on any text: encode, split 80/20, compact the vocabulary to the training split's
+    tokens (a validation token never seen in training is ⟨unk⟩, as for every model with a compacted vocabulary),
+    sample windows."""
 
     def __init__(self, text: str, context: int, *, encoding: str = "cl100k_base", val_fraction: float = 0.2,
                  seed: int = 0) -> None:
@@ -58,10 +60,13 @@ class TextData:
         if len(ids) < need:
             raise TrainingError("train_text_too_short", n=len(ids), context=context, val=f"{val_fraction:.0%}",
                                 need=need)
+        from .vocab import build_vocab, count_tokens, to_model_ids
+
         self.encoding, self.context, self.n_tokens = encoding, context, len(ids)
-        self.vocab_map, index = compact_vocab(ids)
-        data = torch.tensor([index[i] for i in ids], dtype=torch.long)  # model ids
-        split = int(len(data) * (1 - val_fraction))
+        split = int(len(ids) * (1 - val_fraction))
+        self.vocab = build_vocab(count_tokens(ids[:split]), None)  # the training split's tokens, plus ⟨unk⟩
+        self.vocab_map = self.vocab.real_ids
+        data = torch.from_numpy(to_model_ids(self.vocab, ids))  # model ids; unseen validation tokens -> ⟨unk⟩
         self.splits = {"train": data[:split], "val": data[split:]}
         self.gens = {s: torch.Generator().manual_seed(seed + k) for k, s in enumerate(self.splits)}
 
