@@ -6,14 +6,13 @@ import pandas as pd
 import streamlit as st
 
 from transformer_core.analysis.bpe import text_merges, token_playback
-from transformer_core.analysis.export import export_npz, notebook_snippet
-from transformer_core.errors import ExplorerError
 from transformer_core.text.tokenizer import display_bytes
 from ui.errors import show_error
 from ui.figures import axis_labels, bars, visible
 from ui.i18n import t
 from ui.session import load_selected_model, through_app
-from ui.widgets import CHIP_COLOURS, chart, count_text, explain, file_stem, table
+from ui.tools import export_panel
+from ui.widgets import CHIP_COLOURS, chart, count_text, explain, table
 
 through_app()
 ss = st.session_state
@@ -31,20 +30,6 @@ def merges_of(text: str, encoding: str):
 @st.cache_data(show_spinner=False, max_entries=256, ttl=1800)
 def playback_of(token_id: int, encoding: str):
     return token_playback(token_id, encoding)
-
-
-def export_panel(result, view: str, key: str, **params) -> None:
-    """The view's numbers as .npz and the notebook code that recomputes them."""
-    with st.expander(t("xp_title")):
-        try:
-            st.download_button(t("xp_npz"), export_npz(result), mime="application/octet-stream",
-                               file_name=f"{file_stem('transformer-explorer', view, key)}.npz", key=f"xp_npz_{view}")
-            code = notebook_snippet(view, **params)
-        except ExplorerError:
-            st.caption(t("xp_unavailable"))
-            return
-        st.caption(t("xp_snippet"))
-        st.code(code, language="python")
 
 
 def chips(parts: list[str], highlight: int | None = None, subs: list[str] | None = None) -> None:
@@ -90,7 +75,7 @@ def one_token(tid: int, encoding: str) -> None:
             t("bpe_col_parts"): [" · ".join(visible(p) for p in r["parts"]) for r in rows],
         }), f"bpe_steps_{tid}")
         st.caption(t("bpe_rank_note"))
-    export_panel(pb, "bpe_token", str(tid), token_id=tid, encoding=encoding)
+    export_panel(pb, "bpe_token", key=str(tid), token_id=tid, encoding=encoding)
 
 
 def whole_text(tm, text: str, encoding: str) -> None:
@@ -107,7 +92,7 @@ def whole_text(tm, text: str, encoding: str) -> None:
                hover_format="d"), "bpe_merges")
     if len(tm.tokens) > CHART_CAP:
         st.caption(t("bpe_chart_cap", n=CHART_CAP, total=len(tm.tokens)))
-    export_panel(tm, "bpe_text", "text", text=text, encoding=encoding)
+    export_panel(tm, "bpe_text", key="text", text=text, encoding=encoding)
 
 
 st.title(t("nav_bpe"))

@@ -4,37 +4,18 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from transformer_core.analysis.export import export_npz, notebook_snippet
 from transformer_core.analysis.logit_lens import EMBEDDINGS, lens_from_trace
-from transformer_core.errors import ExplorerError
 from ui.errors import show_error
 from ui.figures import axis_labels, token_heatmap, visible
 from ui.i18n import t
 from ui.session import page_context, through_app
-from ui.widgets import chart, explain, file_stem, table
+from ui.tools import export_panel
+from ui.widgets import chart, explain, table
 
 through_app()
 ss = st.session_state
 WINDOW = 48  # the heatmap shows at most this many positions (around the chosen one); the table has them all
 TEXT_CAP = 40  # up to this many positions, each cell is written with its top token
-
-
-def export_panel(result, view: str, ctx, **params) -> None:
-    """The view's numbers as .npz and the notebook code that recomputes them."""
-    with st.expander(t("xp_title")):
-        try:
-            st.download_button(t("xp_npz"), export_npz(result), mime="application/octet-stream",
-                               file_name=f"{file_stem('transformer-explorer', view, ctx.key.split(':')[-1])}.npz",
-                               key=f"xp_npz_{view}")
-            code = notebook_snippet(view, model=ctx.key.removeprefix("shipped:"), text=ss.get("text", ""),
-                                    target=ss.get("tgt") if ctx.model.is_encoder_decoder else None, **params)
-        except ExplorerError:
-            st.caption(t("xp_unavailable"))
-            return
-        st.caption(t("xp_snippet"))
-        st.code(code, language="python")
-        if ss.get("gen_ids") or ss.get("allow_special"):
-            st.caption(t("xp_generated"))
 
 
 def row_name(layer: int) -> str:

@@ -6,116 +6,48 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from service import budget
-from service.budget import MemoryBudgetError
-from transformer_core.analysis.export import export_npz, notebook_snippet
 from transformer_core.analysis.heads import CROSS_PATTERNS, SELF_PATTERNS, THRESHOLD, detect_heads
 from transformer_core.analysis.sinks import find_sinks, remove_sink
-from transformer_core.errors import ExplorerError
-from transformer_core.model.memory import KEEP_ALL, trace_bytes
+from transformer_core.model.memory import KEEP_ALL
 from transformer_core.model.transformer import DEFAULT_MASKS
-from transformer_core.text.inputs import prepare, token_labels
-from ui import cache
+from transformer_core.text.inputs import token_labels
 from ui.errors import show_error
 from ui.figures import axis_labels, bars, lines, token_heatmap, visible
 from ui.i18n import t
 from ui.nav import switch
 from ui.session import page_context, through_app
-from ui.widgets import chart, clicked, count_text, explain, file_stem, table
+from ui.tools import cut_note, export_panel, inputs, kind_name, longest, prep_for, reserve
+from ui.widgets import chart, clicked, count_text, explain, table
 
 through_app()
 ss = st.session_state
-CUTS_SHOWN: set[str] = set()  # this run's notes that a section read fewer tokens (each said once)
 NONE = "none"  # the label of a head with no pattern above the threshold
 COUNT = 8  # random sequences the induction score averages over
-
-
-def export_panel(result, view: str, ctx, **params) -> None:
-    """The view's numbers as .npz and the notebook code that recomputes them."""
-    with st.expander(t("xp_title")):
-        try:
-            st.download_button(t("xp_npz"), export_npz(result), mime="application/octet-stream",
-                               file_name=f"{file_stem('transformer-explorer', view, ctx.key.split(':')[-1])}.npz",
-                               key=f"xp_npz_{view}")
-            code = notebook_snippet(view, model=ctx.key.removeprefix("shipped:"), text=ss.get("text", ""),
-                                    target=ss.get("tgt") if ctx.model.is_encoder_decoder else None, **params)
-        except ExplorerError:
-            st.caption(t("xp_unavailable"))
-            return
-        st.caption(t("xp_snippet"))
-        st.code(code, language="python")
-        if ss.get("gen_ids") or ss.get("allow_special"):
-            st.caption(t("xp_generated"))
-
-
-def inputs(ctx) -> tuple:
-    """What a cached computation depends on: model, device, text, target, special tokens, generated tokens."""
-    tgt = ss.get("tgt") if ctx.model.is_encoder_decoder else None
-    return ctx.key, ctx.device, ss.get("text", ""), tgt, bool(ss.get("allow_special")), tuple(ss.get("gen_ids") or ())
-
-
-def _longest(prep) -> int:
-    return max(prep.src_ids.size(1), 0 if prep.tgt_ids is None else prep.tgt_ids.size(1))
-
-
-def _fit(model, prep, keep):
-    """The input cut to what one task may hold in the server's memory budget when the analysis keeps `keep`
-    (KEEP_ALL, a layer, KEEP_NONE); MemoryBudgetError when not even one token fits."""
-    fits = budget.trace_tokens(model.cfg, _longest(prep), keep=keep)
-    if fits < 1:
-        raise MemoryBudgetError("memory_too_big", mb=budget.to_mb(trace_bytes(model.cfg, 1, 1, keep=keep)),
-                                limit=budget.to_mb(budget.task_limit()), setting=budget.SETTING_NAME)
-    return prep.cut(fits)
-
-
-def _prep(key, device, text, tgt, special, gen, keep):
-    """The shared model and the sidebar's input for it, cut to what fits (see _fit)."""
-    model, _ = cache.get_model(key, device)
-    return model, _fit(model, prepare(model, text, tgt, allow_special=special, extra=gen), keep)
-
-
-def _reserve(model, *preps, keep):
-    """Hold the memory of one traced forward of the longest of these inputs while the analysis runs."""
-    n_src = max(p.src_ids.size(1) for p in preps)
-    n_tgt = None if preps[0].tgt_ids is None else max(p.tgt_ids.size(1) for p in preps)
-    return budget.trace_reservation(model.cfg, n_src, n_tgt, keep=keep)
-
-
-def cut_note(result, ctx) -> None:
-    """Say so when the analysis read fewer tokens than the page's trace (a long text on a big model)."""
-    _, n, total = result
-    text = t("err.trace_cut", n=n, total=total, limit=budget.to_mb(budget.task_limit()))
-    if total is not None and n < _longest(ctx.prep) and text not in CUTS_SHOWN:
-        CUTS_SHOWN.add(text)
-        st.warning(text, icon="✂️")
 
 
 @st.cache_data(show_spinner=False, max_entries=32, ttl=1800)
 def heads_of(key, device, text, tgt, special, gen, length: int, threshold: float):
     """(records, tokens read, tokens before a cut or None)."""
-    model, prep = _prep(key, device, text, tgt, special, gen, KEEP_ALL)
-    longest = max(_longest(prep), 2 * length)  # the text, or one random sequence repeated twice
-    with budget.trace_reservation(model.cfg, longest, longest if model.is_encoder_decoder else None, keep=KEEP_ALL):
+    model, prep = prep_for(key, device, text, tgt, special, gen, KEEP_ALL)
+    n = max(longest(prep), 2 * length)  # the text, or one random sequence repeated twice
+    with budget.trace_reservation(model.cfg, n, n if model.is_encoder_decoder else None, keep=KEEP_ALL):
         records = detect_heads(model, prep, threshold=threshold, length=length, count=COUNT)
-    return records, _longest(prep), prep.cut_from
+    return records, longest(prep), prep.cut_from
 
 
 @st.cache_data(show_spinner=False, max_entries=32, ttl=1800)
 def first_weights(key, device, text, tgt, special, gen):
     """(every head's mean weight on the first token, strongest first; tokens read; tokens before a cut or None)."""
-    model, prep = _prep(key, device, text, tgt, special, gen, KEEP_ALL)
-    with _reserve(model, prep, keep=KEEP_ALL):
-        return find_sinks(model, prep, threshold=0.0), _longest(prep), prep.cut_from
+    model, prep = prep_for(key, device, text, tgt, special, gen, KEEP_ALL)
+    with reserve(model, prep, keep=KEEP_ALL):
+        return find_sinks(model, prep, threshold=0.0), longest(prep), prep.cut_from
 
 
 @st.cache_data(show_spinner=False, max_entries=32, ttl=1800)
 def sink_removal(key, device, text, tgt, special, gen, kind: str, layer: int, head: int):
-    model, prep = _prep(key, device, text, tgt, special, gen, layer)
-    with _reserve(model, prep, keep=layer):
-        return remove_sink(model, prep, kind, layer, head), _longest(prep), prep.cut_from
-
-
-def kind_name(kind: str, model) -> str:
-    return t("hd_kind_gpt_self") if not model.is_encoder_decoder else t(f"hd_kind_{kind}")
+    model, prep = prep_for(key, device, text, tgt, special, gen, layer)
+    with reserve(model, prep, keep=layer):
+        return remove_sink(model, prep, kind, layer, head), longest(prep), prep.cut_from
 
 
 def head_name(kind: str, layer: int, head: int, model) -> str:

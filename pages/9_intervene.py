@@ -5,160 +5,50 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from service import budget
-from service.budget import MemoryBudgetError
 from transformer_core.analysis.blocks import kinds, sides
-from transformer_core.analysis.export import export_npz, notebook_snippet
 from transformer_core.analysis.interventions import ABLATION_MODES, ALIGNMENTS, ablate, patch
-from transformer_core.errors import ExplorerError
-from transformer_core.model.memory import KEEP_NONE, trace_bytes
+from transformer_core.model.memory import KEEP_NONE
 from transformer_core.text.inputs import prepare, token_labels
-from ui import cache
 from ui.errors import show_error
 from ui.figures import axis_labels, bars, visible
 from ui.i18n import t
 from ui.session import page_context, through_app
-from ui.widgets import chart, count_text, explain, file_stem, table
+from ui.tools import (
+    check_b,
+    cut_note,
+    export_panel,
+    fit,
+    inputs,
+    kind_name,
+    longest,
+    prep_for,
+    reserve,
+    text_b,
+)
+from ui.widgets import chart, count_text, explain, table
 
 through_app()
 ss = st.session_state
-CUTS_SHOWN: set[str] = set()  # this run's notes that a section read fewer tokens (each said once)
-TEXT_B_MAX = 20_000  # characters kept of text B (the model reads at most max_len tokens of it anyway)
-
-
-def export_panel(result, view: str, ctx, **params) -> None:
-    """The view's numbers as .npz and the notebook code that recomputes them."""
-    with st.expander(t("xp_title")):
-        try:
-            st.download_button(t("xp_npz"), export_npz(result), mime="application/octet-stream",
-                               file_name=f"{file_stem('transformer-explorer', view, ctx.key.split(':')[-1])}.npz",
-                               key=f"xp_npz_{view}")
-            code = notebook_snippet(view, model=ctx.key.removeprefix("shipped:"), text=ss.get("text", ""),
-                                    target=ss.get("tgt") if ctx.model.is_encoder_decoder else None, **params)
-        except ExplorerError:
-            st.caption(t("xp_unavailable"))
-            return
-        st.caption(t("xp_snippet"))
-        st.code(code, language="python")
-        if ss.get("gen_ids") or ss.get("allow_special"):
-            st.caption(t("xp_generated"))
-
-
-def inputs(ctx) -> tuple:
-    """What a cached computation depends on: model, device, text, target, special tokens, generated tokens."""
-    tgt = ss.get("tgt") if ctx.model.is_encoder_decoder else None
-    return ctx.key, ctx.device, ss.get("text", ""), tgt, bool(ss.get("allow_special")), tuple(ss.get("gen_ids") or ())
-
-
-def _longest(prep) -> int:
-    return max(prep.src_ids.size(1), 0 if prep.tgt_ids is None else prep.tgt_ids.size(1))
-
-
-def _fit(model, prep, keep):
-    """The input cut to what one task may hold in the server's memory budget when the analysis keeps `keep`
-    (KEEP_ALL, a layer, KEEP_NONE); MemoryBudgetError when not even one token fits."""
-    fits = budget.trace_tokens(model.cfg, _longest(prep), keep=keep)
-    if fits < 1:
-        raise MemoryBudgetError("memory_too_big", mb=budget.to_mb(trace_bytes(model.cfg, 1, 1, keep=keep)),
-                                limit=budget.to_mb(budget.task_limit()), setting=budget.SETTING_NAME)
-    return prep.cut(fits)
-
-
-def _prep(key, device, text, tgt, special, gen, keep):
-    """The shared model and the sidebar's input for it, cut to what fits (see _fit)."""
-    model, _ = cache.get_model(key, device)
-    return model, _fit(model, prepare(model, text, tgt, allow_special=special, extra=gen), keep)
-
-
-def _reserve(model, *preps, keep):
-    """Hold the memory of one traced forward of the longest of these inputs while the analysis runs."""
-    n_src = max(p.src_ids.size(1) for p in preps)
-    n_tgt = None if preps[0].tgt_ids is None else max(p.tgt_ids.size(1) for p in preps)
-    return budget.trace_reservation(model.cfg, n_src, n_tgt, keep=keep)
-
-
-def cut_note(result, ctx) -> None:
-    """Say so when the analysis read fewer tokens than the page's trace (a long text on a big model)."""
-    _, n, total = result
-    text = t("err.trace_cut", n=n, total=total, limit=budget.to_mb(budget.task_limit()))
-    if total is not None and n < _longest(ctx.prep) and text not in CUTS_SHOWN:
-        CUTS_SHOWN.add(text)
-        st.warning(text, icon="✂️")
 
 
 @st.cache_data(show_spinner=False, max_entries=64, ttl=1800)
 def ablation_of(key, device, text, tgt, special, gen, heads: tuple, ffns: tuple, mode: str):
-    model, prep = _prep(key, device, text, tgt, special, gen, KEEP_NONE)
-    with _reserve(model, prep, keep=KEEP_NONE):
-        return ablate(model, prep, list(heads), list(ffns), mode=mode), _longest(prep), prep.cut_from
+    model, prep = prep_for(key, device, text, tgt, special, gen, KEEP_NONE)
+    with reserve(model, prep, keep=KEEP_NONE):
+        return ablate(model, prep, list(heads), list(ffns), mode=mode), longest(prep), prep.cut_from
 
 
 @st.cache_data(show_spinner=False, max_entries=64, ttl=1800)
 def patch_of(key, device, text, tgt, special, gen, text_b, tgt_b, kind: str, layer: int, head: int, align: str):
-    model, prep = _prep(key, device, text, tgt, special, gen, layer)
-    prep_b = _fit(model, prepare(model, text_b, tgt_b, allow_special=special), layer)
-    with _reserve(model, prep, prep_b, keep=layer):
-        return patch(model, prep, prep_b, kind, layer, head, align=align), _longest(prep), prep.cut_from
+    model, prep = prep_for(key, device, text, tgt, special, gen, layer)
+    prep_b = fit(model, prepare(model, text_b, tgt_b, allow_special=special), layer)
+    with reserve(model, prep, prep_b, keep=layer):
+        return patch(model, prep, prep_b, kind, layer, head, align=align), longest(prep), prep.cut_from
 
 
 # --- text B (shared with the compare page through the "_text_b" / "_tgt_b" keys, which outlive the widgets) ----
 
-def _default_b(text: str) -> str:
-    """A second text to start from: the sidebar's words in reverse order (its characters, for one word)."""
-    words = text.split()
-    return " ".join(reversed(words)) if len(words) > 1 else text[::-1]
-
-
-def _keep_b(widget: str, shadow: str) -> None:
-    value = ss.get(widget) or ""
-    if len(value) > TEXT_B_MAX:
-        ss[widget] = value = value[:TEXT_B_MAX]
-        ss["_text_b_cut"] = True
-    ss[shadow] = value
-
-
-def text_b(prefix: str, model) -> tuple[str, str | None]:
-    """Text area(s) for text B (and its target, for an encoder-decoder model); their values."""
-    widgets = {"_text_b": (f"{prefix}_text_b", _default_b(ss.get("text", ""))),
-               "_tgt_b": (f"{prefix}_tgt_b", ss.get("tgt") or "")}
-    for shadow, (widget, default) in widgets.items():
-        if widget not in ss:
-            ss[widget] = ss.get(shadow, default)
-    st.text_area(t("tb_text"), key=f"{prefix}_text_b", height=80, help=t("tb_help"), on_change=_keep_b,
-                 args=(f"{prefix}_text_b", "_text_b"))
-    tgt = None
-    if model.is_encoder_decoder:
-        st.text_area(t("tb_tgt"), key=f"{prefix}_tgt_b", height=70, on_change=_keep_b,
-                     args=(f"{prefix}_tgt_b", "_tgt_b"))
-        tgt = ss[f"{prefix}_tgt_b"]
-    if ss.pop("_text_b_cut", False):
-        st.caption(t("tb_cut", n=f"{TEXT_B_MAX:,}"))
-    return ss[f"{prefix}_text_b"], tgt
-
-
-def check_b(model, text: str, tgt: str | None):
-    """Text B prepared for the model, or None after a clear message."""
-    if not text.strip():
-        st.warning(t("tb_empty"), icon="✍️")
-        return None
-    if model.is_encoder_decoder and not (tgt or "").strip():
-        st.warning(t("tb_tgt_empty"), icon="✍️")
-        return None
-    try:
-        prep = prepare(model, text, tgt, allow_special=bool(ss.get("allow_special")))
-    except Exception as exc:  # noqa: BLE001 - a text the model cannot read, a broken tokenizer: a message
-        show_error(exc)
-        return None
-    if prep.src.truncated or (prep.tgt is not None and prep.tgt.truncated):
-        st.info(t("tb_truncated", n=model.cfg.max_len), icon="✂️")
-    return prep
-
-
 # --- the page ---------------------------------------------------------------------------------------------------
-
-def kind_name(kind: str, model) -> str:
-    return t("hd_kind_gpt_self") if not model.is_encoder_decoder else t(f"hd_kind_{kind}")
-
 
 def head_option(option: str, model) -> str:
     kind, layer, head = option.split(":")

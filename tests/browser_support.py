@@ -6,15 +6,22 @@ Importable without Playwright installed. From a bench script in the repo:
 """
 from __future__ import annotations
 
+import collections
+import io
+import json
 import os
+import pickle
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+import zipfile
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -367,6 +374,8 @@ APP_TEXT_JS = """() => ['stSidebarUserContent', 'stSidebarNav', 'stMain'].map(id
     copy.remove();
     return text;
 }).join('\\n')"""
+RERUN_STARTED_JS = """() => document.querySelector("[data-testid='stApp']")?.dataset.testScriptState === 'running'
+    || !!document.querySelector("[data-stale='true']")"""
 INTERNAL_WORDS = ("hook_", "seed's", "seed’s", "/work/", "/home/", "/root/", "/tmp/", "site-packages", ".py",
                   "checkpoints/", "Traceback")
 
@@ -374,9 +383,20 @@ INTERNAL_WORDS = ("hook_", "seed's", "seed’s", "/work/", "/home/", "/root/", "
 def settle(page, *, timeout: float = 120_000, charts: bool = False) -> None:
     """wait_rendered, then until no skeleton placeholder or stale (faded) element is left: Streamlit reports the run
     over a moment before the last elements replace their placeholders."""
-    wait_rendered(page, timeout=timeout, charts=charts)
-    page.wait_for_function(f"() => !document.querySelector(\"{NOT_SETTLED}\")", timeout=30_000)
-    wait_rendered(page, timeout=timeout)
+    wait_rendered(page, timeout=timeout, charts=charts, settle_ms=250)
+    if page.locator(NOT_SETTLED).count():
+        page.wait_for_function(f"() => !document.querySelector(\"{NOT_SETTLED}\")", timeout=30_000)
+        wait_rendered(page, timeout=timeout, settle_ms=250)
+
+
+def rerun_settled(page, *, timeout: float = 120_000, charts: bool = False) -> None:
+    """After an action that reruns the script (a click, a new value): wait for the run to start (at most 2 s: an
+    action may change nothing), then to be over and settled."""
+    try:
+        page.wait_for_function(RERUN_STARTED_JS, timeout=2_000)
+    except Exception:  # noqa: BLE001 - playwright's TimeoutError: no rerun came
+        pass
+    settle(page, timeout=timeout, charts=charts)
 
 
 def plots(page) -> list[dict]:
@@ -425,8 +445,7 @@ def click_plot(page, index: int, x: float, y: float, xaxis: str = "xaxis", yaxis
     px, py = plot_point(page, index, x, y, xaxis, yaxis)
     page.mouse.move(px, py)
     page.mouse.click(px, py)
-    page.wait_for_timeout(500)
-    settle(page)
+    rerun_settled(page)
 
 
 def app_text(page) -> str:
@@ -479,3 +498,226 @@ def screenshot(page, path) -> None:
         page.wait_for_timeout(300)
     finally:
         full_screenshot(page, path)
+
+
+# ---- hostile model files (tests/test_browser_hostile.py and bench/soak.py upload them; torch imported lazily) ------
+
+GiB = 2**30
+
+
+def tiny_model():
+    from transformer_core.model.transformer import build_model
+    from transformer_core.train.tasks import TASKS
+
+    return build_model(TASKS["copy"].model_config(d_model=16, n_heads=2, n_layers=1), "cpu")
+
+
+def tiny_config(**changes) -> dict:
+    return json.loads(tiny_model().cfg.to_json()) | changes
+
+
+def save_pt(path, doc):
+    import torch
+
+    torch.save(doc, path)
+    return path
+
+
+def save_safetensors(path, config):
+    """A .safetensors model file as the Model page exports it: tensors, and the config (JSON text) as metadata."""
+    from safetensors.torch import save_file
+
+    state = {k: v.clone().contiguous() for k, v in tiny_model().state_dict().items()}
+    save_file(state, str(path), metadata={"config": config if isinstance(config, str) else json.dumps(config)})
+    return path
+
+
+class _Storage:
+    def __init__(self, key: str, numel: int):
+        self.key, self.numel = key, numel
+
+
+class _Tensor:
+    def __init__(self, key: str, numel: int, size: tuple, stride: tuple):
+        self.key, self.numel, self.size, self.stride = key, numel, size, stride
+
+
+class _TorchRecordPickler(pickle.Pickler):
+    """Writes the data.pkl torch.save would write for float tensors given only as records, so a test can declare a
+    1 GB tensor without allocating it."""
+
+    def persistent_id(self, obj):
+        import torch
+
+        return ("storage", torch.FloatStorage, obj.key, "cpu", obj.numel) if isinstance(obj, _Storage) else None
+
+    def reducer_override(self, obj):
+        import torch
+
+        if isinstance(obj, _Tensor):
+            return torch._utils._rebuild_tensor_v2, (_Storage(obj.key, obj.numel), 0, obj.size, obj.stride, False,
+                                                     collections.OrderedDict())
+        return NotImplemented
+
+
+def torch_zip(entries: list[tuple[str, bytes, int, int, int]]) -> bytes:
+    """A zip in torch.save's layout from (name, bytes as stored, method, crc, declared unpacked size), written as
+    given, plus the version and byteorder records torch.load expects."""
+    entries = [*entries, *((f"archive/{n}", d, 0, zlib.crc32(d), len(d))
+                           for n, d in (("version", b"3\n"), ("byteorder", b"little")))]
+    out, central = io.BytesIO(), []
+    for name, data, method, crc, size in entries:
+        offset, raw_name = out.tell(), name.encode()
+        out.write(struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, method, 0, 0, crc, len(data), size, len(raw_name), 0)
+                  + raw_name + data)
+        central.append(struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, method, 0, 0, crc, len(data), size,
+                                   len(raw_name), 0, 0, 0, 0, 0, offset) + raw_name)
+    start = out.tell()
+    out.write(b"".join(central))
+    out.write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(central), len(central), out.tell() - start, start, 0))
+    return out.getvalue()
+
+
+def zip_bomb_pt(path):
+    """A .pt whose one tensor (960 MiB of float zeros, over 1 GB, declared so in its pickle and its zip directory) is
+    stored deflated: under 1 MB on disk. torch.save never compresses, so a plain torch.load would inflate it all."""
+    chunk, n_chunks = 1 << 20, 960
+    packer = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = packer.compress(bytes(chunk)) + packer.flush(zlib.Z_FULL_FLUSH)  # byte-aligned, repeatable
+    crc = 0
+    for _ in range(n_chunks):
+        crc = zlib.crc32(bytes(chunk), crc)
+    size = chunk * n_chunks
+    buf = io.BytesIO()
+    _TorchRecordPickler(buf, protocol=2).dump({"config": tiny_config(), "state_dict": {
+        "decoder.embed.tok.weight": _Tensor("0", size // 4, (size // 4,), (1,))}})
+    pkl = buf.getvalue()
+    raw = torch_zip([("archive/data.pkl", pkl, 0, zlib.crc32(pkl), len(pkl)),
+                     ("archive/data/0", block * n_chunks + b"\x03\x00", 8, crc, size)])
+    with zipfile.ZipFile(io.BytesIO(raw)) as z:  # what a zip reader sees: over 1 GB declared
+        assert sum(i.file_size for i in z.infolist()) > 10**9
+        with z.open("archive/data/0") as f:  # and a real deflate stream of zeros
+            assert f.read(1 << 16) == bytes(1 << 16)
+    assert len(raw) < 10**6, len(raw)
+    path.write_bytes(raw)
+    return path
+
+
+def hostile_model_files(folder) -> list[tuple[Path, str]]:
+    """The model files of issue 11's "Why" list that the Train page must refuse, written into `folder`: (path, a
+    substring of the refusal's message) for a config of 200 000 layers (.pt and .safetensors), a zip bomb, a stride-0
+    tensor of 2.5 GB, a config nested 400 deep, a float d_model and a path as encoding."""
+    import torch
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = tiny_model().state_dict()
+    nested = []
+    for _ in range(400):  # as deep as pickle itself writes
+        nested = [nested]
+    layers = "The setting n_layers must be between 1 and 256"
+    return [
+        (save_pt(folder / "layers.pt", {"config": tiny_config(n_layers=200_000), "state_dict": state}), layers),
+        (save_safetensors(folder / "layers.safetensors", tiny_config(n_layers=200_000)), layers),
+        (zip_bomb_pt(folder / "bomb.pt"), "Unpacked, the file would take 960 MB; the limit is 80 MB"),
+        (save_pt(folder / "stride0.pt", {"config": tiny_config(), "state_dict": {
+            "decoder.embed.tok.weight": torch.zeros(1).expand(625_000_000)}}),  # 4 bytes stored, 2.5 GB expanded
+         "The tensor decoder.embed.tok.weight is a view that repeats or shares memory"),
+        (save_pt(folder / "deep.pt", {"config": {"vocab_map": nested}, "state_dict": {}}),
+         "The model settings are nested too deeply (more than 8 levels)."),
+        (save_safetensors(folder / "deep.safetensors", "[" * 100_000 + "]" * 100_000),
+         "The model settings are nested too deeply (more than 8 levels)."),
+        (save_pt(folder / "float.pt", {"config": tiny_config(d_model=16.0), "state_dict": state}),
+         "The model setting d_model has the wrong type or size."),
+        (save_pt(folder / "enc.pt", {"config": tiny_config(encoding="../../../etc/passwd"), "state_dict": state}),
+         "Unknown tokenizer encoding"),
+    ]
+
+
+def assert_clean(page, app: App, where: str) -> None:
+    """No traceback, no modal, no error box, and none of the words a learner must never read."""
+    problem = page_problem(page, app.proc)
+    assert not problem, f"{where}: {problem}"
+    errors = page.locator(ERROR_BOX).all_inner_texts()
+    assert not errors, f"{where}: error shown: {errors}\n--- server log ---\n{app.log(3000)}"
+    leaked = internal_words(app_text(page))
+    assert not leaked, f"{where}: internal words shown to the learner: {leaked}"
+
+
+def choose(page, label: str, option: str, where: str = MAIN) -> None:
+    """Pick an option of a select box (by its label) and wait for the rerun."""
+    page.locator(where).get_by_role("combobox", name=label, exact=True).click()
+    page.get_by_role("option", name=option, exact=True).click()
+    rerun_settled(page)
+
+
+def combobox_value(page, label: str, where: str = MAIN) -> str:
+    """What a select box shows."""
+    return page.locator(where).get_by_role("combobox", name=label, exact=True).input_value()
+
+
+def radio(page, label: str, option: str, where: str = MAIN) -> None:
+    """Click an option of a radio group (by the group's label) and wait for the rerun."""
+    group = page.locator(where).locator("[data-testid='stRadio']").filter(has_text=label).first
+    group.get_by_text(option, exact=True).click()
+    rerun_settled(page)
+
+
+def radio_value(page, label: str, where: str = MAIN) -> str:
+    """The selected option of a radio group (by the group's label)."""
+    group = page.locator(where).locator("[data-testid='stRadio']").filter(has_text=label).first
+    return group.evaluate("""g => Array.from(g.querySelectorAll("[data-testid='stRadioOption']"))
+        .filter(o => o.dataset.selected === 'true' || o.querySelector('input').checked)
+        .map(o => o.innerText.trim()).join('|')""")
+
+
+def enter_text(page, label: str, text: str, where: str = SIDEBAR) -> None:
+    """Type into a text box (by its label) and apply it (Ctrl+Enter, as a learner would)."""
+    box = page.locator(where).get_by_role("textbox", name=label, exact=True)
+    box.fill(text)
+    box.press("Control+Enter")
+    rerun_settled(page)
+
+
+def enter_number(page, label: str, value, where: str = MAIN) -> None:
+    """Type a value into a number input (by its label) and commit it (Enter)."""
+    box = page.locator(where).get_by_label(label, exact=True).first
+    box.fill(str(value))
+    box.press("Enter")
+    rerun_settled(page)
+
+
+def slider(page, label: str, where: str = MAIN):
+    """A slider's input (type=range: value, min and max are attributes); its accessible name also holds the value."""
+    return page.locator(where).get_by_role("slider", name=label)
+
+
+def press_slider(page, label: str, key: str = "ArrowLeft", times: int = 1, where: str = MAIN) -> None:
+    """Move a slider with the keyboard (each press one step; Home / End: its ends) and wait for the rerun."""
+    slider(page, label, where).focus()
+    for _ in range(times):
+        page.keyboard.press(key)
+    rerun_settled(page)
+
+
+def press_button(page, name: str, where: str = MAIN, *, charts: bool = False) -> None:
+    """Click a button (by its name) and wait for the rerun."""
+    page.locator(where).get_by_role("button", name=name, exact=True).first.click()
+    rerun_settled(page, charts=charts)
+
+
+def camera(page, index: int):
+    """Click the camera of chart `index`'s toolbar; the Playwright Download it starts."""
+    chart = page.locator(PLOTS).nth(index)
+    chart.scroll_into_view_if_needed()
+    chart.hover()
+    with page.expect_download() as dl:
+        chart.locator(".modebar-btn[data-title^='Download']").click()
+    return dl.value
+
+
+def download(page, name: str, where: str = MAIN):
+    """Click a download button (by its name); the Playwright Download it starts."""
+    with page.expect_download() as dl:
+        page.locator(where).get_by_role("button", name=name, exact=True).first.click()
+    return dl.value

@@ -6,15 +6,9 @@ folder (test names carry the issue's "Why" number): model files that would exhau
 bomb, a stride-0 tensor, deep nesting, a float d_model), training settings that would exhaust memory, broken files in
 the checkpoints folder, hostile URL values, impersonating names. Each asserts no traceback, a clear message, the
 server alive, its peak RSS and the checkpoints folder within bounds."""
-import collections
-import io
 import json
-import pickle
 import re
-import struct
 import time
-import zipfile
-import zlib
 from contextlib import ExitStack
 from urllib.parse import quote
 
@@ -24,12 +18,16 @@ from browser_support import (
     ROOT,
     SET_TEXTAREA_JS,
     fresh_app,
+    hostile_model_files,
     new_tab,
     page_problem,
     require_browser,
+    save_pt,
     set_number,
     sidebar_model_options,
     start_app,
+    tiny_config,
+    tiny_model,
     upload_model_file,
     wait_rendered,
 )
@@ -209,7 +207,6 @@ def test_a_checkpoint_with_pickled_code_is_refused_without_running_it(server, ta
 # ---- issue 11: a server a whole workshop can share; each test on a fresh server with its own checkpoints folder ------
 
 S = strings()
-GiB = 2**30
 HWM_SLACK_MB = 300  # what one refused file may add to the server's peak RSS (the attacks aim at gigabytes)
 REFUSAL_S = 30  # a refusal comes within this (the 200 000-layer upload used to hang the server for minutes)
 UPLOAD_OK = S["tr_ckpt_ok"]["en"].split("{", 1)[0].strip("` ")  # "The model is fine and was added as"
@@ -235,104 +232,6 @@ def check_clean(page, app, where: str) -> None:
 def saved(folder) -> list[str]:
     """What saves left in a checkpoints folder: model folders and temporary ones (job records aside)."""
     return sorted(p.name for p in folder.iterdir() if p.name != ".jobs") if folder.is_dir() else []
-
-
-def tiny_model():
-    from transformer_core.model.transformer import build_model
-    from transformer_core.train.tasks import TASKS
-
-    return build_model(TASKS["copy"].model_config(d_model=16, n_heads=2, n_layers=1), "cpu")
-
-
-def tiny_config(**changes) -> dict:
-    return json.loads(tiny_model().cfg.to_json()) | changes
-
-
-def save_pt(path, doc):
-    import torch
-
-    torch.save(doc, path)
-    return path
-
-
-def save_safetensors(path, config) -> object:
-    """A .safetensors model file as the Model page exports it: tensors, and the config (JSON text) as metadata."""
-    from safetensors.torch import save_file
-
-    state = {k: v.clone().contiguous() for k, v in tiny_model().state_dict().items()}
-    save_file(state, str(path), metadata={"config": config if isinstance(config, str) else json.dumps(config)})
-    return path
-
-
-class _Storage:
-    def __init__(self, key: str, numel: int):
-        self.key, self.numel = key, numel
-
-
-class _Tensor:
-    def __init__(self, key: str, numel: int, size: tuple, stride: tuple):
-        self.key, self.numel, self.size, self.stride = key, numel, size, stride
-
-
-class _TorchRecordPickler(pickle.Pickler):
-    """Writes the data.pkl torch.save would write for float tensors given only as records, so a test can declare a
-    1 GB tensor without allocating it."""
-
-    def persistent_id(self, obj):
-        import torch
-
-        return ("storage", torch.FloatStorage, obj.key, "cpu", obj.numel) if isinstance(obj, _Storage) else None
-
-    def reducer_override(self, obj):
-        import torch
-
-        if isinstance(obj, _Tensor):
-            return torch._utils._rebuild_tensor_v2, (_Storage(obj.key, obj.numel), 0, obj.size, obj.stride, False,
-                                                     collections.OrderedDict())
-        return NotImplemented
-
-
-def torch_zip(entries: list[tuple[str, bytes, int, int, int]]) -> bytes:
-    """A zip in torch.save's layout from (name, bytes as stored, method, crc, declared unpacked size), written as
-    given, plus the version and byteorder records torch.load expects."""
-    entries = [*entries, *((f"archive/{n}", d, 0, zlib.crc32(d), len(d))
-                           for n, d in (("version", b"3\n"), ("byteorder", b"little")))]
-    out, central = io.BytesIO(), []
-    for name, data, method, crc, size in entries:
-        offset, raw_name = out.tell(), name.encode()
-        out.write(struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, method, 0, 0, crc, len(data), size, len(raw_name), 0)
-                  + raw_name + data)
-        central.append(struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, method, 0, 0, crc, len(data), size,
-                                   len(raw_name), 0, 0, 0, 0, 0, offset) + raw_name)
-    start = out.tell()
-    out.write(b"".join(central))
-    out.write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(central), len(central), out.tell() - start, start, 0))
-    return out.getvalue()
-
-
-def zip_bomb_pt(path):
-    """A .pt whose one tensor (960 MiB of float zeros, over 1 GB, declared so in its pickle and its zip directory) is
-    stored deflated: under 1 MB on disk. torch.save never compresses, so a plain torch.load would inflate it all."""
-    chunk, n_chunks = 1 << 20, 960
-    packer = zlib.compressobj(9, zlib.DEFLATED, -15)
-    block = packer.compress(bytes(chunk)) + packer.flush(zlib.Z_FULL_FLUSH)  # byte-aligned, repeatable
-    crc = 0
-    for _ in range(n_chunks):
-        crc = zlib.crc32(bytes(chunk), crc)
-    size = chunk * n_chunks
-    buf = io.BytesIO()
-    _TorchRecordPickler(buf, protocol=2).dump({"config": tiny_config(), "state_dict": {
-        "decoder.embed.tok.weight": _Tensor("0", size // 4, (size // 4,), (1,))}})
-    pkl = buf.getvalue()
-    raw = torch_zip([("archive/data.pkl", pkl, 0, zlib.crc32(pkl), len(pkl)),
-                     ("archive/data/0", block * n_chunks + b"\x03\x00", 8, crc, size)])
-    with zipfile.ZipFile(io.BytesIO(raw)) as z:  # what a zip reader sees: over 1 GB declared
-        assert sum(i.file_size for i in z.infolist()) > 10**9
-        with z.open("archive/data/0") as f:  # and a real deflate stream of zeros
-            assert f.read(1 << 16) == bytes(1 << 16)
-    assert len(raw) < 10**6, len(raw)
-    path.write_bytes(raw)
-    return path
 
 
 def refused(page, app, path, message: str, box: str = ERROR_BOX, name: str | None = None) -> str:
@@ -365,48 +264,42 @@ def open_train(page, app) -> None:
     check_clean(page, app, "/train")
 
 
-def test_why1_a_model_file_declaring_200000_layers_is_refused_at_once(fresh, tab, tmp_path):
+@pytest.fixture(scope="module")
+def hostile_files(tmp_path_factory):
+    """{file name: (path, the refusal's message)}: browser_support.hostile_model_files."""
+    return {path.name: (path, message) for path, message in hostile_model_files(tmp_path_factory.mktemp("hostile"))}
+
+
+def test_why1_a_model_file_declaring_200000_layers_is_refused_at_once(fresh, tab, hostile_files):
     app = fresh()
     open_train(tab, app)
-    state = tiny_model().state_dict()
-    message = "The setting n_layers must be between 1 and 256"
-    refused(tab, app, save_pt(tmp_path / "layers.pt", {"config": tiny_config(n_layers=200_000), "state_dict": state}),
-            message)
-    refused(tab, app, save_safetensors(tmp_path / "layers.safetensors", tiny_config(n_layers=200_000)), message)
+    for name in ("layers.pt", "layers.safetensors"):
+        refused(tab, app, *hostile_files[name])
     assert not any("trained here" in o for o in sidebar_model_options(tab))
 
 
-def test_why2_a_zip_bomb_and_a_stride0_tensor_are_refused_without_being_unpacked(fresh, tab, tmp_path):
-    import torch
+def test_why2_a_zip_bomb_and_a_stride0_tensor_are_refused_without_being_unpacked(fresh, tab, hostile_files):
+    import zipfile
 
+    bomb, stride0 = hostile_files["bomb.pt"][0], hostile_files["stride0.pt"][0]
+    with zipfile.ZipFile(bomb) as z:
+        assert sum(i.file_size for i in z.infolist()) > 10**9 and bomb.stat().st_size < 10**6  # 1 GB in < 1 MB
+    assert stride0.stat().st_size < 10_000  # 4 bytes of storage, 2.5 GB once expanded
     app = fresh()
     open_train(tab, app)
-    refused(tab, app, zip_bomb_pt(tmp_path / "bomb.pt"), "Unpacked, the file would take 960 MB; the limit is 80 MB")
-    expanded = torch.zeros(1).expand(625_000_000)  # 4 bytes of storage, 2.5 GB as a plain tensor
-    stride0 = save_pt(tmp_path / "stride0.pt", {"config": tiny_config(), "state_dict": {
-        "decoder.embed.tok.weight": expanded}})
-    assert stride0.stat().st_size < 10_000
-    refused(tab, app, stride0, "The tensor decoder.embed.tok.weight is a view that repeats or shares memory")
+    for name in ("bomb.pt", "stride0.pt"):
+        refused(tab, app, *hostile_files[name])
     assert app.memory()["hwm"] < 1500, app.memory()  # an inflated 1 GB or 2.5 GB tensor would show here
     tab.reload()
     wait_rendered(tab)
     assert not any("trained here" in o for o in sidebar_model_options(tab))
 
 
-def test_why11_deep_nesting_a_float_d_model_and_a_path_as_encoding_get_clear_messages(fresh, tab, tmp_path):
+def test_why11_deep_nesting_a_float_d_model_and_a_path_as_encoding_get_clear_messages(fresh, tab, hostile_files):
     app = fresh()
     open_train(tab, app)
-    nested = []
-    for _ in range(400):  # as deep as pickle itself writes
-        nested = [nested]
-    deep = "The model settings are nested too deeply (more than 8 levels)."
-    refused(tab, app, save_pt(tmp_path / "deep.pt", {"config": {"vocab_map": nested}, "state_dict": {}}), deep)
-    refused(tab, app, save_safetensors(tmp_path / "deep.safetensors", "[" * 100_000 + "]" * 100_000), deep)
-    state = tiny_model().state_dict()
-    refused(tab, app, save_pt(tmp_path / "float.pt", {"config": tiny_config(d_model=16.0), "state_dict": state}),
-            "The model setting d_model has the wrong type or size.")
-    refused(tab, app, save_pt(tmp_path / "enc.pt", {"config": tiny_config(encoding="../../../etc/passwd"),
-                                                    "state_dict": state}), "Unknown tokenizer encoding")
+    for name in ("deep.pt", "deep.safetensors", "float.pt", "enc.pt"):
+        refused(tab, app, *hostile_files[name])
     assert "RecursionError" not in app.log() and "TypeError" not in app.log()
 
 

@@ -21,20 +21,31 @@ from browser_support import (
     SIDEBAR,
     WARNING_BOX,
     app_text,
+    assert_clean,
+    camera,
+    choose,
     click_plot,
+    combobox_value,
+    download,
     english_only,
     english_shown,
+    enter_number,
+    enter_text,
     fresh_app,
     hover_texts,
-    internal_words,
     new_tab,
-    page_problem,
     plot_index,
     plot_z,
     plots,
+    press_button,
+    press_slider,
+    radio,
+    radio_value,
     require_browser,
+    rerun_settled,
     screenshot,
     settle,
+    slider,
     trace_point,
 )
 
@@ -79,55 +90,15 @@ def app(tmp_path_factory):
     print(f"\nbrowser views: server up for {time.monotonic() - t0:.1f} s")
 
 
-def check_clean(page, app, where: str) -> None:
-    """No traceback, no modal, no error box, and none of the words a learner must never read."""
-    problem = page_problem(page, app.proc)
-    if problem:
-        pytest.fail(f"{where}: {problem}")
-    errors = page.locator(ERROR_BOX).all_inner_texts()
-    assert not errors, f"{where}: error shown: {errors}\n--- server log ---\n{app.log(3000)}"
-    leaked = internal_words(app_text(page))
-    assert not leaked, f"{where}: internal words shown to the learner: {leaked}"
-
-
 def go(page, app, path: str = "", lang: str = "en", *, charts: bool = True, timeout: float = 120_000,
        **params) -> None:
     page.goto(url(app, path, lang, **params))
     settle(page, timeout=timeout, charts=charts)
-    check_clean(page, app, f"/{path} ({lang})")
-
-
-def choose(page, label: str, option: str, where: str = MAIN) -> None:
-    """Pick an option of a select box (by its label) and wait for the rerun."""
-    page.locator(where).get_by_role("combobox", name=label, exact=True).click()
-    page.get_by_role("option", name=option, exact=True).click()
-    page.wait_for_timeout(300)
-    settle(page)
-
-
-def radio(page, label: str, option: str, where: str = MAIN) -> None:
-    """Click an option of a radio group (by its label) and wait for the rerun."""
-    group = page.locator(where).locator("[data-testid='stRadio']").filter(has_text=label).first
-    group.get_by_text(option, exact=True).click()
-    page.wait_for_timeout(300)
-    settle(page)
-
-
-def radio_value(page, label: str, where: str = MAIN) -> str:
-    group = page.locator(where).locator("[data-testid='stRadio']").filter(has_text=label).first
-    return group.get_by_role("radio", checked=True).evaluate("e => e.closest('label').innerText").strip()
-
-
-def combobox_value(page, label: str, where: str = MAIN) -> str:
-    return page.locator(where).get_by_role("combobox", name=label, exact=True).input_value()
+    assert_clean(page, app, f"/{path} ({lang})")
 
 
 def type_sidebar_text(page, text: str, lang: str = "en") -> None:
-    box = page.locator(SIDEBAR).get_by_role("textbox", name=s("input_text", lang), exact=True)
-    box.fill(text)
-    box.press("Control+Enter")
-    page.wait_for_timeout(300)
-    settle(page)
+    enter_text(page, s("input_text", lang), text, SIDEBAR)
 
 
 def main_map(page, head: int, lang: str = "en", scale: str = "01") -> int:
@@ -197,10 +168,11 @@ def test_attention_is_readable_at_60_tokens(app, tab):
     n = len(tiktoken.get_encoding("cl100k_base").encode(LONG_TEXT))
     go(tab, app, "attention", model=COURSE_BASE, text=LONG_TEXT, block="enc_self", timeout=FIRST_RUN_MS)
     seen = check_attention_map(tab, "en", n, n)
+    expect(tab.locator(INFO_BOX).filter(has_text=s("look_attention_random").split(":")[0])).to_be_visible()
     screenshot(tab, SHOTS / "attention_60_tokens_en.png")
     check_cell_click(tab, "en", seen)
     check_scales(tab, "en")
-    check_clean(tab, app, "attention, 60 tokens")
+    assert_clean(tab, app, "attention, 60 tokens")
 
 
 def test_attention_in_chinese_hover_cell_scale_and_masks(app, tab):
@@ -211,7 +183,7 @@ def test_attention_in_chinese_hover_cell_scale_and_masks(app, tab):
     check_cell_click(tab, "zh", seen)
     check_scales(tab, "zh")
     screenshot(tab, SHOTS / "attention_zh.png")
-    check_clean(tab, app, "attention in Chinese")
+    assert_clean(tab, app, "attention in Chinese")
 
 
 @pytest.mark.xfail(strict=True, reason="app bug: pages/3_attention.py:193 head_thumbnails() sets ss.head after the "
@@ -268,7 +240,7 @@ def test_whole_model_picture_encoder_decoder_and_a_click_opens_the_block(app, ta
     assert urlparse(tab.url).path == "/attention"
     assert combobox_value(tab, s("att_layer")) == "1"
     assert combobox_value(tab, s("att_block")) == s("block_cross")
-    check_clean(tab, app, "attention opened from the picture")
+    assert_clean(tab, app, "attention opened from the picture")
 
 
 def test_whole_model_picture_in_chinese_decoder_only(app, tab):
@@ -282,67 +254,70 @@ def test_whole_model_picture_in_chinese_decoder_only(app, tab):
     click_block(tab, i, "attention:1:dec_self")
     expect(tab.locator("h1").first).to_have_text(s("nav_attention", "zh"))
     assert combobox_value(tab, s("att_layer", "zh")) == "1"
-    check_clean(tab, app, "attention opened from the picture, in Chinese")
+    assert_clean(tab, app, "attention opened from the picture, in Chinese")
 
 
-# ---- FFN & residual stream, guidance --------------------------------------------------------------------------------
+# ---- guidance, the FFN & residual stream, complete 中文 --------------------------------------------------------------
 
-@pytest.mark.parametrize("lang", ["en", "zh"])
-def test_ffn_page_draws_its_charts_and_numbers(app, tab, lang):
-    go(tab, app, "ffn", lang, model=REVERSE)
-    titles = [p["title"] for p in plots(tab)]
-    assert len(titles) >= 4, titles  # stream mean, per-token norms, what each sub-layer adds, the LayerNorm histogram
-    heat = plots(tab)[plot_index(tab, s("ffn_stream_tokens", lang))]
-    assert len(heat["yticks"]) == 4  # the decoder's 4 tokens
-    ln = tab.locator(MAIN).locator("[data-testid='stMarkdownContainer']").filter(has_text="LayerNorm").filter(
-        has_text=re.compile(r"\d+\.\d{3}")).first
-    assert len(re.findall(r"-?\d+\.\d{2,3}", ln.inner_text())) >= 6, ln.inner_text()
-    assert tab.locator(MAIN).locator("[data-testid='stDataFrame']").count() >= 1
-    expect(tab.locator(INFO_BOX).filter(has_text=s("look_map", lang).split(":")[0][:2])).to_be_visible()
-    if lang == "zh":
-        assert not english_shown(app_text(tab), ENGLISH_ONLY)
-        screenshot(tab, SHOTS / "ffn_zh.png")
-
-
+LOOK = {"en": "What to look for", "zh": "看点"}
 STEP_PAGES = ("", "embeddings", "attention", "ffn", "logits")
 
 
-def test_each_step_page_says_what_to_look_for(app, tab):
+def check_ffn(page, lang: str) -> None:
+    """The FFN & residual page: its four charts (stream mean, norms per token and step, what each sub-layer adds, the
+    LayerNorm's histogram), the LayerNorm's numbers for one token and the table of what each step adds."""
+    titles = [p["title"] for p in plots(page)]
+    assert len(titles) >= 4, titles
+    heat = plots(page)[plot_index(page, s("ffn_stream_tokens", lang))]
+    assert len(heat["yticks"]) == 4  # the decoder's 4 tokens
+    assert len(heat["xticks"]) == 1 + 3 * 2  # the embeddings, then 3 sub-layers in each of the 2 decoder layers
+    ln = page.locator(MAIN).locator("[data-testid='stMarkdownContainer']").filter(has_text="LayerNorm").filter(
+        has_text=re.compile(r"\d+\.\d{3}")).first
+    assert len(re.findall(r"-?\d+\.\d{2,3}", ln.inner_text())) >= 6, ln.inner_text()
+    assert page.locator(MAIN).locator("[data-testid='stDataFrame']").count() >= 1
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_each_step_page_says_what_to_look_for(app, tab, lang):
+    """Overview, embeddings, attention, FFN and logits each show one "what to look for" box (with this model's own
+    numbers); the FFN & residual page draws its charts and numbers; in 中文 no English-only string shows."""
+    english = {}
     for path in STEP_PAGES:
-        go(tab, app, path, model=REVERSE)
-        box = tab.locator(INFO_BOX).filter(has_text="What to look for")
-        assert box.count() == 1, f"/{path}: {box.count()} 'What to look for' boxes"
-        assert len(box.inner_text()) > 60, box.inner_text()
+        go(tab, app, path, lang, model=REVERSE)
+        box = tab.locator(INFO_BOX).filter(has_text=LOOK[lang])
+        assert box.count() == 1, f"/{path}: {box.count()} boxes saying {LOOK[lang]!r}"
+        assert len(box.inner_text()) > 40, box.inner_text()
+        if path == "ffn":
+            check_ffn(tab, lang)
+        if lang == "zh":
+            english.update({f"/{path}: {k}": p for k, p in english_shown(app_text(tab), ENGLISH_ONLY)})
+            if path in ("ffn", "logits"):
+                screenshot(tab, SHOTS / f"{path}_zh.png")
+    assert not english, f"English shown in 中文: {english}"
 
 
 def test_tokenizer_says_what_to_look_for_in_a_chinese_text(app, tab):
     go(tab, app, "tokenizer", model=COURSE_BASE, text="同志们!我踩着地雷了", charts=False, timeout=FIRST_RUN_MS)
-    expect(tab.locator(INFO_BOX).filter(has_text="What to look for")).to_be_visible()
+    expect(tab.locator(INFO_BOX).filter(has_text=LOOK["en"])).to_be_visible()
 
 
 @pytest.mark.xfail(strict=True, reason="app gap: pages/1_tokenizer.py:45 shows the 'What to look for' box only when "
                    "the text has partial-UTF-8 tokens; an ASCII text (every shipped model's example) gets no guidance")
 def test_tokenizer_says_what_to_look_for_in_any_text(app, tab):
     go(tab, app, "tokenizer", model=REVERSE, charts=False)
-    expect(tab.locator(INFO_BOX).filter(has_text="What to look for")).to_be_visible(timeout=3_000)
-
-
-# ---- complete 中文 --------------------------------------------------------------------------------------------------
-
-ZH_PAGES = ("", "tokenizer", "embeddings", "attention", "ffn", "logits", "model")
+    expect(tab.locator(INFO_BOX).filter(has_text=LOOK["en"])).to_be_visible(timeout=3_000)
 
 
 def test_chinese_pages_show_no_english_only_string(app, tab):
     """Every string whose English and Chinese differ: its English never shows in 中文 (sidebar, text, chart titles
-    and labels), on the main pages and in a message from the core (a text the model cannot read)."""
+    and labels) on the tokenizer and model pages (the step pages: above) and in a message from the core (a text
+    the model cannot read)."""
     found = {}
-    for path in ZH_PAGES:
-        go(tab, app, path, "zh", model=REVERSE, charts=path not in ("tokenizer",))
-        if path:
-            expect(tab.locator("h1").first).to_have_text(s(f"nav_{path}", "zh"))
+    for path in ("tokenizer", "model"):
+        go(tab, app, path, "zh", model=REVERSE, charts=path == "model")
+        expect(tab.locator("h1").first).to_have_text(s(f"nav_{path}", "zh"))
         found.update({f"/{path}: {k}": p for k, p in english_shown(app_text(tab), ENGLISH_ONLY)})
-        if path in ("embeddings", "logits", "model"):
-            screenshot(tab, SHOTS / f"{path}_zh.png")
+        screenshot(tab, SHOTS / f"{path}_zh.png")
     go(tab, app, "attention", "zh", model=REVERSE, text="hello world", charts=False)
     expect(tab.locator(WARNING_BOX).filter(has_text=s("err.tokens_not_in_vocab", "zh")[:8])).to_be_visible()
     found.update({f"/attention, unreadable text: {k}": p for k, p in english_shown(app_text(tab), ENGLISH_ONLY)})
@@ -350,28 +325,15 @@ def test_chinese_pages_show_no_english_only_string(app, tab):
     assert not found, f"English shown in 中文: {found}"
 
 
+@pytest.mark.xfail(strict=True, reason="app gap: app.py st.navigation(PAGES) collapses the sidebar menu behind "
+                   "Streamlit's own English 'View 4 more' button, also in 中文 (expanded=True would show every page)")
+def test_chinese_sidebar_menu_has_no_english_button(app, tab):
+    go(tab, app, "surprise", "zh", model=REPEAT)
+    nav = tab.locator("[data-testid='stSidebarNav']").inner_text()
+    assert not re.search(r"View \d+ more|View less", nav), nav
+
+
 # ---- the URL reproduces the view ------------------------------------------------------------------------------------
-
-def slider(page, label: str):
-    return page.locator(MAIN).get_by_role("slider", name=label)  # its accessible name also holds the value
-
-
-def nudge(page, label: str, presses: int, key: str = "ArrowLeft") -> None:
-    box = slider(page, label)
-    box.focus()
-    for _ in range(presses):
-        page.keyboard.press(key)
-    page.wait_for_timeout(300)
-    settle(page)
-
-
-def set_number_input(page, label: str, value) -> None:
-    box = page.locator(MAIN).get_by_label(label, exact=True).first
-    box.fill(str(value))
-    box.press("Enter")
-    page.wait_for_timeout(300)
-    settle(page)
-
 
 def generated_chips(page) -> list[str]:
     """The token chips of the logits page's sequence."""
@@ -390,22 +352,20 @@ def test_url_reproduces_the_view_on_a_fresh_server(app, tab, browser, tmp_path):
     radio(tab, s("att_mask_mode"), s("mask_none"))
     radio(tab, s("att_scale"), s("att_scale_log"))
     main_map(tab, 2, scale="log")
-    check_clean(tab, app, "attention, every control set")
+    assert_clean(tab, app, "attention, every control set")
     tab.locator("[data-testid='stSidebarNav']").get_by_text(s("nav_logits"), exact=True).click()
-    settle(tab, charts=True)
-    nudge(tab, s("log_temperature"), 6)  # 1.00 -> 0.70
-    nudge(tab, s("log_topp"), 10)  # 1.00 -> 0.90
-    set_number_input(tab, s("log_topk"), 5)
+    rerun_settled(tab, charts=True)
+    press_slider(tab, s("log_temperature"), times=6)  # 1.00 -> 0.70
+    press_slider(tab, s("log_topp"), times=10)  # 1.00 -> 0.90
+    enter_number(tab, s("log_topk"), 5)
     radio(tab, s("log_mode"), s("log_sample"))
-    set_number_input(tab, s("log_seed"), 7)
-    tab.locator(MAIN).get_by_role("button", name=s("log_next"), exact=True).click()
-    settle(tab, charts=True)
-    tab.locator(MAIN).get_by_role("button", name=s("log_next"), exact=True).click()
-    settle(tab, charts=True)
+    enter_number(tab, s("log_seed"), 7)
+    press_button(tab, s("log_next"), charts=True)
+    press_button(tab, s("log_next"), charts=True)
     expect(tab.locator(SIDEBAR).get_by_text(s("log_gen_count", n=2))).to_be_visible()
     chips = generated_chips(tab)
     radio(tab, s("language"), "中文", where=SIDEBAR)
-    check_clean(tab, app, "logits, every control set")
+    assert_clean(tab, app, "logits, every control set")
     link = tab.url
     params = parse_qs(urlparse(link).query)
     expected = {"text": "b d a c", "layer": "1", "head": "2", "block": "enc_self", "mask": "none",
@@ -420,7 +380,7 @@ def test_url_reproduces_the_view_on_a_fresh_server(app, tab, browser, tmp_path):
             shared = link.replace(app.url, fresh.url)
             other.goto(shared)  # the first request this server ever gets
             settle(other, charts=True)
-            check_clean(other, fresh, "shared logits link on a fresh server")
+            assert_clean(other, fresh, "shared logits link on a fresh server")
             expect(other.locator("h1").first).to_have_text(s("nav_logits", "zh"))
             side = other.locator(SIDEBAR)
             expect(side.get_by_role("textbox", name=s("input_text", "zh"), exact=True)).to_have_value("b d a c")
@@ -434,13 +394,10 @@ def test_url_reproduces_the_view_on_a_fresh_server(app, tab, browser, tmp_path):
             screenshot(other, SHOTS / "shared_link_logits_zh.png")
             other.goto(urlparse(shared)._replace(path="/attention").geturl())
             settle(other, charts=True)
-            check_clean(other, fresh, "shared attention link on a fresh server")
+            assert_clean(other, fresh, "shared attention link on a fresh server")
             assert combobox_value(other, s("att_layer", "zh")) == "1"
             assert combobox_value(other, s("att_head", "zh")) == "2"
             assert combobox_value(other, s("att_block", "zh")) == s("block_enc_self", "zh")
-            g = other.locator(MAIN).locator("[data-testid='stRadio']").filter(has_text=s("att_mask_mode", "zh"))
-            print("DBG", g.count(), [x[:200] for x in g.all_inner_texts()], other.url)
-            other.screenshot(path="/tmp/expl/dbg2.png")
             assert radio_value(other, s("att_mask_mode", "zh")) == s("mask_none", "zh")
             assert radio_value(other, s("att_scale", "zh")) == s("att_scale_log", "zh")
             main_map(other, 2, "zh", "log")
@@ -454,9 +411,8 @@ def test_a_text_too_long_for_a_link_is_left_out_with_a_note(app, tab, browser):
     box = tab.locator(SIDEBAR).get_by_role("textbox", name=s("input_text", "zh"), exact=True)
     box.evaluate(SET_TEXTAREA_JS, long_text)
     box.press("Control+Enter")
-    tab.wait_for_timeout(300)
-    settle(tab, charts=True)
-    check_clean(tab, app, "a 2240-character text")
+    rerun_settled(tab, charts=True)
+    assert_clean(tab, app, "a 2240-character text")
     expect(tab.locator(SIDEBAR).get_by_text(s("text_not_in_url", "zh"))).to_be_visible()
     assert "text" not in parse_qs(urlparse(tab.url).query) and len(tab.url) < 2500, tab.url
     other = new_tab(browser)
@@ -479,15 +435,15 @@ def test_defects_are_gone(app, tab, lang):
     for label, low in (("log_temperature", "0.05"), ("log_topp", "0.01")):
         box = slider(tab, s(label, lang))
         assert box.get_attribute("min") == low, box.get_attribute("min")
-        nudge(tab, s(label, lang), 1, "Home")
+        press_slider(tab, s(label, lang), "Home")
         assert slider(tab, s(label, lang)).input_value() == low
     expect(tab.locator(WARNING_BOX).filter(has_text=s("log_bad_sampling", lang)[:10])).to_have_count(0)
     side = tab.locator(SIDEBAR)
     assert not re.search(r"\d+\s*/\s*2[,.]?000[,.]?000", side.inner_text()), "a character counter shows"
     assert tab.locator("[data-testid='stAppDeployButton']").count() == 0
     assert tab.get_by_role("button", name="Deploy").count() == 0
-    tab.locator(MAIN).get_by_role("button", name=s("log_next", lang), exact=True).click()
-    settle(tab, charts=True)
+    expect(tab.locator(INFO_BOX).filter(has_text=LOOK[lang])).to_be_visible()
+    press_button(tab, s("log_next", lang), charts=True)
     expect(side.get_by_text(s("log_gen_count", lang, n=1))).to_be_visible()
     assert "gen" in parse_qs(urlparse(tab.url).query)
     type_sidebar_text(tab, "d b a c", lang)
@@ -495,20 +451,10 @@ def test_defects_are_gone(app, tab, lang):
     assert "gen" not in parse_qs(urlparse(tab.url).query)
     choose(tab, s("model", lang), f"copy · {s('kind_shipped', lang)}", where=SIDEBAR)
     expect(side.get_by_role("textbox", name=s("input_text", lang), exact=True)).to_have_value("d b a c")
-    check_clean(tab, app, f"logits after a model switch ({lang})")
+    assert_clean(tab, app, f"logits after a model switch ({lang})")
 
 
 # ---- downloads ------------------------------------------------------------------------------------------------------
-
-def camera(page, index: int):
-    """Click the camera of chart `index`'s toolbar; the Download."""
-    chart = page.locator(PLOTS).nth(index)
-    chart.scroll_into_view_if_needed()
-    chart.hover()
-    with page.expect_download() as dl:
-        chart.locator(".modebar-btn[data-title^='Download']").click()
-    return dl.value
-
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_chart_downloads_png_then_svg_and_table_downloads_csv(app, tab, lang, tmp_path):
@@ -523,10 +469,9 @@ def test_chart_downloads_png_then_svg_and_table_downloads_csv(app, tab, lang, tm
     assert svg.suggested_filename.startswith("transformer-explorer-") and svg.suggested_filename.endswith(".svg")
     svg.save_as(tmp_path / "chart.svg")
     assert "<svg" in (tmp_path / "chart.svg").read_text(encoding="utf-8", errors="replace")[:2000]
-    with tab.expect_download() as dl:
-        tab.locator(MAIN).get_by_role("button", name=s("download_csv", lang), exact=True).first.click()
-    assert dl.value.suggested_filename.endswith(".csv")
-    dl.value.save_as(tmp_path / "table.csv")
+    csv = download(tab, s("download_csv", lang))
+    assert csv.suggested_filename.endswith(".csv")
+    csv.save_as(tmp_path / "table.csv")
     header = (tmp_path / "table.csv").read_text(encoding="utf-8").splitlines()[0]
     assert s("col_token", lang) in header and s("col_prob", lang) in header, header
-    check_clean(tab, app, f"logits after downloads ({lang})")
+    assert_clean(tab, app, f"logits after downloads ({lang})")

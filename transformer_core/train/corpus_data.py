@@ -25,7 +25,8 @@ class CorpusData:
     """Training windows over one or more corpora (sampled equally often), held-out text never trained on."""
 
     def __init__(self, names: tuple[str, ...], context: int, k: int | None, synthetic_fraction: float = 0.0,
-                 seed: int = 0, cache_dir: str | Path = "", encoding: str = "cl100k_base") -> None:
+                 seed: int = 0, cache_dir: str | Path = "", encoding: str = "cl100k_base",
+                 synthetic_first: int = 0) -> None:
         enc = load_encoding(encoding)
         corpora = [load_corpus(n, Path(cache_dir) if cache_dir else DEFAULT_CACHE) for n in names]
         train_real = [encode_lines(enc, c.train) for c in corpora]
@@ -37,6 +38,7 @@ class CorpusData:
         self.provenance = [c.provenance for c in corpora]
         self.rngs = {s: np.random.default_rng(seed + i) for i, s in enumerate(SPLITS)}
         self.encoding = encoding
+        self.synthetic_first, self.train_batches = synthetic_first, 0  # the first batches: synthetic rows only
 
     @property
     def vocab_size(self) -> int:
@@ -55,13 +57,17 @@ class CorpusData:
         """Random windows x = s[i:i+T], y = s[i+1:i+T+1] of a corpus picked uniformly; training rows may be
         synthetic (a random span written twice, the loss on the second copy and the text after it)."""
         rng, T = self.rngs[split], self.context
+        fraction = self.synthetic_fraction
+        if split == "train":
+            fraction = 1.0 if self.train_batches < self.synthetic_first else fraction  # copying first, then text
+            self.train_batches += 1
         rows, labels = np.empty((size, T + 1), dtype=np.int64), np.empty((size, T), dtype=np.int64)
         for b in range(size):
             stream = self.streams[split][int(rng.integers(len(self.streams[split])))]
             start = int(rng.integers(0, len(stream) - T - 1))
             row = stream[start : start + T + 1].copy()
             skip = 0
-            if split == "train" and rng.random() < self.synthetic_fraction:
+            if split == "train" and rng.random() < fraction:
                 L = int(rng.integers(8, T // 2 + 1))
                 span = rng.integers(1, self.vocab.size, size=L)  # any token but ⟨unk⟩ (model id 0)
                 row = np.concatenate([span, span, row])[: T + 1]

