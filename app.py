@@ -32,4 +32,4 @@ PAGES = {
         page("train", ":material/model_training:"),
     ],
 }
-st.navigation(PAGES).run()
+st.navigation(PAGES, expanded=True).run()  # every page listed (no English "View more")

@@ -16,7 +16,7 @@ from ui.widgets import clicked
 
 through_app()
 ss = st.session_state
-ROW_H, BOX_H, BOX_W, GAP = 1.6, 1.05, 1.7, 0.3
+ROW_H, BOX_H, BOX_W, GAP = 1.6, 1.05, 1.9, 0.3
 KIND = {"enc_self": "attn", "dec_self": "attn", "cross": "cross", "enc_ffn": "ffn", "dec_ffn": "ffn"}
 
 

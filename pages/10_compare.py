@@ -9,7 +9,7 @@ from transformer_core.analysis.blocks import kinds
 from transformer_core.analysis.compare import compare
 from transformer_core.text.inputs import prepare, token_labels
 from ui.errors import show_error
-from ui.figures import DIVERGING, axis_labels, bars, token_heatmap, visible
+from ui.figures import DIVERGING, axis_labels, bars, ranked_labels, token_heatmap, visible
 from ui.i18n import t
 from ui.session import page_context, through_app
 from ui.tools import (
@@ -25,7 +25,7 @@ from ui.tools import (
     surprise_chips,
     text_b,
 )
-from ui.widgets import chart, explain, table
+from ui.widgets import chart, delta, explain, table
 
 through_app()
 ss = st.session_state
@@ -69,7 +69,7 @@ def side_view(model, side, name: str, other_labels: list[str], key: str, zmax: f
     m1.metric(t("cmp_loss"), "—" if sur is None else f"{sur.mean_loss:.4f}")
     m2.metric(t("cmp_ppl"), "—" if sur is None else f"{sur.perplexity:.4g}")
     nt = side.next_token
-    names = axis_labels([visible(x) for x in token_labels(model, nt.ids)])
+    names = ranked_labels(token_labels(model, nt.ids))
     fig = bars(names, nt.raw, title=t("cmp_next_title"), y_title=t("cmp_col_prob"), x_title=t("cmp_col_prob"),
                height=max(260, 24 * len(names) + 100), hover_format=".4f")
     fig.update_xaxes(range=[0, 1])
@@ -85,7 +85,7 @@ def differences(model, comp) -> None:
     top = visible(token_labels(model, [d.top_id])[0])
     st.subheader(t("cmp_diff"))
     m1, m2, m3, m4 = st.columns(4)
-    m1.metric(t("cmp_top", tok=top), f"{d.top_prob_b:.4f}", f"{d.top_prob_change:+.4f}", help=t("cmp_top_help"))
+    m1.metric(t("cmp_top", tok=top), f"{d.top_prob_b:.4f}", delta(d.top_prob_change), help=t("cmp_top_help"))
     m2.metric(t("cmp_tv"), f"{d.total_variation:.4f}", help=t("cmp_tv_help"))
     m3.metric(t("cmp_kl_ab"), f"{d.kl_ab:.4g}")
     m4.metric(t("cmp_kl_ba"), f"{d.kl_ba:.4g}")

@@ -44,6 +44,8 @@ c3.metric(t("tok_tokens"),
 partial = sum(x.partial for x in tok.tokens)
 if partial:
     look_for("tokens", n=partial, total=len(tok.tokens))
+else:
+    look_for("tokens_plain")
 st.subheader(f"{t('tok_chips')} · {encoding}")
 token_chips(tok.tokens, unknown=missing)
 df = pd.DataFrame({

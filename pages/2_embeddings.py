@@ -81,6 +81,7 @@ dims_map(table_pe[:, lo:hi + 1], pos_labels, "emb_pe", t("col_position"))
 st.subheader(t("emb_pe_curves"))
 default_dims = sorted({i for i in (0, 1, 4, 5, d // 2, d - 2) if i < d})
 chosen = st.multiselect(t("emb_pe_dims"), list(range(d)), default=default_dims, max_selections=8,
+                        placeholder=t("iv_pick"),
                         key=f"emb_curve_dims_{d}", format_func=lambda i: dim_name(i, sinusoidal))
 if chosen:
     series = {dim_name(i, sinusoidal): table_pe[:, i].tolist() for i in chosen}

@@ -5,6 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from transformer_core.analysis.attention_steps import query_steps, row_sums
+from transformer_core.analysis.heads import label_block
 from transformer_core.model.masks import MASK_MODES
 from transformer_core.model.transformer import DEFAULT_MASKS
 from transformer_core.text.inputs import token_labels
@@ -49,6 +50,9 @@ def _on_block_change() -> None:
 def selectors(model) -> str:
     """Layer, block, head, mask and colour-scale widgets (before the trace, which depends on them)."""
     cfg = model.cfg
+    if "_pick_head" in ss:  # a thumbnail was clicked in the last run
+        ss.head = ss.pop("_pick_head")
+        ss.pop("att_cell", None)
     _clamp("layer", cfg.n_layers)
     _clamp("head", cfg.n_heads)
     kinds = ["enc_self", "dec_self", "cross"] if model.is_encoder_decoder else ["dec_self"]
@@ -81,10 +85,11 @@ def main_map(stages, head: int, q_lab, k_lab) -> tuple[int, int] | None:
         raw, scaled = stages.head("scores", head).numpy(), stages.head("scaled", head).numpy()
         qs = np.broadcast_to(np.array(q_lab, dtype=object)[:, None], (n_q, n_k))
         ks = np.broadcast_to(np.array(k_lab, dtype=object)[None, :], (n_q, n_k))
-        custom = np.stack([qs, ks, np.round(raw, 4), np.round(scaled, 4), np.round(weights, 6)], axis=-1)
+        custom = np.stack([qs, ks, np.round(raw.astype(np.float64), 4), np.round(scaled.astype(np.float64), 4),
+                           np.round(weights.astype(np.float64), 6)], axis=-1)
         hover = (f"{t('attn_queries')}: %{{customdata[0]}}<br>{t('attn_keys')}: %{{customdata[1]}}<br>"
-                 f"q·k = %{{customdata[2]}}<br>q·k/√d_k = %{{customdata[3]}}<br>{t('attn_col_weight')} = "
-                 f"%{{customdata[4]}}<extra></extra>")
+                 f"q·k = %{{customdata[2]:.4f}}<br>q·k/√d_k = %{{customdata[3]:.4f}}<br>{t('attn_col_weight')} = "
+                 f"%{{customdata[4]:.4f}}<extra></extra>")
     clickable = max(n_q, n_k) <= CLICK_CAP  # then the click targets on top carry the hover
     fig = token_heatmap(z, q_lab, k_lab, title=t("att_main_title", head=head, scale=t(f"att_scale_{ss.att_scale}")),
                         **axis, customdata=None if clickable else custom,
@@ -128,14 +133,14 @@ def side_by_side(stages, head, q_lab, k_lab) -> None:
             chart(fig, f"att_{key}")
 
 
-def head_labels(ctx, kind: str) -> dict[int, object]:
-    """head -> the detector's record for the heads of this block and layer ({} if it cannot run)."""
+def head_labels(ctx, stages, kind: str) -> dict[int, object]:
+    """head -> the detector's record for this block: its patterns on the traced text, and induction (measured once
+    per model on random repeated sequences). {} if it cannot run: the maps stand without labels."""
     try:
-        records = cache.head_records(ctx.key, ctx.device, ss.get("text", ""), ss.get("tgt") if kind != "dec_self"
-                                     or ctx.model.is_encoder_decoder else None, bool(ss.get("allow_special")))
-    except Exception:  # noqa: BLE001 - labels are extra: the maps stand without them
+        induction = None if kind == "cross" else cache.induction_by_block(ctx.key, ctx.device).get((kind, ss.layer))
+        return {r.head: r for r in label_block(kind, ss.layer, stages.weights, induction)}
+    except Exception:  # noqa: BLE001 - labels are extra
         return {}
-    return {r.head: r for r in records if r.kind == kind and r.layer == ss.layer}
 
 
 def label_text(record) -> str:
@@ -189,9 +194,8 @@ def head_thumbnails(stages, heads: int, records: dict[int, object]) -> None:
                      zmin=axis["zmin"], zmax=axis["zmax"], masked=[~mask[h] for h in shown],
                      selected=shown.index(int(ss.head)) if int(ss.head) in shown else None)
     picked = clicked(fig, "att_thumbs")
-    if picked is not None:
-        ss.head = shown[int(picked)]
-        ss.pop("att_cell", None)
+    if picked is not None:  # the Head select box already exists in this run: set it at the start of the next
+        ss._pick_head = shown[int(picked)]
         st.rerun()
     st.caption(t("att_thumbs_hint") + (" " + t("att_thumbs_pooled", step=step) if step > 1 else ""))
 
@@ -296,7 +300,7 @@ try:
            if ctx.trace.tgt_ids is not None else src)
     q_lab, k_lab = (src if kind == "enc_self" else tgt), (tgt if kind == "dec_self" else src)
     head = int(ss.head)
-    records = head_labels(ctx, kind)
+    records = head_labels(ctx, stages, kind)
     attention_hint(list(records.values()), bool(ctx.card.get("random_init")))
     what_head_does(records.get(head), head)
     cell = main_map(stages, head, list(q_lab), list(k_lab))

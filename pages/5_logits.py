@@ -7,7 +7,7 @@ from transformer_core.errors import SamplingError
 from transformer_core.text.inputs import real_ids, token_labels
 from transformer_core.text.tokenizer import tokens_of
 from ui.errors import error_text, show_error
-from ui.figures import axis_labels, bars, visible
+from ui.figures import bars, ranked_labels, visible
 from ui.guidance import look_for
 from ui.i18n import t
 from ui.session import generated, page_context, set_generated, through_app
@@ -66,7 +66,7 @@ if dist is not None:
     names = token_labels(model, dist.ids)
     if not ctx.card.get("random_init"):
         look_for("logits", after=f"‘{visible(labels[pos])}’", tok=f"‘{visible(names[0])}’", p=dist.probs[0])
-    chart(bars(axis_labels(names), dist.probs, title=t("log_chart"), y_title=t("col_prob"), x_title=t("col_prob"),
+    chart(bars(ranked_labels(names), dist.probs, title=t("log_chart"), y_title=t("col_prob"), x_title=t("col_prob"),
                secondary=(t("col_prob_raw"), dist.raw), height=max(260, 26 * len(names) + 100), x_format="~%",
                hover_format=".4~g"), "log_probs")
     st.subheader(t("log_table"))

@@ -117,6 +117,7 @@ def catalogue(ctx) -> None:
 
     options = [*patterns, NONE]
     shown = st.multiselect(t("hd_filter"), options, default=options, key=f"hd_filter_{len(options)}",
+                           placeholder=t("iv_pick"),
                            format_func=lambda p: t(f"hd_pat_{p}"))
     keep = [r for r in records if (r.label or NONE) in shown]
     present = [p for p in patterns if any(r.scores.get(p) is not None for r in records)]

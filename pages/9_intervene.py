@@ -10,7 +10,7 @@ from transformer_core.analysis.interventions import ABLATION_MODES, ALIGNMENTS, 
 from transformer_core.model.memory import KEEP_NONE
 from transformer_core.text.inputs import prepare, token_labels
 from ui.errors import show_error
-from ui.figures import axis_labels, bars, visible
+from ui.figures import bars, ranked_labels, visible
 from ui.i18n import t
 from ui.session import page_context, through_app
 from ui.tools import (
@@ -25,7 +25,7 @@ from ui.tools import (
     reserve,
     text_b,
 )
-from ui.widgets import chart, count_text, explain, table
+from ui.widgets import chart, count_text, delta, explain, table
 
 through_app()
 ss = st.session_state
@@ -62,7 +62,7 @@ def ffn_option(option: str, model) -> str:
 
 def moved_chart(model, eff, key: str, edited_name: str) -> None:
     """The tokens whose next-token probability moved most: intact and edited bars, and the same as a table."""
-    names = axis_labels([visible(x) for x in token_labels(model, [m[0] for m in eff.moved])])
+    names = ranked_labels(token_labels(model, [m[0] for m in eff.moved]))
     intact, edited = [m[1] for m in eff.moved], [m[2] for m in eff.moved]
     chart(bars(names, intact, title=t("iv_moved_title"), y_title=t("iv_intact"), x_title=t("iv_axis_prob"),
                secondary=(edited_name, edited), height=max(260, 26 * len(names) + 100), hover_format=".4f"), key)
@@ -84,7 +84,7 @@ def summary(model, eff, key: str) -> None:
     m1, m2, m3 = st.columns(3)
     m1.metric(t("iv_loss_change"), "—" if eff.loss_change is None else f"{eff.loss_change:+.4f}")
     m2.metric(t("iv_row_top", tok=top), f"{eff.top_prob_edited:.4f}",
-              f"{eff.top_prob_edited - eff.top_prob_intact:+.4f}")
+              delta(eff.top_prob_edited - eff.top_prob_intact))
     m3.metric(t("iv_row_kl"), f"{eff.kl:.4g}")
     table(df, key, formats={c: "%.4f" for c in (t("iv_col_intact"), t("iv_col_edited"), t("iv_col_change"))})
     if eff.loss_intact is None:
@@ -93,7 +93,7 @@ def summary(model, eff, key: str) -> None:
                                       ("intact", "edited"), strict=True):
         with col:
             st.markdown(f"**{name}**")
-            table(pd.DataFrame({t("iv_col_token"): axis_labels([visible(x) for x in token_labels(model, dist.ids)]),
+            table(pd.DataFrame({t("iv_col_token"): ranked_labels(token_labels(model, dist.ids)),
                                 t("iv_col_prob"): dist.raw}), f"{key}_{which}_top", formats={t("iv_col_prob"): "%.4f"})
 
 
@@ -105,9 +105,9 @@ def ablation(ctx) -> None:
     heads = [f"{k}:{layer}:{h}" for k in kinds(model) for layer in range(cfg.n_layers) for h in range(cfg.n_heads)]
     ffns = [f"{s}:{layer}" for s in sides(model) for layer in range(cfg.n_layers)]
     c1, c2 = st.columns(2)
-    picked_heads = c1.multiselect(t("iv_heads"), heads, key=f"iv_heads_{ctx.key}",
+    picked_heads = c1.multiselect(t("iv_heads"), heads, key=f"iv_heads_{ctx.key}", placeholder=t("iv_pick"),
                                   format_func=lambda o: head_option(o, model))
-    picked_ffns = c2.multiselect(t("iv_ffns"), ffns, key=f"iv_ffns_{ctx.key}",
+    picked_ffns = c2.multiselect(t("iv_ffns"), ffns, key=f"iv_ffns_{ctx.key}", placeholder=t("iv_pick"),
                                  format_func=lambda o: ffn_option(o, model))
     mode = st.radio(t("iv_mode"), ABLATION_MODES, key="iv_mode", horizontal=True,
                     format_func=lambda m: t(f"iv_mode_{m}"))
@@ -156,7 +156,7 @@ def patching(ctx) -> None:
     b_top = visible(token_labels(model, [result.source_top_id])[0])
     p0, p1 = result.source_top_in_a
     m1, m2 = st.columns(2)
-    m1.metric(t("pt_b_top", tok=b_top), f"{p1:.4f}", f"{p1 - p0:+.4f}")
+    m1.metric(t("pt_b_top", tok=b_top), f"{p1:.4f}", delta(p1 - p0))
     m2.metric(t("iv_row_kl"), f"{result.effect.kl:.4g}")
     st.markdown(count_text("pt_result", len(result.positions), tok=b_top, p0=f"{p0:.4f}", p1=f"{p1:.4f}"))
     summary(model, result.effect, "patch_summary")

@@ -11,6 +11,7 @@ import io
 import json
 import os
 import pickle
+import re
 import shutil
 import signal
 import socket
@@ -268,9 +269,15 @@ def upload_model_file(page, path, name: str | None = None) -> None:
         box.press("Enter")
         wait_rendered(page)
     opened().get_by_text(Path(path).name).first.wait_for(state="visible")  # the file is still chosen
-    upload.get_by_role("button", name=s["tr_ckpt_import"]["en"], exact=True).click()
-    page.wait_for_timeout(300)  # the click's run starts
-    wait_rendered(page)
+    no_file = upload.get_by_text(s["tr_ckpt_pair"]["en"])
+    for _ in range(10):  # on a busy machine the file may still be on its way: the page then asks for one
+        upload.get_by_role("button", name=s["tr_ckpt_import"]["en"], exact=True).click()
+        page.wait_for_timeout(300)  # the click's run starts
+        wait_rendered(page)
+        if not no_file.count():
+            break
+        page.wait_for_timeout(1_000)
+        opened()
 
 
 def set_number(page, label: str, value) -> None:
@@ -716,8 +723,26 @@ def camera(page, index: int):
     return dl.value
 
 
-def download(page, name: str, where: str = MAIN):
-    """Click a download button (by its name); the Playwright Download it starts."""
+def download(page, name: str, where=MAIN):
+    """Click a download button (by its name, inside `where`: a selector or a locator); the Download it starts."""
+    root = page.locator(where) if isinstance(where, str) else where
     with page.expect_download() as dl:
-        page.locator(where).get_by_role("button", name=name, exact=True).first.click()
+        root.get_by_role("button", name=name, exact=True).first.click()
     return dl.value
+
+
+LEGENDS_JS = """() => Array.from(document.querySelectorAll("[data-testid='stPlotlyChart'] .legendtext"))
+    .map(e => e.textContent)"""
+CJK = re.compile(r"[\u3400-\u9fff\uff00-\uffef]")
+
+
+def legend_texts(page) -> list[str]:
+    """The legend entries of every drawn chart."""
+    return page.evaluate(LEGENDS_JS)
+
+
+def not_chinese(texts, strings: dict[str, dict[str, str]]) -> list[str]:
+    """The texts (legend entries, labels) a page in 中文 shows in English: a word of 4+ letters, no Chinese, and
+    spelled by no Chinese string (formulas such as "d0 (sin, i=0)" pass)."""
+    zh = {v.get("zh", "") for v in strings.values()}
+    return [x for x in texts if re.search(r"[A-Za-z]{4,}", x) and not CJK.search(x) and x not in zh]

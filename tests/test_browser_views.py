@@ -6,9 +6,10 @@ model in one picture (a click opens its block), the FFN & residual page, "what t
 Models are named in every URL (shipped reverse / repeat / copy, the course-base preset), never the default. One server
 serves the module (a second, fresh one only for the shared-link test). Screenshots go to screenshots/ (git-ignored).
 """
+import json
 import re
 import time
-from urllib.parse import parse_qs, quote, urlparse
+from urllib.parse import parse_qs, quote, unquote, urlparse
 
 import pytest
 from browser_support import (
@@ -33,7 +34,9 @@ from browser_support import (
     enter_text,
     fresh_app,
     hover_texts,
+    legend_texts,
     new_tab,
+    not_chinese,
     plot_index,
     plot_z,
     plots,
@@ -65,6 +68,15 @@ LONG_TEXT = ("The quick brown fox jumps over the lazy dog while the curious cat 
              "hills, the river, the meadow and the distant sleepy village far below us.")
 MODEL_NAMES = ("reverse", "repeat", "copy", "sort", "count", "course-base", "course-gpt")
 ENGLISH_ONLY = english_only(S, ignore=MODEL_NAMES)
+# what some tests see and the xfail tests of known app bugs judge (so that a bug costs no page load of its own)
+SEEN: dict[str, object] = {}
+X_LABELS_JS = """(i) => {
+    const p = document.querySelectorAll("[data-testid='stPlotlyChart'] .js-plotly-plot")[i];
+    const xa = p._fullLayout.xaxis, step = Math.abs(xa.l2p(1) - xa.l2p(0));
+    return {step, angle: xa.tickangle, font: xa.tickfont.size,
+            gap: step * Math.abs(Math.sin((Number(xa.tickangle) || 0) * Math.PI / 180)),
+            zerolines: p.querySelectorAll('.zerolinelayer path').length};
+}"""
 DRAWN_TICKS_JS = """(i) => {
     const p = document.querySelectorAll("[data-testid='stPlotlyChart'] .js-plotly-plot")[i];
     return [p.querySelectorAll('.xaxislayer-above .xtick text').length,
@@ -157,61 +169,98 @@ def check_scales(page, lang: str, head: int = 0) -> None:
     z_log = plot_z(page, main_map(page, head, lang, "log"))
     assert all(-6.0 - 1e-6 <= v <= 1e-6 for row in z_log for v in row if v is not None)
     assert z_log != z01 and z_log != z_row
-    radio(page, s("att_scale", lang), s("att_scale_01", lang))
 
 
 # ---- attention you can read at any length -------------------------------------------------------------------------
 
+def see_chinese(page, where: str) -> None:
+    """Record what a page in 中文 shows that is not Chinese (judged by the xfail tests below)."""
+    SEEN.setdefault("zh_legends", {})[where] = not_chinese(legend_texts(page), S)
+    SEEN.setdefault("zh_stars", {})[where] = app_text(page).count("**")
+    SEEN["zh_nav"] = page.locator("[data-testid='stSidebarNav']").inner_text()
+
+
 def test_attention_is_readable_at_60_tokens(app, tab):
+    """58 tokens on course-base (encoder self-attention): a tick label per token on both axes of the large map (in
+    the layout and drawn), a hover with query, key, q·k, the scaled score and the weight, thumbnails of every head,
+    before/after masking side by side, the random-weights guidance; a click on a cell explains that cell."""
     import tiktoken
 
     n = len(tiktoken.get_encoding("cl100k_base").encode(LONG_TEXT))
+    t0 = time.monotonic()
     go(tab, app, "attention", model=COURSE_BASE, text=LONG_TEXT, block="enc_self", timeout=FIRST_RUN_MS)
+    print(f"\nattention, {n} tokens on course-base: first view in {time.monotonic() - t0:.1f} s")
     seen = check_attention_map(tab, "en", n, n)
+    SEEN["x_labels_58"] = tab.evaluate(X_LABELS_JS, seen["index"])
     expect(tab.locator(INFO_BOX).filter(has_text=s("look_attention_random").split(":")[0])).to_be_visible()
     screenshot(tab, SHOTS / "attention_60_tokens_en.png")
+    t0 = time.monotonic()
     check_cell_click(tab, "en", seen)
-    check_scales(tab, "en")
+    print(f"\nattention, 58 tokens: a click on a cell explained in {time.monotonic() - t0:.1f} s")
     assert_clean(tab, app, "attention, 60 tokens")
 
 
 def test_attention_in_chinese_hover_cell_scale_and_masks(app, tab):
+    """The same in 中文 on reverse (decoder self-attention, causal mask marked after masking), and the colour scales:
+    per row (each row's largest weight is 1) and log change the map's values."""
     go(tab, app, "attention", "zh", model=REVERSE, layer=1, block="dec_self")
     seen = check_attention_map(tab, "zh", 4, 4)
+    SEEN["hover"] = seen["hover"]
     after = plots(tab)[plot_index(tab, s("att_after", "zh"))]
     assert "mask" in after["names"]  # the causal mask's cells are marked (✕) after masking
     check_cell_click(tab, "zh", seen)
     check_scales(tab, "zh")
     screenshot(tab, SHOTS / "attention_zh.png")
     assert_clean(tab, app, "attention in Chinese")
+    see_chinese(tab, "/attention")
+    # last: a click on head 2's thumbnail (an app bug makes it fail: judged by the xfail test below)
+    thumbs = next(i for i, p in enumerate(plots(tab)) if "pick 2" in p["names"])
+    pt = trace_point(tab, thumbs, "pick 2")
+    click_plot(tab, thumbs, pt["x"], pt["y"], pt["xaxis"], pt["yaxis"])
+    SEEN["thumbnail"] = {"errors": tab.locator(ERROR_BOX).all_inner_texts(),
+                         "titles": [p["title"] for p in plots(tab)], "head": combobox_value(tab, s("att_head", "zh"))}
+
+
+def seen(key: str):
+    if key not in SEEN:
+        pytest.skip(f"the test that looks at this ({key}) did not run")
+    return SEEN[key]
 
 
 @pytest.mark.xfail(strict=True, reason="app bug: pages/3_attention.py:193 head_thumbnails() sets ss.head after the "
                    "'Head' select box (key 'head') was drawn: StreamlitWidgetAlreadyInstantiatedError, shown as "
                    "'Something went wrong while computing this view'; the head stays 0")
-def test_clicking_a_thumbnail_shows_that_head_large(app, tab):
-    go(tab, app, "attention", model=REVERSE, layer=1, block="cross")
-    main_map(tab, 0)
-    thumbs = next(i for i, p in enumerate(plots(tab)) if "pick 2" in p["names"])
-    pt = trace_point(tab, thumbs, "pick 2")
-    click_plot(tab, thumbs, pt["x"], pt["y"], pt["xaxis"], pt["yaxis"])
-    assert tab.locator(ERROR_BOX).count() == 0, tab.locator(ERROR_BOX).all_inner_texts()
-    main_map(tab, 2)
-    assert combobox_value(tab, s("att_head")) == "2"
+def test_clicking_a_thumbnail_shows_that_head_large():
+    clicked = seen("thumbnail")
+    assert not clicked["errors"], clicked["errors"]
+    assert s("att_main_title", "zh", head=2, scale=s("att_scale_01", "zh")) in clicked["titles"], clicked["titles"]
+    assert clicked["head"] == "2"
 
 
-@pytest.mark.xfail(strict=True, reason="app bug: pages/3_attention.py:98 rounds float32 arrays (np.round(raw, 4)) into "
+@pytest.mark.xfail(strict=True, reason="app bug: pages/3_attention.py:84 rounds float32 arrays (np.round(raw, 4)) into "
                    "the hover's customdata; plotly shows them as doubles, e.g. 'q·k = -4.636000156402588'")
-def test_hover_numbers_are_rounded(app, tab):
-    go(tab, app, "attention", model=REVERSE, layer=1, block="cross")
-    hover = " ".join(hover_texts(tab, main_map(tab, 0), 1, 2))
-    long_numbers = re.findall(r"-?\d+\.\d{7,}", hover)
-    assert not long_numbers, f"hover shows unrounded numbers: {long_numbers} in {hover!r}"
+def test_hover_numbers_are_rounded():
+    long_numbers = re.findall(r"-?\d+\.\d{7,}", seen("hover"))
+    assert not long_numbers, f"hover shows unrounded numbers: {long_numbers} in {seen('hover')!r}"
+
+
+@pytest.mark.xfail(strict=True, reason="app bug: ui/figures.py token_heatmap() leaves 58 rotated key labels about "
+                   "10 px apart at font size 10 on a 1400 px wide window: they overlap into an unreadable band "
+                   "(the query axis is fine); the before/after pair is worse (about 4.5 px per key)")
+def test_key_labels_of_a_60_token_map_do_not_overlap():
+    x = seen("x_labels_58")
+    assert x["gap"] >= x["font"], f"key labels {x['gap']:.1f} px apart (perpendicular), font {x['font']} px: {x}"
+
+
+@pytest.mark.xfail(strict=True, reason="app bug: ui/figures.py token_heatmap()/click_targets(): the y axis keeps "
+                   "plotly's zeroline, drawn as a grey line through row 0 across the large attention map")
+def test_no_zero_line_through_the_first_row():
+    assert seen("x_labels_58")["zerolines"] == 0
 
 
 # ---- the whole model in one picture ---------------------------------------------------------------------------------
 
-def map_blocks(page, lang: str) -> tuple[int, str]:
+def map_blocks(page) -> tuple[int, str]:
     """The model map's index and all its block texts."""
     i = next(j for j, p in enumerate(plots(page)) if "blocks" in p["names"])
     return i, "\n".join(plots(page)[i]["annotations"])
@@ -224,10 +273,13 @@ def click_block(page, index: int, target: str) -> None:
 
 
 def test_whole_model_picture_encoder_decoder_and_a_click_opens_the_block(app, tab):
+    """Every block of reverse (tokens, embedding, self-attention, Add & Norm, FFN, memory, cross-attention, logits,
+    softmax) with live shapes; a click on layer 1's cross-attention opens the attention page there; its colour
+    scales (English)."""
     go(tab, app, "", model=REVERSE)
     look = tab.locator(INFO_BOX).filter(has_text=s("look_map").split(":")[0])
     expect(look).to_be_visible()
-    i, text = map_blocks(tab, "en")
+    i, text = map_blocks(tab)
     for key, fmt in (("map_tokens", {"side": s("map_side_encoder")}), ("map_tokens", {"side": s("map_side_decoder")}),
                      ("map_embed", {}), ("map_enc_self", {}), ("map_dec_self", {}), ("map_cross", {}),
                      ("map_addnorm", {}), ("map_ffn", {}), ("map_memory", {}), ("map_softmax", {})):
@@ -241,11 +293,13 @@ def test_whole_model_picture_encoder_decoder_and_a_click_opens_the_block(app, ta
     assert combobox_value(tab, s("att_layer")) == "1"
     assert combobox_value(tab, s("att_block")) == s("block_cross")
     assert_clean(tab, app, "attention opened from the picture")
+    check_scales(tab, "en")
 
 
 def test_whole_model_picture_in_chinese_decoder_only(app, tab):
+    """The picture of repeat (decoder-only: no cross-attention) in 中文; a click on layer 1's attention opens it."""
     go(tab, app, "", "zh", model=REPEAT)
-    i, text = map_blocks(tab, "zh")
+    i, text = map_blocks(tab)
     for key in ("map_embed", "map_dec_self", "map_addnorm", "map_ffn", "map_softmax"):
         assert f"<b>{s(key, 'zh')}</b>" in text, f"block {key} missing from the picture:\n{text}"
     assert s("map_cross", "zh") not in text and s("map_memory", "zh") not in text  # decoder-only: no cross-attention
@@ -269,8 +323,8 @@ def check_ffn(page, lang: str) -> None:
     titles = [p["title"] for p in plots(page)]
     assert len(titles) >= 4, titles
     heat = plots(page)[plot_index(page, s("ffn_stream_tokens", lang))]
-    assert len(heat["yticks"]) == 4  # the decoder's 4 tokens
-    assert len(heat["xticks"]) == 1 + 3 * 2  # the embeddings, then 3 sub-layers in each of the 2 decoder layers
+    assert len(heat["yticks"]) == 4  # the encoder's 4 tokens (its stack is shown first)
+    assert len(heat["xticks"]) == 1 + 2 * 2  # the embeddings, then self-attention and FFN in each of the 2 layers
     ln = page.locator(MAIN).locator("[data-testid='stMarkdownContainer']").filter(has_text="LayerNorm").filter(
         has_text=re.compile(r"\d+\.\d{3}")).first
     assert len(re.findall(r"-?\d+\.\d{2,3}", ln.inner_text())) >= 6, ln.inner_text()
@@ -291,21 +345,16 @@ def test_each_step_page_says_what_to_look_for(app, tab, lang):
             check_ffn(tab, lang)
         if lang == "zh":
             english.update({f"/{path}: {k}": p for k, p in english_shown(app_text(tab), ENGLISH_ONLY)})
+            see_chinese(tab, f"/{path}")
             if path in ("ffn", "logits"):
                 screenshot(tab, SHOTS / f"{path}_zh.png")
     assert not english, f"English shown in 中文: {english}"
 
 
 def test_tokenizer_says_what_to_look_for_in_a_chinese_text(app, tab):
+    """A text whose characters cl100k splits into byte pieces gets the tokenizer's guidance."""
     go(tab, app, "tokenizer", model=COURSE_BASE, text="同志们!我踩着地雷了", charts=False, timeout=FIRST_RUN_MS)
     expect(tab.locator(INFO_BOX).filter(has_text=LOOK["en"])).to_be_visible()
-
-
-@pytest.mark.xfail(strict=True, reason="app gap: pages/1_tokenizer.py:45 shows the 'What to look for' box only when "
-                   "the text has partial-UTF-8 tokens; an ASCII text (every shipped model's example) gets no guidance")
-def test_tokenizer_says_what_to_look_for_in_any_text(app, tab):
-    go(tab, app, "tokenizer", model=REVERSE, charts=False)
-    expect(tab.locator(INFO_BOX).filter(has_text=LOOK["en"])).to_be_visible(timeout=3_000)
 
 
 def test_chinese_pages_show_no_english_only_string(app, tab):
@@ -317,6 +366,9 @@ def test_chinese_pages_show_no_english_only_string(app, tab):
         go(tab, app, path, "zh", model=REVERSE, charts=path == "model")
         expect(tab.locator("h1").first).to_have_text(s(f"nav_{path}", "zh"))
         found.update({f"/{path}: {k}": p for k, p in english_shown(app_text(tab), ENGLISH_ONLY)})
+        see_chinese(tab, f"/{path}")
+        if path == "tokenizer":  # the model's own example text, all ASCII (judged by an xfail test)
+            SEEN["tokenizer_look"] = tab.locator(INFO_BOX).filter(has_text=LOOK["zh"]).count()
         screenshot(tab, SHOTS / f"{path}_zh.png")
     go(tab, app, "attention", "zh", model=REVERSE, text="hello world", charts=False)
     expect(tab.locator(WARNING_BOX).filter(has_text=s("err.tokens_not_in_vocab", "zh")[:8])).to_be_visible()
@@ -325,12 +377,31 @@ def test_chinese_pages_show_no_english_only_string(app, tab):
     assert not found, f"English shown in 中文: {found}"
 
 
+@pytest.mark.xfail(strict=True, reason="app gap: pages/1_tokenizer.py:45 shows the 'What to look for' box only when "
+                   "the text has partial-UTF-8 tokens; an ASCII text (every shipped model's example) gets no guidance")
+def test_tokenizer_says_what_to_look_for_in_any_text():
+    assert seen("tokenizer_look") == 1
+
+
 @pytest.mark.xfail(strict=True, reason="app gap: app.py st.navigation(PAGES) collapses the sidebar menu behind "
                    "Streamlit's own English 'View 4 more' button, also in 中文 (expanded=True would show every page)")
-def test_chinese_sidebar_menu_has_no_english_button(app, tab):
-    go(tab, app, "surprise", "zh", model=REPEAT)
-    nav = tab.locator("[data-testid='stSidebarNav']").inner_text()
-    assert not re.search(r"View \d+ more|View less", nav), nav
+def test_chinese_sidebar_menu_has_no_english_button():
+    assert not re.search(r"View \d+ more|View less", seen("zh_nav")), seen("zh_nav")
+
+
+@pytest.mark.xfail(strict=True, reason="app bug: ui/figures.py bars() names its first series y_title or 'value', and "
+                   "pages/4_ffn.py:56 passes no y_title: the FFN page's legend says 'value' in 中文 (and in English)")
+def test_chart_legends_are_chinese():
+    bad = {k: v for k, v in seen("zh_legends").items() if v}
+    assert not bad, f"legend entries in 中文 without Chinese: {bad}"
+
+
+@pytest.mark.xfail(strict=True, reason="app bug: assets/strings/attention.json head_what (zh) puts ** right after a "
+                   "full-width ）and before 头, which CommonMark does not close: '第 0 个头是**归纳（induction）**头' "
+                   "shows its asterisks on the attention page")
+def test_no_markdown_asterisks_shown_in_chinese():
+    shown = {k: v for k, v in seen("zh_stars").items() if v}
+    assert not shown, f"literal ** shown: {shown}"
 
 
 # ---- the URL reproduces the view ------------------------------------------------------------------------------------
@@ -372,7 +443,7 @@ def test_url_reproduces_the_view_on_a_fresh_server(app, tab, browser, tmp_path):
                 "scale": "log", "T": "0.7", "k": "5", "p": "0.9", "seed": "7", "lang": "zh"}
     assert {k: params.get(k, [None])[0] for k in expected} == expected, link
     assert len(params["gen"][0].split(",")) == 2
-    assert "/work" not in link and len(link) < 2500
+    assert str(ROOT) not in unquote(link) and "checkpoints" not in unquote(link) and len(link) < 2500  # no paths
 
     with fresh_app(tmp_path / "fresh") as fresh:
         other = new_tab(browser)
@@ -406,6 +477,8 @@ def test_url_reproduces_the_view_on_a_fresh_server(app, tab, browser, tmp_path):
 
 
 def test_a_text_too_long_for_a_link_is_left_out_with_a_note(app, tab, browser):
+    """A 2240-character text (in 中文): the link leaves it out and the sidebar says so; the link opens on the model's
+    example text."""
     go(tab, app, "surprise", "zh", model=REPEAT)
     long_text = "a b c d e f g h " * 140  # 2240 characters
     box = tab.locator(SIDEBAR).get_by_role("textbox", name=s("input_text", "zh"), exact=True)
@@ -420,7 +493,8 @@ def test_a_text_too_long_for_a_link_is_left_out_with_a_note(app, tab, browser):
         other.goto(tab.url)
         settle(other, charts=True)
         box = other.locator(SIDEBAR).get_by_role("textbox", name=s("input_text", "zh"), exact=True)
-        expect(box).to_have_value("d a c b g f d")  # the model's example text instead
+        example = json.loads((ROOT / "assets" / "models" / "repeat" / "card.json").read_text())["example_src"]
+        expect(box).to_have_value(example)  # the model's example text instead
     finally:
         other.context.close()
 
@@ -458,6 +532,8 @@ def test_defects_are_gone(app, tab, lang):
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_chart_downloads_png_then_svg_and_table_downloads_csv(app, tab, lang, tmp_path):
+    """The chart toolbar's camera saves transformer-explorer-….png, then .svg once the sidebar says SVG; a table's
+    Download CSV saves its columns."""
     go(tab, app, "logits", lang, model=REVERSE)
     i = plot_index(tab, s("log_chart", lang))
     png = camera(tab, i)

@@ -136,10 +136,13 @@ def model_file(key: str, device: str) -> bytes:
         return (save_checkpoint(model, Path(tmp) / "m", {}) / WEIGHTS).read_bytes()
 
 
-@st.cache_resource(show_spinner=False, max_entries=64, ttl=3600)
-def head_records(key: str, device: str, text: str, tgt_text: str | None, allow_special: bool) -> list:
-    """The head detector's labels for every head of a model on one text (shared by all sessions)."""
-    from transformer_core.analysis.heads import detect_heads
+@st.cache_resource(show_spinner=False, max_entries=8)
+def induction_by_block(key: str, device: str) -> dict:
+    """(kind, layer) -> (nh,) induction scores of a model on random repeated sequences: they do not depend on the
+    learner's text, so each model is measured once per server (few sequences for a big model)."""
+    from transformer_core.analysis.heads import default_length, induction_scores
+    from transformer_core.model.memory import param_count
 
     model, _ = get_model(key, device)
-    return detect_heads(model, prepare(model, text, tgt_text, allow_special=allow_special))
+    count = 8 if param_count(model.cfg) < 20_000_000 else 2
+    return induction_scores(model, default_length(model), count=count)

@@ -1,7 +1,6 @@
 """A model's card on the page: what it was trained on, how long, and what it measures against baselines."""
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from .i18n import lang, t
@@ -37,6 +36,8 @@ def show_card(card: dict, key: str) -> None:
             st.caption(t("card_vs_bigram", pct=gain * 100))
     heads = card.get("heads")
     if isinstance(heads, list) and heads:
+        import pandas as pd
+
         st.markdown(f"**{t('card_heads')}**")
         df = pd.DataFrame([{t("col_layer"): h.get("layer"), t("att_head"): h.get("head"),
                             t("card_head_kind"): t(f"head_kind_{h.get('kind')}"), t("card_head_score"): h.get("score")}

@@ -27,6 +27,11 @@ def axis_labels(tokens: list[str]) -> list[str]:
     return [f"{i} ‘{visible(tok)}’" for i, tok in enumerate(tokens)]
 
 
+def ranked_labels(tokens: list[str]) -> list[str]:
+    """Unique labels for a ranking (not positions): "#1 ‘the’", "#2 ‘a’", ..."""
+    return [f"#{i + 1} ‘{visible(tok)}’" for i, tok in enumerate(tokens)]
+
+
 def _f32(a) -> np.ndarray:
     return np.asarray(a, dtype=np.float32)
 
@@ -45,7 +50,7 @@ def bars(labels, values, *, title="", x_title="", y_title="", height=360, second
 
     `x_format` / `hover_format`: d3 formats of the value axis ticks and the hover value (e.g. "~%", ".4~g").
     """
-    fig = go.Figure(go.Bar(x=_f32(values).tolist(), y=labels, orientation="h", name=y_title or "value"))
+    fig = go.Figure(go.Bar(x=_f32(values).tolist(), y=labels, orientation="h", name=y_title or x_title or title))
     if secondary is not None:
         name, vals = secondary
         fig.add_trace(go.Bar(x=_f32(vals).tolist(), y=labels, orientation="h", name=name, opacity=0.5))
@@ -87,19 +92,20 @@ def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL
     n_q, n_k = z.shape
     fig = go.Figure(go.Heatmap(
         z=z, x=list(range(x0, x0 + n_k)), y=list(range(n_q)), colorscale=colorscale, zmin=zmin, zmax=zmax, zmid=zmid,
-        colorbar=colorbar, customdata=customdata, hoverongaps=False,
+        colorbar={"thickness": 12, **(colorbar or {})}, customdata=customdata, hoverongaps=False,
         hoverinfo="skip" if hovertemplate == "skip" else None,
         hovertemplate=None if hovertemplate == "skip" else hovertemplate or "%{z:.4f}<extra></extra>", name="values"))
-    size = font_size or (12 if max(n_q, n_k) <= 40 else 10)
+    size = font_size or (12 if max(n_q, n_k) <= 30 else 10 if max(n_q, n_k) <= 64 else 9)
+    angle = -60 if n_k <= 30 else -90  # upright key labels need the least room: one per column up to ~60 tokens
     height = int(min(max(min_height, 120 + px_per_token * n_q), max_height))
     fig.update_layout(title=title, height=height, margin=dict(l=10, r=10, t=40, b=10))
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(n_q)), ticktext=list(q_labels),
-                     tickfont={"size": size, "color": "#222"}, showgrid=False)
+                     tickfont={"size": size, "color": "#222"}, showgrid=False, zeroline=False)
     if k_labels is None:  # numbered columns (e.g. embedding dimensions): plotly picks the ticks
-        fig.update_xaxes(tickfont={"size": size, "color": "#222"}, showgrid=False)
+        fig.update_xaxes(tickfont={"size": size, "color": "#222"}, showgrid=False, zeroline=False)
     else:
-        fig.update_xaxes(tickmode="array", tickvals=list(range(x0, x0 + n_k)), ticktext=list(k_labels), tickangle=-60,
-                         tickfont={"size": size, "color": "#222"}, showgrid=False)
+        fig.update_xaxes(tickmode="array", tickvals=list(range(x0, x0 + n_k)), ticktext=list(k_labels),
+                         tickangle=angle, tickfont={"size": size, "color": "#222"}, showgrid=False, zeroline=False)
     return fig
 
 
@@ -137,7 +143,9 @@ def thumbnails(mats, titles, *, cols: int, colorscale=SEQUENTIAL, zmin=0.0, zmax
     (one large invisible marker per thumbnail)."""
     n = len(mats)
     rows = (n + cols - 1) // cols
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.02,
+    shown = [f"<b><span style='color:#d62728'>▶ {title}</span></b>" if i == selected else title
+             for i, title in enumerate(titles)]  # the head shown large above
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=shown, horizontal_spacing=0.02,
                         vertical_spacing=0.08 if rows > 1 else 0.02)
     for i, m in enumerate(mats):
         r, c = i // cols + 1, i % cols + 1
@@ -151,9 +159,6 @@ def thumbnails(mats, titles, *, cols: int, colorscale=SEQUENTIAL, zmin=0.0, zmax
                                  customdata=[i], hovertemplate=f"{titles[i]}<extra></extra>".replace("<br>", " · "),
                                  showlegend=False,
                                  name=f"pick {i}"), row=r, col=c)
-        if i == selected:
-            fig.add_shape(type="rect", xref=f"x{i + 1 if i else ''} domain", yref=f"y{i + 1 if i else ''} domain",
-                          x0=0, x1=1, y0=0, y1=1, line={"color": "#d62728", "width": 3})
     fig.update_annotations(font_size=12)
     fig.update_layout(coloraxis={"colorscale": colorscale, "cmin": zmin, "cmax": zmax},
                       height=rows * (size_px + 50) + 50, margin=dict(l=10, r=10, t=50, b=10),

@@ -1,10 +1,11 @@
-"""Small render helpers shared by pages: explanation blocks, charts and tables with downloads, token chips."""
+"""Small render helpers shared by pages: explanation blocks, charts and tables with downloads, token chips.
+
+pandas is imported where a table is built (about half a second of a cold start the first page does not need)."""
 from __future__ import annotations
 
 import html
 import re
 
-import pandas as pd
 import streamlit as st
 
 from .figures import visible
@@ -56,7 +57,7 @@ def clicked(fig, key: str, trace_name: str | None = None):
     return data[0] if isinstance(data, list) and len(data) == 1 else data
 
 
-def table(df: pd.DataFrame, key: str, *, height: int | None = None, formats: dict[str, str] | None = None) -> None:
+def table(df, key: str, *, height: int | None = None, formats: dict[str, str] | None = None) -> None:
     """A dataframe with a CSV download button; `formats` maps number columns to a printf format ("%.4f").
 
     The formats change only what is shown: the values (and the CSV) keep full precision.
@@ -87,8 +88,10 @@ def token_chips(tokens, *, show_ids: bool = True, unknown=()) -> None:
     st.html(f"<div style='line-height:2.2'>{''.join(chips)}</div>")
 
 
-def tensor_frame(mat, index, columns) -> pd.DataFrame:
-    """A 2-D tensor/array as a DataFrame with token labels (rounded for reading)."""
+def tensor_frame(mat, index, columns):
+    """A 2-D tensor/array as a pandas DataFrame with token labels (rounded for reading)."""
+    import pandas as pd
+
     return pd.DataFrame(mat, index=index, columns=columns).round(4)
 
 
@@ -96,3 +99,8 @@ def count_text(key: str, n: int, **fmt) -> str:
     """t(key, n=n): the key's "_one" variant ("1 token") when n == 1 and that string exists."""
     one = f"{key}_one"
     return t(one if n == 1 and one in strings() else key, n=n, **fmt)
+
+
+def delta(x: float, digits: int = 4) -> str | None:
+    """A metric's change, signed; None (no arrow) when it rounds to zero, so -0.0000 never shows a red arrow."""
+    return None if round(x, digits) == 0 else f"{x:+.{digits}f}"

@@ -152,6 +152,25 @@ def default_length(model: Transformer) -> int:
     return max(2, min(model.cfg.max_len // 2, 64, vocab // 8))
 
 
+def label_block(kind: str, layer: int, weights: torch.Tensor, induction_of_block: torch.Tensor | None = None,
+                threshold: float = THRESHOLD) -> list[HeadRecord]:
+    """The records of one block's heads from its weights (B, nh, Tq, Tk) on a text, plus its induction scores
+    (nh,) when known: what a page that already traced the block can label without another forward."""
+    w = weights.float()
+    if kind == "cross":
+        scores = {"first_token": first_token(w, from_query=0), "diagonal": diagonal(w),
+                  "anti_diagonal": anti_diagonal(w)}
+    else:
+        scores = {"previous_token": previous_token(w), "first_token": first_token(w), "self": self_token(w)}
+        if induction_of_block is not None:
+            scores["induction"] = induction_of_block
+    records = []
+    for h in range(w.size(1)):
+        values = {k: _value(v, h) for k, v in scores.items()}
+        records.append(HeadRecord(kind, layer, h, values, label(values, threshold)))
+    return records
+
+
 def detect_heads(model: Transformer, prep: Prepared, *, threshold: float = THRESHOLD, length: int | None = None,
                  count: int = 8, seed: int = 0) -> list[HeadRecord]:
     """Score and label every head: patterns on the learner's text, induction on `count` random sequences of

@@ -3,7 +3,8 @@ vocabulary with an unknown id, random windows, and (optionally) synthetic rows t
 
 A synthetic row is a span of L random tokens (L uniform in 8 .. context/2), the same span again, then real text.
 The second copy can only be predicted by finding the first one: that is what induction heads do. The loss skips
-the first, unpredictable copy (it would only push the output towards uniform).
+the first, unpredictable copy (it would only push the output towards uniform). The first `synthetic_first` batches
+hold nothing else (each row one span of half the context, twice): the copying circuit forms before the language.
 """
 from __future__ import annotations
 
@@ -57,9 +58,10 @@ class CorpusData:
         """Random windows x = s[i:i+T], y = s[i+1:i+T+1] of a corpus picked uniformly; training rows may be
         synthetic (a random span written twice, the loss on the second copy and the text after it)."""
         rng, T = self.rngs[split], self.context
-        fraction = self.synthetic_fraction
+        fraction, pure = self.synthetic_fraction, False
         if split == "train":
-            fraction = 1.0 if self.train_batches < self.synthetic_first else fraction  # copying first, then text
+            pure = self.train_batches < self.synthetic_first  # first: whole rows of one span written twice
+            fraction = 1.0 if pure else fraction
             self.train_batches += 1
         rows, labels = np.empty((size, T + 1), dtype=np.int64), np.empty((size, T), dtype=np.int64)
         for b in range(size):
@@ -68,7 +70,7 @@ class CorpusData:
             row = stream[start : start + T + 1].copy()
             skip = 0
             if split == "train" and rng.random() < fraction:
-                L = int(rng.integers(8, T // 2 + 1))
+                L = (T + 1) // 2 if pure else int(rng.integers(8, T // 2 + 1))
                 span = rng.integers(1, self.vocab.size, size=L)  # any token but ⟨unk⟩ (model id 0)
                 row = np.concatenate([span, span, row])[: T + 1]
                 skip = L  # targets 0 .. L-1: the random first copy, and the second copy's first token
