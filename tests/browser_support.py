@@ -196,6 +196,16 @@ def page_problem(page, proc: subprocess.Popen) -> str | None:
 
 MAIN = "[data-testid='stMain']"
 SIDEBAR = "[data-testid='stSidebar']"
+
+
+def _shipped_shown() -> list[str]:
+    """The shipped models as the sidebar lists them (catalog order), the default first."""
+    cards = [json.loads(p.read_text(encoding="utf-8")) for p in (ROOT / "assets" / "models").glob("*/card.json")]
+    return [f"{c['name']} · trained" for c in sorted(cards, key=lambda c: (c.get("order", 99), c["name"]))]
+
+
+SHIPPED_SHOWN = _shipped_shown()
+DEFAULT_SHOWN = SHIPPED_SHOWN[0]
 ERROR_BOX = "[data-testid='stAlertContentError']"
 WARNING_BOX = "[data-testid='stAlertContentWarning']"
 # React tracks a text box's value through its prototype setter: set it there, then say it changed (a paste)
@@ -222,14 +232,9 @@ def process_memory_mb(pid: int) -> dict[str, float]:
 
 def folder_bytes(root) -> int:
     """Bytes of the files under a folder (links not followed; 0 when it does not exist)."""
-    total = 0
-    for base, _, files in os.walk(root):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(base, f)).st_size
-            except OSError:
-                pass
-    return total
+    from service.jobs import disk_used
+
+    return disk_used(Path(root))
 
 
 def sidebar_model_options(page) -> list[str]:
@@ -243,10 +248,34 @@ def sidebar_model_options(page) -> list[str]:
     return [label.strip() for label in labels]
 
 
+RUNS_ENDED_JS = """() => {  // how many script runs have ended since this was first called on the page
+    if (window.__runsEnded === undefined) {
+        window.__runsEnded = 0;
+        const app = document.querySelector("[data-testid='stApp']");
+        new MutationObserver(records => records.forEach(r => {
+            if (r.oldValue === 'running') window.__runsEnded++;
+        })).observe(app, {attributes: true, attributeOldValue: true, attributeFilter: ['data-test-script-state']});
+    }
+    return window.__runsEnded;
+}"""
+
+
+def runs_ended(page) -> int:
+    """Script runs this page has seen end (counting starts at the first call on a page)."""
+    return page.evaluate(RUNS_ENDED_JS)
+
+
+def wait_next_run(page, since: int, timeout: float = 120_000) -> None:
+    """Wait until a script run that started after runs_ended() said `since` is over, and the app is idle."""
+    page.wait_for_function(f"() => window.__runsEnded > {since}", timeout=timeout)
+    wait_rendered(page, timeout=timeout)
+
+
 def upload_model_file(page, path, name: str | None = None) -> None:
     """On the Train page: open "Upload a model", choose the file, (type a name), press "Check and add"; returns once
-    the run it starts is over (read the outcome from the expander's alerts). The expander is opened again whenever a
-    rerun closed it (it does when the elements above it change)."""
+    the run it starts is over (read the outcome from the expander's alerts). Each step waits for the run it causes
+    (the file's upload ends in a run of its own: a click before it would be lost in it), and the expander is opened
+    again whenever a rerun closed it (it does when the elements above it change)."""
     from ui.i18n import strings
 
     s = strings()
@@ -259,25 +288,32 @@ def upload_model_file(page, path, name: str | None = None) -> None:
             chooser.wait_for(state="visible")
         return upload
 
-    opened().locator("[data-testid='stFileUploader'] input[type='file']").set_input_files(str(path))
-    upload.get_by_text(Path(path).name).first.wait_for(state="attached")
-    page.wait_for_timeout(300)  # the upload's rerun starts
-    wait_rendered(page)
+    remove = opened().get_by_role("button", name=f"Remove {Path(path).name}", exact=True)
+    if remove.count():  # the same file again: the uploader would see no change (and start no run)
+        before = runs_ended(page)
+        remove.click()
+        wait_next_run(page, before)
+    chosen = opened().locator("[data-testid='stFileUploader'] input[type='file']")
+    chosen.evaluate("el => { el.value = ''; }")  # an input still holding this very file would ignore it
+    before = runs_ended(page)
+    chosen.set_input_files(str(path))
+    wait_next_run(page, before)  # the upload is complete and its run is over
     if name is not None:
         box = opened().get_by_role("textbox", name=s["tr_name"]["en"], exact=True)
-        box.fill(name)
-        box.press("Enter")
-        wait_rendered(page)
+        if box.input_value() != name:
+            before = runs_ended(page)
+            box.fill(name)
+            box.press("Enter")
+            wait_next_run(page, before)
     opened().get_by_text(Path(path).name).first.wait_for(state="visible")  # the file is still chosen
     no_file = upload.get_by_text(s["tr_ckpt_pair"]["en"])
-    for _ in range(10):  # on a busy machine the file may still be on its way: the page then asks for one
-        upload.get_by_role("button", name=s["tr_ckpt_import"]["en"], exact=True).click()
-        page.wait_for_timeout(300)  # the click's run starts
-        wait_rendered(page)
+    for _ in range(5):  # a busy machine: the page may still say no file was chosen; press again
+        before = runs_ended(page)
+        opened().get_by_role("button", name=s["tr_ckpt_import"]["en"], exact=True).click()
+        wait_next_run(page, before)
         if not no_file.count():
             break
         page.wait_for_timeout(1_000)
-        opened()
 
 
 def set_number(page, label: str, value) -> None:

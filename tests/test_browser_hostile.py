@@ -14,9 +14,11 @@ from urllib.parse import quote
 
 import pytest
 from browser_support import (
+    DEFAULT_SHOWN,
     ERROR_BOX,
     ROOT,
     SET_TEXTAREA_JS,
+    SHIPPED_SHOWN,
     fresh_app,
     hostile_model_files,
     new_tab,
@@ -194,7 +196,7 @@ def test_a_checkpoint_with_pickled_code_is_refused_without_running_it(server, ta
     wait_rendered(tab)
     main = tab.locator(MAIN)
     upload = main.locator("[data-testid='stExpander']").filter(has_text=strings()["tr_ckpt_title"]["en"])
-    upload_model_file(tab, pt, SHORT_PAYLOAD)  # (re)opens the expander a rerun closes: see the xfail tests below
+    upload_model_file(tab, pt, SHORT_PAYLOAD)  # opens the expander if it is closed
     refusal = upload.locator("[data-testid='stAlert']").filter(has_text="Nothing in it was run")
     sync_api.expect(refusal).to_be_visible()
     wait_rendered(tab)
@@ -255,8 +257,7 @@ def refused(page, app, path, message: str, box: str = ERROR_BOX, name: str | Non
 
 
 def open_train(page, app) -> None:
-    """The Train page in a browser that has been here before (a new browser's first run sets its owner cookie, which
-    remounts the page on the next rerun: test_an_expander_opened_on_a_new_browsers_first_page_stays_open)."""
+    """The Train page in a browser that has been here before (its owner cookie set), as a returning learner does."""
     page.goto(f"{app.url}/train")
     wait_rendered(page)
     page.reload()
@@ -375,18 +376,16 @@ def test_why7_hostile_url_values_open_the_defaults_with_a_one_line_notice(fresh,
         print(f"\n{where}: drawn in {time.monotonic() - t0:.1f} s, notice {notice(tab)}")
         check_clean(tab, app, where)
         assert notice(tab) == [f"🔗 {expected}"], where  # one notice, one line
-        assert model_shown(tab) == "reverse · trained", where  # the default model
+        assert model_shown(tab) == DEFAULT_SHOWN, where  # the default model
         assert tab.evaluate("() => typeof window.__xss") == "undefined"
         bad_value = query.split("=", 1)[1]
         assert bad_value not in tab.url and "passwd" not in tab.url and "outside" not in tab.url, tab.url
     assert "Traceback" not in app.log()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "pages/3_attention.py _clamp() (line 38) silently moves ?layer=99 / ?head=77 to the model's last layer / head: "
-    "no notice, and the URL keeps layer=99 (service/urlstate.clamp(), which gives the url_clamped notice, is "
-    "never called); issue 11: a bad value falls back to the default with a one-line notice"))
 def test_why7_a_layer_beyond_the_model_falls_back_to_the_default_with_a_notice(fresh, tab):
+    """Found by this suite: the attention page used to move ?layer=99 to the last layer silently, keeping it in the
+    URL (urlstate.clamp, with its notice, was never called)."""
     app = fresh()
     tab.goto(f"{app.url}/attention?layer=99")
     wait_rendered(tab, charts=True)
@@ -427,7 +426,7 @@ def test_why6_broken_files_in_the_checkpoints_folder_do_not_break_the_model_list
     (folder / ".jobs" / "list.json").write_text("[1, 2]", encoding="utf-8")
     app = fresh(folder)
 
-    shipped = ["reverse · trained", "copy · trained", "sort · trained", "repeat · trained", "count · trained"]
+    shipped = SHIPPED_SHOWN
     for _ in range(3):  # three listings, more than the list's 2 s cache apart
         tab.goto(app.url)
         wait_rendered(tab)
@@ -489,12 +488,9 @@ def test_why10_names_that_impersonate_a_shipped_model_or_hide_bidi_characters_ar
     assert tab.locator(f"{MAIN} b, {SIDEBAR} b").count() == 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ui/session.py _remember_owner() (called at the end of sidebar(), outside `with st.sidebar`) draws the cookie "
-    "iframe (components.html) into the MAIN area on a new browser's first run only; on the next rerun every main "
-    "element moves up one slot and is remounted: the opened 'Upload a model' expander closes (and a chosen tab "
-    "resets), so a learner must open it again after choosing a file"))
 def test_an_expander_opened_on_a_new_browsers_first_page_stays_open(fresh, tab, tmp_path):
+    """Found by this suite: the owner-cookie iframe was drawn into the main area on a new browser's first run only,
+    so the next run remounted every main element and the opened expander closed."""
     app = fresh()
     tab.goto(f"{app.url}/train")  # a browser that has no owner cookie yet
     wait_rendered(tab)
@@ -509,11 +505,9 @@ def test_an_expander_opened_on_a_new_browsers_first_page_stays_open(fresh, tab, 
     sync_api.expect(chooser).to_be_visible(timeout=5_000)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "pages/12_train.py: the 'Upload a model' expander (st.expander without a key) comes after 'Models trained here', "
-    "whose element count changes when the first model is added (a caption becomes a table, a select box and "
-    "buttons); on the next rerun the expander is a new element and closes. A keyed expander would keep its state"))
 def test_the_upload_expander_stays_open_after_the_first_model_was_added(fresh, tab, tmp_path):
+    """Found by this suite: the expander (without a key) came after "Models trained here", whose element count changes
+    with the first model, so the next run made it a new, closed element."""
     app = fresh()
     open_train(tab, app)  # a returning browser: the cookie iframe is not the cause here
     pt = save_pt(tmp_path / "tiny.pt", {"config": tiny_config(), "state_dict": tiny_model().state_dict()})

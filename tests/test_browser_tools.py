@@ -51,7 +51,7 @@ ENGLISH_ONLY = english_only(S, ignore=("reverse", "repeat", "copy", "sort", "cou
 STREAMLIT_ENGLISH = re.compile(r"Choose options|Choose an option|No results|View \d+ more")  # Streamlit's own words
 PLACEHOLDERS_JS = """() => Array.from(document.querySelectorAll("[data-testid='stMain'] :placeholder-shown"),
     e => e.placeholder)"""  # the placeholders a learner sees (empty boxes)
-SEEN: dict[str, object] = {}  # what the Chinese test saw, for the xfail test of a known app bug
+SEEN: dict[str, object] = {}  # what the Chinese test saw, for the test of Streamlit placeholders
 
 
 def s(key: str, lang: str = "en", **fmt) -> str:
@@ -258,8 +258,6 @@ def test_every_tool_in_chinese(app, tab, tmp_path):
     assert not legends, f"legend entries in 中文 without Chinese: {legends}"
 
 
-@pytest.mark.xfail(strict=True, reason="app bug: pages/9_intervene.py:108,110 st.multiselect() gets no "
-                   "placeholder=t(...): Streamlit's own English 'Choose options' shows in both empty boxes in 中文")
 def test_streamlit_placeholders_are_chinese_too():
     if "streamlit" not in SEEN:
         pytest.skip("test_every_tool_in_chinese did not run")

@@ -68,7 +68,7 @@ LONG_TEXT = ("The quick brown fox jumps over the lazy dog while the curious cat 
              "hills, the river, the meadow and the distant sleepy village far below us.")
 MODEL_NAMES = ("reverse", "repeat", "copy", "sort", "count", "course-base", "course-gpt")
 ENGLISH_ONLY = english_only(S, ignore=MODEL_NAMES)
-# what some tests see and the xfail tests of known app bugs judge (so that a bug costs no page load of its own)
+# what some tests see and later tests judge (so that a check costs no page load of its own)
 SEEN: dict[str, object] = {}
 X_LABELS_JS = """(i) => {
     const p = document.querySelectorAll("[data-testid='stPlotlyChart'] .js-plotly-plot")[i];
@@ -174,7 +174,7 @@ def check_scales(page, lang: str, head: int = 0) -> None:
 # ---- attention you can read at any length -------------------------------------------------------------------------
 
 def see_chinese(page, where: str) -> None:
-    """Record what a page in 中文 shows that is not Chinese (judged by the xfail tests below)."""
+    """Record what a page in 中文 shows that is not Chinese (judged by the tests below)."""
     SEEN.setdefault("zh_legends", {})[where] = not_chinese(legend_texts(page), S)
     SEEN.setdefault("zh_stars", {})[where] = app_text(page).count("**")
     SEEN["zh_nav"] = page.locator("[data-testid='stSidebarNav']").inner_text()
@@ -213,7 +213,7 @@ def test_attention_in_chinese_hover_cell_scale_and_masks(app, tab):
     screenshot(tab, SHOTS / "attention_zh.png")
     assert_clean(tab, app, "attention in Chinese")
     see_chinese(tab, "/attention")
-    # last: a click on head 2's thumbnail (an app bug makes it fail: judged by the xfail test below)
+    # last: a click on head 2's thumbnail (judged by the test below)
     thumbs = next(i for i, p in enumerate(plots(tab)) if "pick 2" in p["names"])
     pt = trace_point(tab, thumbs, "pick 2")
     click_plot(tab, thumbs, pt["x"], pt["y"], pt["xaxis"], pt["yaxis"])
@@ -227,9 +227,6 @@ def seen(key: str):
     return SEEN[key]
 
 
-@pytest.mark.xfail(strict=True, reason="app bug: pages/3_attention.py:193 head_thumbnails() sets ss.head after the "
-                   "'Head' select box (key 'head') was drawn: StreamlitWidgetAlreadyInstantiatedError, shown as "
-                   "'Something went wrong while computing this view'; the head stays 0")
 def test_clicking_a_thumbnail_shows_that_head_large():
     clicked = seen("thumbnail")
     assert not clicked["errors"], clicked["errors"]
@@ -237,23 +234,16 @@ def test_clicking_a_thumbnail_shows_that_head_large():
     assert clicked["head"] == "2"
 
 
-@pytest.mark.xfail(strict=True, reason="app bug: pages/3_attention.py:84 rounds float32 arrays (np.round(raw, 4)) into "
-                   "the hover's customdata; plotly shows them as doubles, e.g. 'q·k = -4.636000156402588'")
 def test_hover_numbers_are_rounded():
     long_numbers = re.findall(r"-?\d+\.\d{7,}", seen("hover"))
     assert not long_numbers, f"hover shows unrounded numbers: {long_numbers} in {seen('hover')!r}"
 
 
-@pytest.mark.xfail(strict=True, reason="app bug: ui/figures.py token_heatmap() leaves 58 rotated key labels about "
-                   "10 px apart at font size 10 on a 1400 px wide window: they overlap into an unreadable band "
-                   "(the query axis is fine); the before/after pair is worse (about 4.5 px per key)")
 def test_key_labels_of_a_60_token_map_do_not_overlap():
     x = seen("x_labels_58")
     assert x["gap"] >= x["font"], f"key labels {x['gap']:.1f} px apart (perpendicular), font {x['font']} px: {x}"
 
 
-@pytest.mark.xfail(strict=True, reason="app bug: ui/figures.py token_heatmap()/click_targets(): the y axis keeps "
-                   "plotly's zeroline, drawn as a grey line through row 0 across the large attention map")
 def test_no_zero_line_through_the_first_row():
     assert seen("x_labels_58")["zerolines"] == 0
 
@@ -367,7 +357,7 @@ def test_chinese_pages_show_no_english_only_string(app, tab):
         expect(tab.locator("h1").first).to_have_text(s(f"nav_{path}", "zh"))
         found.update({f"/{path}: {k}": p for k, p in english_shown(app_text(tab), ENGLISH_ONLY)})
         see_chinese(tab, f"/{path}")
-        if path == "tokenizer":  # the model's own example text, all ASCII (judged by an xfail test)
+        if path == "tokenizer":  # the model's own example text, all ASCII (judged by a test below)
             SEEN["tokenizer_look"] = tab.locator(INFO_BOX).filter(has_text=LOOK["zh"]).count()
         screenshot(tab, SHOTS / f"{path}_zh.png")
     go(tab, app, "attention", "zh", model=REVERSE, text="hello world", charts=False)
@@ -377,28 +367,19 @@ def test_chinese_pages_show_no_english_only_string(app, tab):
     assert not found, f"English shown in 中文: {found}"
 
 
-@pytest.mark.xfail(strict=True, reason="app gap: pages/1_tokenizer.py:45 shows the 'What to look for' box only when "
-                   "the text has partial-UTF-8 tokens; an ASCII text (every shipped model's example) gets no guidance")
 def test_tokenizer_says_what_to_look_for_in_any_text():
     assert seen("tokenizer_look") == 1
 
 
-@pytest.mark.xfail(strict=True, reason="app gap: app.py st.navigation(PAGES) collapses the sidebar menu behind "
-                   "Streamlit's own English 'View 4 more' button, also in 中文 (expanded=True would show every page)")
 def test_chinese_sidebar_menu_has_no_english_button():
     assert not re.search(r"View \d+ more|View less", seen("zh_nav")), seen("zh_nav")
 
 
-@pytest.mark.xfail(strict=True, reason="app bug: ui/figures.py bars() names its first series y_title or 'value', and "
-                   "pages/4_ffn.py:56 passes no y_title: the FFN page's legend says 'value' in 中文 (and in English)")
 def test_chart_legends_are_chinese():
     bad = {k: v for k, v in seen("zh_legends").items() if v}
     assert not bad, f"legend entries in 中文 without Chinese: {bad}"
 
 
-@pytest.mark.xfail(strict=True, reason="app bug: assets/strings/attention.json head_what (zh) puts ** right after a "
-                   "full-width ）and before 头, which CommonMark does not close: '第 0 个头是**归纳（induction）**头' "
-                   "shows its asterisks on the attention page")
 def test_no_markdown_asterisks_shown_in_chinese():
     shown = {k: v for k, v in seen("zh_stars").items() if v}
     assert not shown, f"literal ** shown: {shown}"

@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 import pytest
 from browser_support import (
+    DEFAULT_SHOWN,
     MAIN,
     SET_TEXTAREA_JS,
     SIDEBAR,
@@ -94,8 +95,7 @@ def goto(page, app, path: str, **wait) -> None:
 
 
 def returning(page, app, path: str = "/train") -> None:
-    """Open a page in a browser that has been here before (its owner cookie set: a new browser's first rerun remounts
-    the page, see test_browser_hostile.py's xfail tests)."""
+    """Open a page in a browser that has been here before (its owner cookie set), as a returning learner does."""
     goto(page, app, path)
     page.reload()
     wait_rendered(page)
@@ -273,7 +273,7 @@ def test_why8_what_one_browser_trains_uploads_or_types_is_invisible_to_another(f
         goto(bob, app, f"/attention?model={quote(key, safe='')}", charts=True)
         notes = [c for c in bob.locator(f"{SIDEBAR} [data-testid='stCaptionContainer']").all_inner_texts() if "🔗" in c]
         assert notes == [f"🔗 {S['err.url_model_unknown']['en']}"], (key, notes)
-        assert bob.locator(SIDEBAR).get_by_role("combobox", name="Model").input_value() == "reverse · trained"
+        assert bob.locator(SIDEBAR).get_by_role("combobox", name="Model").input_value() == DEFAULT_SHOWN
         body = bob.locator("body").inner_text()
         assert "4711" not in body and "alice" not in body.lower() and "copy-2" not in body
     assert secret not in bob.url and "4711" not in bob.url

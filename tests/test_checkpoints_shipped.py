@@ -16,7 +16,7 @@ from transformer_core.train.tasks import TASKS
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets" / "models"
 NAMES = ("copy", "reverse", "sort", "repeat", "count")
-FRESH_SEED = 31337  # not the seed make_assets measured with
+FRESH_SEED = 31337  # not the seed the build measured with
 MARGIN = 0.03
 
 

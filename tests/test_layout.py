@@ -96,9 +96,9 @@ def raised_codes() -> set[str]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in families:
                 first = node.args[0] if node.args else None
-                if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                    codes.add(first.value)
-                elif isinstance(first, ast.JoinedStr):  # f"empty_{label}"
+                if isinstance(first, ast.Constant) and isinstance(first.value, str) and first.value.isidentifier():
+                    codes.add(first.value)  # (CorpusError's first argument is a detail sentence, not a code)
+                elif isinstance(first, ast.JoinedStr) and isinstance(first.values[0], ast.Constant):  # f"empty_{x}"
                     codes |= {c for c in known_codes() if c.startswith(first.values[0].value)}
     return codes
 

@@ -109,5 +109,5 @@ def test_chinese_headings():
     assert not at.exception
     assert at.title[0].value == "词嵌入与位置编码"
     heads = [s.value for s in at.subheader]
-    assert "词嵌入（token × 维度）" in heads and "课程中的小表：max_len 6，d_model 4" in heads
+    assert "词嵌入（词元 × 维度）" in heads and "课程中的小表：max_len 6，d_model 4" in heads
     assert all(re.search(r"[\u4e00-\u9fff]", h) for h in heads)

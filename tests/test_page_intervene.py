@@ -60,7 +60,7 @@ def test_ablating_all_layer_1_cross_heads_of_reverse_equals_ablate():
     intact, edited = top_tables(at)[:2]  # the ablation section (the patching one follows)
     np.testing.assert_allclose(intact[EN["iv_col_prob"]], eff.intact.raw, atol=1e-6)
     np.testing.assert_allclose(edited[EN["iv_col_prob"]], eff.edited.raw, atol=1e-6)
-    assert edited[EN["iv_col_token"]].iloc[0] == "0 ‘␣d’"  # still the right letter, but far less sure
+    assert edited[EN["iv_col_token"]].iloc[0] == "#1 ‘␣d’"  # still the right letter, but far less sure
     bars = figure(at, "iv_ablate")["data"]
     np.testing.assert_allclose(array(bars[0]["x"]), [m[1] for m in eff.moved], atol=1e-6)  # intact
     np.testing.assert_allclose(array(bars[1]["x"]), [m[2] for m in eff.moved], atol=1e-6)  # switched off

@@ -92,11 +92,15 @@ def test_tiny_training_finishes_saves_and_opens_on_every_page(_setup):
     assert any(m.value.startswith("Its answer for `d a c b`") for m in at.markdown)
     assert at.dataframe[0].value["name"].tolist() == ["tiny copy"]  # "your models"
     key = f"user:{saved[0].name}"
+    text = at.session_state["text"]  # the default model's English example
     at.button(key="tr_open_job").click().run()
-    assert at.session_state["model"] == key and at.session_state["text"] == "d a c b"
+    assert at.session_state["model"] == key and at.session_state["text"] == text  # the learner's text stays
     assert at.sidebar.selectbox(key="model").value == key
-    at.switch_page(page_file("attention")).run()  # the new model on another page
+    at.switch_page(page_file("attention")).run()  # the new model on another page: it reads only its letters
     assert not at.exception and at.session_state["model"] == key
+    assert any("only knows the 21 tokens it was trained on" in w.value for w in at.warning), at.warning
+    at.button(key="use_example").click().run()  # one click to its example, and the page goes on
+    assert not at.exception and at.session_state["text"] == "d a c b" and not at.warning
 
 
 def test_bad_hyper_parameters_show_the_training_message():

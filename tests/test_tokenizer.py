@@ -164,3 +164,17 @@ def test_padding_mask_ignores_real_token_zero():
     assert mask[1].tolist() == [True] * 7 + [False] * 6
     assert torch.equal(mask, padding_mask(lengths, ids.size(1)))
     assert not torch.equal(mask, ids != 0)  # the course's `id == 0` mask would hide '!'
+
+
+def test_by_line_encoding_keeps_line_ends_apart_and_decodes_to_the_same_text():
+    from transformer_core.text.tokenizer import encode_by_line
+
+    enc = load_encoding("cl100k_base")
+    for text in ("床前明月光，疑是地上霜。\n举头望明月，", "earth.\nAnd God said\n\n", "one line", "", "\n"):
+        ids = encode_by_line(enc, text)
+        assert enc.decode(ids) == text
+        assert all("\n" not in enc.decode([i]) or enc.decode([i]) == "\n" for i in ids), text  # never "。\n"
+    assert encode_by_line(enc, "one line") == enc.encode("one line")
+    whole = tokenize("霜。\n举", "cl100k_base")
+    by_line = tokenize("霜。\n举", "cl100k_base", by_line=True)
+    assert "。\n" in [t.text for t in whole.tokens] and "。\n" not in [t.text for t in by_line.tokens]

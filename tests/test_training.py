@@ -6,7 +6,7 @@ import torch
 
 from transformer_core.errors import TrainingError
 from transformer_core.text.inputs import prepare
-from transformer_core.text.tokenizer import load_encoding
+from transformer_core.text.tokenizer import encode_by_line, load_encoding
 from transformer_core.train import loop as training
 from transformer_core.train.corpus import TEXT
 from transformer_core.train.experiment import positional_experiment
@@ -82,7 +82,7 @@ def test_user_text_compacts_the_vocabulary_and_maps_back_to_the_real_tokens():
     text = TEXT[:600]
     result = train_text(text, max_iters=2, **TINY)
     enc = load_encoding("cl100k_base")
-    ids = enc.encode(text)
+    ids = encode_by_line(enc, text)  # one line at a time, as the app then reads text for this model
     train_ids = ids[: int(len(ids) * 0.8)]  # the vocabulary is the training split's (the last 20% is validation)
     cfg = result.model.cfg
     assert cfg.vocab_size == len(set(train_ids)) + 1 < 1000  # and the unknown token, model id 0

@@ -33,7 +33,19 @@ def show_card(card: dict, key: str) -> None:
                        help=t(f"card_{k}_help"))
         if "heldout_loss" in figures and "bigram_loss" in figures:
             gain = 1 - figures["heldout_loss"] / figures["bigram_loss"]
-            st.caption(t("card_vs_bigram", pct=gain * 100))
+            st.caption(t("card_vs_bigram", pct=gain * 100) if gain > 0 else t("card_above_bigram", pct=-gain * 100))
+    by_corpus = card.get("by_corpus")
+    if isinstance(by_corpus, dict) and len(by_corpus) > 1:
+        import pandas as pd
+
+        st.markdown(f"**{t('card_by_corpus')}**")
+        rows = [{t("card_col_text"): t(f"corpus_{name}") if name in ("kjv", "tang") else str(name),
+                 **{t(f"card_{k}"): f.get(k) for k in ("heldout_loss", "bigram_loss", "unigram_loss")},
+                 t("card_below_bigram"): f"{f.get('below_bigram', 0):.1%}",
+                 t("card_unk_rate"): f"{f.get('unk_rate', 0):.2%}"}
+                for name, f in by_corpus.items() if isinstance(f, dict)]
+        table(pd.DataFrame(rows), f"by_corpus_{key}",
+              formats={t(f"card_{k}"): "%.3f" for k in ("heldout_loss", "bigram_loss", "unigram_loss")})
     heads = card.get("heads")
     if isinstance(heads, list) and heads:
         import pandas as pd

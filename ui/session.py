@@ -89,6 +89,7 @@ def _init_state() -> None:
         if param not in ("model", "text", "tgt", "lang") and values[param] is not None:
             ss[key] = list(values[param]) if param == "gen" else values[param]
     ss.gen_ids = list(values["gen"] or ())
+    ss._url_asked = {name: values[name] for name in ("layer", "head") if values[name] is not None}
     ss.gen_for = _fingerprint() if ss.gen_ids else None
     if notices:
         ss._url_notice = urlstate.summary(notices, ss.lang)
@@ -135,6 +136,23 @@ def on_model_change() -> None:
     if entry is not None and entry.arch == "encoder_decoder":
         ss.tgt = _example(ss.model, "example_tgt", ss.get("tgt") or DEFAULT_TARGET)
     ss.gen_ids, ss.layer, ss.head = [], 0, 0
+
+
+def keep_view_in_model(n_layers: int, n_heads: int) -> None:
+    """Layer and head inside the model shown. A value out of range that the link asked for falls back to the
+    first layer / head with one notice in the sidebar (and leaves the URL); any other (an earlier model's) quietly."""
+    ss = st.session_state
+    asked = ss.pop("_url_asked", {})
+    values = {name: ss.get(name) for name in ("layer", "head")}
+    values = {k: v if isinstance(v, int) else 0 for k, v in values.items()}
+    fixed, notices = urlstate.clamp(values, n_layers, n_heads)
+    for name, v in fixed.items():
+        if ss.get(name) != v:
+            ss[name] = v
+    notices = [n for n in notices if asked.get(n.params.get("name")) == n.params.get("value")]
+    if notices:
+        st.sidebar.caption(f"🔗 {urlstate.summary(notices, ss.lang)}")
+    _sync_url()
 
 
 def _sync_url() -> None:
@@ -189,7 +207,7 @@ def sidebar() -> None:
         st.caption(t("text_not_in_url") if ss.get("_text_left_out") else t("share_link"))
         if ss.get("_url_notice"):
             st.caption(f"🔗 {ss.pop('_url_notice')}")
-    _remember_owner()
+        _remember_owner()  # last in the sidebar: nothing moves when it is gone on the next run
     job = jobs.get(session_id())
     if job is not None and job.active:  # while it trains, the open tab keeps saying so, whatever the page
         with st.sidebar:

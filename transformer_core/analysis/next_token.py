@@ -150,11 +150,10 @@ def next_tokens(model: Transformer, text: str, tgt_text: str | None = None, top:
 def generate_text(model: Transformer, text: str, steps: int = 20, s: Sampling = GREEDY, *,
                   tgt_text: str | None = None, seed: int = 0) -> str:
     """The text the model writes after `text` (encoder-decoder: after the target, given the text)."""
-    from ..text.inputs import prepare, real_ids
-    from ..text.tokenizer import decode
+    from ..text.inputs import model_text, prepare
 
     prep = prepare(model, text, tgt_text)
     src = prep.src_ids[0].tolist()
     dec = src if prep.tgt_ids is None else prep.tgt_ids[0].tolist()
     new = generate(model, dec, steps, s, src=None if prep.tgt_ids is None else src, seed=seed)
-    return decode(real_ids(model, new), model.cfg.encoding)
+    return model_text(model, new)

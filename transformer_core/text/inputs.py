@@ -10,7 +10,7 @@ from ..errors import InputError
 from ..model.masks import pad_batch
 from ..model.trace import Trace, run_with_trace
 from ..model.transformer import Transformer
-from .tokenizer import Tokenized, token_strings, tokenize
+from .tokenizer import Tokenized, decode, token_strings, tokenize
 
 UNK = -1  # in a compacted vocabulary's map: the model id that stands for every token outside it
 UNK_LABEL = "⟨unk⟩"
@@ -85,7 +85,8 @@ def prepare(model: Transformer, text: str, tgt_text: str | None = None, *, allow
     def one(t: str, label: str) -> tuple[Tokenized, torch.Tensor, list[int]]:
         if not t or not t.strip():
             raise InputError(f"empty_{label}")
-        tok = tokenize(t, cfg.encoding, allow_special=allow_special, max_tokens=cfg.max_len)
+        tok = tokenize(t, cfg.encoding, allow_special=allow_special, max_tokens=cfg.max_len,
+                       by_line=bool(cfg.vocab_map))  # as its training text was read
         ids, unknown = to_model_ids(tok, model)
         return tok, torch.tensor([ids], dtype=torch.long), unknown
 
@@ -106,6 +107,20 @@ def real_ids(model: Transformer, ids) -> list[int]:
     """Model ids -> tokenizer ids (through the compacted vocabulary's map; the unknown id stays UNK = -1)."""
     vmap = model.cfg.vocab_map
     return [vmap[int(i)] if vmap else int(i) for i in ids]
+
+
+def model_text(model: Transformer, ids) -> str:
+    """The text of model ids, the unknown id written as ⟨unk⟩ (it has no bytes to decode)."""
+    parts, run = [], []
+    for i in [*real_ids(model, ids), None]:
+        if i is None or i == UNK:
+            parts.append(decode(run, model.cfg.encoding))
+            run = []
+            if i == UNK:
+                parts.append(UNK_LABEL)
+        else:
+            run.append(i)
+    return "".join(parts)
 
 
 def token_labels(model: Transformer, ids) -> list[str]:

@@ -1,7 +1,8 @@
 """A corpus from a package registry as training data: one line at a time through the tokenizer, a compacted
 vocabulary with an unknown id, random windows, and (optionally) synthetic rows that teach copying.
 
-A synthetic row is a span of L random tokens (L uniform in 8 .. context/2), the same span again, then real text.
+A synthetic row is a span of L random tokens (L uniform in 8 .. context/2; optionally, half the time, drawn from only
+`synthetic_alphabet` tokens so that tokens recur), the same span again, then real text.
 The second copy can only be predicted by finding the first one: that is what induction heads do. The loss skips
 the first, unpredictable copy (it would only push the output towards uniform). The first `synthetic_first` batches
 hold nothing else (each row one span of half the context, twice): the copying circuit forms before the language.
@@ -27,7 +28,7 @@ class CorpusData:
 
     def __init__(self, names: tuple[str, ...], context: int, k: int | None, synthetic_fraction: float = 0.0,
                  seed: int = 0, cache_dir: str | Path = "", encoding: str = "cl100k_base",
-                 synthetic_first: int = 0) -> None:
+                 synthetic_first: int = 0, synthetic_alphabet: int = 0) -> None:
         enc = load_encoding(encoding)
         corpora = [load_corpus(n, Path(cache_dir) if cache_dir else DEFAULT_CACHE) for n in names]
         train_real = [encode_lines(enc, c.train) for c in corpora]
@@ -40,6 +41,7 @@ class CorpusData:
         self.rngs = {s: np.random.default_rng(seed + i) for i, s in enumerate(SPLITS)}
         self.encoding = encoding
         self.synthetic_first, self.train_batches = synthetic_first, 0  # the first batches: synthetic rows only
+        self.synthetic_alphabet = synthetic_alphabet
 
     @property
     def vocab_size(self) -> int:
@@ -72,6 +74,8 @@ class CorpusData:
             if split == "train" and rng.random() < fraction:
                 L = (T + 1) // 2 if pure else int(rng.integers(8, T // 2 + 1))
                 span = rng.integers(1, self.vocab.size, size=L)  # any token but ⟨unk⟩ (model id 0)
+                if self.synthetic_alphabet and rng.random() < 0.5:  # a few tokens, recurring: the copy must
+                    span = rng.choice(span[: self.synthetic_alphabet], size=L)  # match the previous token too
                 row = np.concatenate([span, span, row])[: T + 1]
                 skip = L  # targets 0 .. L-1: the random first copy, and the second copy's first token
             rows[b], labels[b] = row, row[1:]

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..errors import TrainingError
-from ..text.tokenizer import clean_text, load_encoding
+from ..text.tokenizer import clean_text, encode_by_line, load_encoding
 
 IGNORE = -100  # label value that the loss and the accuracy skip
 MAX_TEXT_CHARS = 5_000_000
@@ -55,7 +55,7 @@ class TextData:
         if len(text) > MAX_TEXT_CHARS:
             raise TrainingError("train_text_too_long", n=f"{len(text):,}", limit=f"{MAX_TEXT_CHARS:,}")
         text, _ = clean_text(text)
-        ids = load_encoding(encoding).encode(text, allowed_special=set(), disallowed_special=())
+        ids = encode_by_line(load_encoding(encoding), text)  # as the app reads text for a model with its own vocabulary
         need = min_text_tokens(context, val_fraction)
         if len(ids) < need:
             raise TrainingError("train_text_too_short", n=len(ids), context=context, val=f"{val_fraction:.0%}",

@@ -52,6 +52,7 @@ class TrainConfig:
     vocab_k: int | None = None  # a corpus model keeps its k most frequent tokens (None: all) plus ⟨unk⟩
     synthetic_fraction: float = 0.0  # share of rows holding a random span written twice (teaches copying)
     synthetic_first: int = 0  # the first steps use synthetic rows only (the copying circuit forms first)
+    synthetic_alphabet: int = 0  # >0: half the spans use only this many tokens (sharpens previous-token heads)
     warmup: int = 0  # steps of linear learning-rate warm-up
     min_lr_ratio: float = 0.1  # the cosine schedule ends at lr × this
     weight_decay: float | None = None  # None: AdamW's default on every parameter; else on matrices only
@@ -81,6 +82,7 @@ class TrainConfig:
             rng("max_iters", 1, MAX_ITERS), rng("eval_interval", 0, MAX_ITERS), rng("eval_iters", 1, 1000),
             rng("val_fraction", 0.05, 0.5), rng("grad_clip", 0.0, 1e6), rng("synthetic_fraction", 0.0, 1.0),
             rng("warmup", 0, MAX_ITERS), rng("synthetic_first", 0, MAX_ITERS), rng("min_lr_ratio", 0.0, 1.0),
+            rng("synthetic_alphabet", 0, 1024),
             rng("embed_std", 0.0, 10.0),
             (self.lr_schedule in LR_SCHEDULES, "config_choice", {"field": "lr_schedule",
                                                                  "choices": ", ".join(LR_SCHEDULES)}),
@@ -145,7 +147,7 @@ def make_data(tc: TrainConfig):
         from .corpus_data import CorpusData
 
         return CorpusData(tc.corpus, tc.context, tc.vocab_k, tc.synthetic_fraction, tc.seed, tc.cache_dir,
-                          tc.encoding, tc.synthetic_first)
+                          tc.encoding, tc.synthetic_first, tc.synthetic_alphabet)
     return TextData(tc.text, tc.context, encoding=tc.encoding, val_fraction=tc.val_fraction, seed=tc.seed)
 
 

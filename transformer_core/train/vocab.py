@@ -69,14 +69,8 @@ def encode(enc, text: str) -> list[int]:
 
 
 def encode_lines(enc, text: str) -> list[int]:
-    """Tokenizer ids of a text encoded one line at a time, each line followed by the id of "\\n".
+    """Tokenizer ids of a text encoded one line at a time, each line followed by the id of "\\n" (the corpus
+    models' training text; text.tokenizer.encode_by_line says why)."""
+    from ..text.tokenizer import encode_by_line
 
-    Decodes to exactly `text` when it ends with a newline. Line ends then tokenize the way a learner's typed line
-    does: "霜。" ends in the token "。" (whole-text encoding would merge "。\\n" into one token the app never gives
-    the model), and the model learns to predict "\\n" after a finished line.
-    """
-    newline = encode(enc, "\n")
-    ids: list[int] = []
-    for line in text.split("\n")[:-1] if text.endswith("\n") else text.split("\n"):
-        ids += encode(enc, line) + newline
-    return ids
+    return encode_by_line(enc, text if text.endswith("\n") else text + "\n")
