@@ -126,9 +126,8 @@ def test_html_payload_in_every_train_page_field_is_literal_and_never_runs(server
     assert_safe(tab, server, "/train, payload in the uploaded checkpoint's name")
 
 
-
 def test_a_1mb_paste_is_truncated_and_the_app_stays_responsive(server, tab):
-    tab.goto(f"{server[1]}/tokenizer?{FULL_VOCAB}")
+    tab.goto(f"{server[1]}/tokenizer")  # the app's default model, as a learner who has just arrived
     wait_rendered(tab, timeout=FIRST_RUN_MS)
     big = ("The quick brown fox jumps over the lazy dog. 敏捷的棕色狐狸。" * 20_000)[:1_000_000]
     box = tab.locator(SIDEBAR).get_by_role("textbox", name=INPUT_LABEL, exact=True)
