@@ -84,7 +84,7 @@ URL_ATTACKS = [  # (url path, query string): each must give a one-line notice an
 QUICK = {"batch_size": 16, "d_model": 32, "n_layers": 1, "n_heads": 2, "max_iters": 200, "eval_interval": 0}
 LONG = {**QUICK, "max_iters": 100_000}
 HUGE = {"batch_size": 512, "context": 1024, "d_model": 1024}  # 130 GB of activations with 1 layer; 101 M params with 8
-ABANDON_LIMIT_S = 75.0  # a closed tab's training is stopped within a minute (60 s without heartbeat, 5 s janitor)
+ABANDON_LIMIT_S = 60.0  # a closed tab's training is stopped within a minute (45 s without heartbeat, 5 s janitor)
 
 
 def refusal_kind(text: str) -> str | None:

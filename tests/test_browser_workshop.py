@@ -39,7 +39,7 @@ ALERT = "[data-testid='stAlert']"  # a refusal is an error or a warning box, by 
 PROGRESS = "[data-testid='stProgress']"
 JOBS_FULL = "The server is already running 1 trainings (its limit is 1)"
 TINY = {"Batch size": 8, "d_model": 16, "Layers": 1, "Heads": 2, "Evaluate every": 0}  # a step takes milliseconds
-ABANDONED_WITHIN_S = 75  # the janitor: 60 s without a heartbeat, a round every 5 s, the step in flight
+ABANDONED_WITHIN_S = 60  # within a minute: 45 s without a heartbeat, a janitor round every 5 s, the step in flight
 INTERRUPTED = "was interrupted when the server restarted"
 assert INTERRUPTED in S["err.job_interrupted"]["en"]
 

@@ -189,28 +189,31 @@ def model_map(blocks: list[dict], arrows: list, *, width: float, height: float, 
     """The whole model as boxes: each block dict has id, x, y (centre), w, h, kind (a BLOCK_COLOURS key), title,
     detail (shape and live summary) and page (where a click goes). Arrows join block ids (a, b), routed by `route`,
     or are explicit point lists."""
-    fig = go.Figure()
+    # shapes, annotations and traces are collected and set once: plotly re-validates every earlier one on each
+    # add_shape/add_annotation, which made a 6 + 6 layer model's picture take over a second
     where = {b["id"]: b for b in blocks}
+    shapes, notes, traces = [], [], []
     for b in blocks:
-        fig.add_shape(type="rect", x0=b["x"] - b["w"] / 2, x1=b["x"] + b["w"] / 2, y0=b["y"] - b["h"] / 2,
-                      y1=b["y"] + b["h"] / 2, fillcolor=BLOCK_COLOURS[b["kind"]], line={"color": "#777", "width": 1},
-                      layer="below")
-        fig.add_annotation(x=b["x"], y=b["y"], text=f"<b>{b['title']}</b><br>{b['detail']}", showarrow=False,
-                           font={"size": 11, "color": "#222"})
+        shapes.append(dict(type="rect", x0=b["x"] - b["w"] / 2, x1=b["x"] + b["w"] / 2, y0=b["y"] - b["h"] / 2,
+                           y1=b["y"] + b["h"] / 2, fillcolor=BLOCK_COLOURS[b["kind"]],
+                           line={"color": "#777", "width": 1}, layer="below"))
+        notes.append(dict(x=b["x"], y=b["y"], text=f"<b>{b['title']}</b><br>{b['detail']}", showarrow=False,
+                          font={"size": 11, "color": "#222"}))
     for arrow in arrows:
         points = route(where[arrow[0]], where[arrow[1]]) if isinstance(arrow[0], str) else arrow
         if len(points) > 2:
-            fig.add_trace(go.Scatter(x=[p[0] for p in points[:-1]], y=[p[1] for p in points[:-1]], mode="lines",
+            traces.append(go.Scatter(x=[p[0] for p in points[:-1]], y=[p[1] for p in points[:-1]], mode="lines",
                                      line={"color": "#555", "width": 1.4}, hoverinfo="skip", showlegend=False))
         (ax, ay), (x, y) = points[-2], points[-1]
-        fig.add_annotation(x=x, y=y, ax=ax, ay=ay, xref="x", yref="y", axref="x", ayref="y", showarrow=True,
-                           arrowhead=2, arrowsize=1.2, arrowwidth=1.4, arrowcolor="#555", text="")
-    fig.add_trace(go.Scatter(  # a click on a block (anywhere near its centre) opens its page
+        notes.append(dict(x=x, y=y, ax=ax, ay=ay, xref="x", yref="y", axref="x", ayref="y", showarrow=True,
+                          arrowhead=2, arrowsize=1.2, arrowwidth=1.4, arrowcolor="#555", text=""))
+    traces.append(go.Scatter(  # a click on a block (anywhere near its centre) opens its page
         x=[b["x"] for b in blocks], y=[b["y"] for b in blocks], mode="markers",
         marker={"size": [min(b["w"], b["h"]) * px_per_unit * 0.9 for b in blocks], "symbol": "square",
                 "color": "rgba(0,0,0,0)", "line": {"width": 0}},
         customdata=[b["page"] for b in blocks], hovertext=[b.get("hover", b["title"]) for b in blocks],
         hovertemplate="%{hovertext}<extra></extra>", showlegend=False, name="blocks"))
+    fig = go.Figure(data=traces, layout={"shapes": shapes, "annotations": notes})
     fig.update_xaxes(visible=False, range=[0, width], fixedrange=True)
     fig.update_yaxes(visible=False, range=[height, 0], fixedrange=True)
     fig.update_layout(height=int(height * px_per_unit) + 20, margin=dict(l=0, r=0, t=10, b=10),

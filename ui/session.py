@@ -211,7 +211,7 @@ def sidebar() -> None:
     job = jobs.get(session_id())
     if job is not None and job.active:  # while it trains, the open tab keeps saying so, whatever the page
         with st.sidebar:
-            st.fragment(run_every=20)(_heartbeat)()
+            st.fragment(run_every=10)(_heartbeat)()
 
 
 def on_text_change() -> None:
