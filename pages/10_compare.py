@@ -19,7 +19,6 @@ from ui.tools import (
     fit,
     inputs,
     kind_name,
-    longest,
     prep_for,
     reserve,
     surprise_chips,
@@ -37,7 +36,7 @@ def comparison(key, device, text, tgt, special, gen, text_b, tgt_b, kind: str, l
     model, prep = prep_for(key, device, text, tgt, special, gen, layer)
     prep_b = fit(model, prepare(model, text_b, tgt_b, allow_special=special), layer)
     with reserve(model, prep, prep_b, keep=layer):
-        return compare(model, prep, prep_b, kind, layer, head, top=TOP), longest(prep), prep.cut_from
+        return compare(model, prep, prep_b, kind, layer, head, top=TOP), prep.longest, prep.cut_from
 
 
 # --- text B (shared with the intervene page through the "_text_b" / "_tgt_b" keys, which outlive the widgets) ----

@@ -16,7 +16,7 @@ from ui.figures import axis_labels, bars, lines, token_heatmap, visible
 from ui.i18n import t
 from ui.nav import switch
 from ui.session import page_context, through_app
-from ui.tools import cut_note, export_panel, inputs, kind_name, longest, prep_for, reserve
+from ui.tools import cut_note, export_panel, inputs, kind_name, prep_for, reserve
 from ui.widgets import chart, clicked, count_text, explain, table
 
 through_app()
@@ -29,10 +29,10 @@ COUNT = 8  # random sequences the induction score averages over
 def heads_of(key, device, text, tgt, special, gen, length: int, threshold: float):
     """(records, tokens read, tokens before a cut or None)."""
     model, prep = prep_for(key, device, text, tgt, special, gen, KEEP_ALL)
-    n = max(longest(prep), 2 * length)  # the text, or one random sequence repeated twice
+    n = max(prep.longest, 2 * length)  # the text, or one random sequence repeated twice
     with budget.trace_reservation(model.cfg, n, n if model.is_encoder_decoder else None, keep=KEEP_ALL):
         records = detect_heads(model, prep, threshold=threshold, length=length, count=COUNT)
-    return records, longest(prep), prep.cut_from
+    return records, prep.longest, prep.cut_from
 
 
 @st.cache_data(show_spinner=False, max_entries=32, ttl=1800)
@@ -40,14 +40,14 @@ def first_weights(key, device, text, tgt, special, gen):
     """(every head's mean weight on the first token, strongest first; tokens read; tokens before a cut or None)."""
     model, prep = prep_for(key, device, text, tgt, special, gen, KEEP_ALL)
     with reserve(model, prep, keep=KEEP_ALL):
-        return find_sinks(model, prep, threshold=0.0), longest(prep), prep.cut_from
+        return find_sinks(model, prep, threshold=0.0), prep.longest, prep.cut_from
 
 
 @st.cache_data(show_spinner=False, max_entries=32, ttl=1800)
 def sink_removal(key, device, text, tgt, special, gen, kind: str, layer: int, head: int):
     model, prep = prep_for(key, device, text, tgt, special, gen, layer)
     with reserve(model, prep, keep=layer):
-        return remove_sink(model, prep, kind, layer, head), longest(prep), prep.cut_from
+        return remove_sink(model, prep, kind, layer, head), prep.longest, prep.cut_from
 
 
 def head_name(kind: str, layer: int, head: int, model) -> str:

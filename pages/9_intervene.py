@@ -20,7 +20,6 @@ from ui.tools import (
     fit,
     inputs,
     kind_name,
-    longest,
     prep_for,
     reserve,
     text_b,
@@ -35,7 +34,7 @@ ss = st.session_state
 def ablation_of(key, device, text, tgt, special, gen, heads: tuple, ffns: tuple, mode: str):
     model, prep = prep_for(key, device, text, tgt, special, gen, KEEP_NONE)
     with reserve(model, prep, keep=KEEP_NONE):
-        return ablate(model, prep, list(heads), list(ffns), mode=mode), longest(prep), prep.cut_from
+        return ablate(model, prep, list(heads), list(ffns), mode=mode), prep.longest, prep.cut_from
 
 
 @st.cache_data(show_spinner=False, max_entries=64, ttl=1800)
@@ -43,7 +42,7 @@ def patch_of(key, device, text, tgt, special, gen, text_b, tgt_b, kind: str, lay
     model, prep = prep_for(key, device, text, tgt, special, gen, layer)
     prep_b = fit(model, prepare(model, text_b, tgt_b, allow_special=special), layer)
     with reserve(model, prep, prep_b, keep=layer):
-        return patch(model, prep, prep_b, kind, layer, head, align=align), longest(prep), prep.cut_from
+        return patch(model, prep, prep_b, kind, layer, head, align=align), prep.longest, prep.cut_from
 
 
 # --- text B (shared with the compare page through the "_text_b" / "_tgt_b" keys, which outlive the widgets) ----

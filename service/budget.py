@@ -72,7 +72,8 @@ class Budget:
         with self._cond:
             return list(self._held.values())
 
-    def _too_big(self, nbytes: int) -> MemoryBudgetError:
+    def too_big(self, nbytes: int) -> MemoryBudgetError:
+        """The refusal of a task needing nbytes, more than one task may take (naming the limit and the setting)."""
         return MemoryBudgetError("memory_too_big", mb=to_mb(nbytes), limit=to_mb(self.task_limit),
                                  setting=SETTING_NAME)
 
@@ -81,7 +82,7 @@ class Budget:
         Pair with release(), or use reserve() as a context manager."""
         nbytes = max(0, int(nbytes))
         if nbytes > self.task_limit:
-            raise self._too_big(nbytes)
+            raise self.too_big(nbytes)
         deadline = time.monotonic() + max(0.0, wait_s)
         with self._cond:
             while sum(r.nbytes for r in self._held.values()) + nbytes > self.total:
@@ -155,6 +156,15 @@ def trace_tokens(cfg: TransformerConfig, n_tokens: int, keep=KEEP_ALL) -> int:
     `trace_cut`), 0 when not even one token fits. `keep` is what the trace keeps: KEEP_ALL, a layer index (the
     pages' layer_filter(layer)), or KEEP_NONE for an untraced forward."""
     return min(int(n_tokens), _fit(cfg, task_limit(), keep))
+
+
+def cut_to_fit(cfg: TransformerConfig, prep, keep=KEEP_ALL):
+    """A prepared input (text.inputs.Prepared) cut to what one traced forward of this model may cover within one
+    task's share (trace_tokens); memory_too_big, naming the limit, when not even one token fits."""
+    fits = trace_tokens(cfg, prep.longest, keep=keep)
+    if fits < 1:
+        raise current().too_big(trace_bytes(cfg, 1, 1, keep=keep))
+    return prep.cut(fits)
 
 
 def trace_reservation(cfg: TransformerConfig, n_src: int, n_tgt: int | None = None, keep=KEEP_ALL):

@@ -114,6 +114,32 @@ def test_trace_tokens_cuts_a_long_text_to_what_fits_one_task(server_env):
         pass
 
 
+def test_cut_to_fit_cuts_what_does_not_fit_and_names_the_limit_when_nothing_does(server_env, monkeypatch):
+    from transformer_core.model.transformer import build_model
+    from transformer_core.text.inputs import prepare
+    from ui import cache
+
+    model = build_model(PRESETS["tiny"])
+    prep = prepare(model, "one two three four five six seven eight", "= a b c")
+    server_env(TRANSFORMER_EXPLORER_MEMORY_BUDGET_MB=1024)
+    reverse = cache.get_model("shipped:reverse", "cpu")
+    assert budget.cut_to_fit(model.cfg, prep) is prep  # a short text on a small model: as it was
+    monkeypatch.setattr(budget, "current", lambda: Budget(MB))  # one task: 0.5 MB, less than one course-base token
+    big = PRESETS["course-base"]
+    with pytest.raises(MemoryBudgetError) as info:
+        budget.cut_to_fit(big, prep, keep=memory.KEEP_ALL)
+    assert info.value.code == "memory_too_big"
+    assert info.value.params["limit"] == "1" and info.value.params["setting"] == budget.SETTING_NAME
+    assert info.value.params["mb"] == budget.to_mb(memory.trace_bytes(big, 1, 1, keep=memory.KEEP_ALL))
+    # the pages' shared trace goes through the same guard (its message named no limit before)
+
+    monkeypatch.setattr(cache, "get_model", lambda key, device: reverse)  # loaded before (loading reserves memory)
+    monkeypatch.setattr(budget, "current", lambda: Budget(1024))  # 512 bytes a task: not one token of anything
+    with pytest.raises(MemoryBudgetError) as info:
+        cache.get_trace("shipped:reverse", "cpu", "d a c b", "= b c a", (), 0, False)
+    assert info.value.code == "memory_too_big" and info.value.params["setting"] == budget.SETTING_NAME
+
+
 def test_five_big_traces_at_once_take_at_most_the_budget(server_env):
     """The issue's case: five sessions tracing 1000 tokens of the course preset (8.8 GB before): each reserves its
     estimate, the budget never holds more than its total, and the ones that cannot wait are told the server is busy."""

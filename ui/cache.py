@@ -15,7 +15,6 @@ import streamlit as st
 import torch
 
 from service import budget, catalog
-from service.budget import MemoryBudgetError
 from service.settings import settings
 from transformer_core.errors import DeviceError
 from transformer_core.model.device import device_name, pick_device
@@ -93,12 +92,8 @@ def get_trace(key: str, device: str, text: str, tgt_text: str | None, masks: tup
 
     def compute():
         model, _ = get_model(key, device)
-        prep = prepare(model, text, tgt_text, allow_special=allow_special, extra=extra)
-        longest = max(prep.src_ids.size(1), 0 if prep.tgt_ids is None else prep.tgt_ids.size(1))
-        fits = budget.trace_tokens(model.cfg, longest, keep=layer)  # a long text on a big model: what fits
-        if fits < 1:
-            raise MemoryBudgetError("memory_too_big", what="trace", mb=budget.to_mb(budget.task_limit()))
-        prep = prep.cut(fits)
+        prep = budget.cut_to_fit(model.cfg, prepare(model, text, tgt_text, allow_special=allow_special, extra=extra),
+                                 keep=layer)  # a long text on a big model: what fits
         n_tgt = None if prep.tgt_ids is None else prep.tgt_ids.size(1)
         with budget.trace_reservation(model.cfg, prep.src_ids.size(1), n_tgt, keep=layer):  # in-flight work counts
             _, trace = run_with_trace(model, prep.src_ids, prep.tgt_ids, masks=dict(masks),

@@ -7,10 +7,8 @@ import html
 import streamlit as st
 
 from service import budget
-from service.budget import MemoryBudgetError
 from transformer_core.analysis.export import export_npz, notebook_snippet
 from transformer_core.errors import ExplorerError
-from transformer_core.model.memory import trace_bytes
 from transformer_core.text.inputs import prepare
 
 from . import cache
@@ -51,18 +49,9 @@ def inputs(ctx) -> tuple:
     return ctx.key, ctx.device, ss.get("text", ""), tgt, bool(ss.get("allow_special")), tuple(ss.get("gen_ids") or ())
 
 
-def longest(prep) -> int:
-    return max(prep.src_ids.size(1), 0 if prep.tgt_ids is None else prep.tgt_ids.size(1))
-
-
 def fit(model, prep, keep):
-    """The input cut to what one task may hold in the server's memory budget when the analysis keeps `keep`
-    (KEEP_ALL, a layer, KEEP_NONE); MemoryBudgetError when not even one token fits."""
-    fits = budget.trace_tokens(model.cfg, longest(prep), keep=keep)
-    if fits < 1:
-        raise MemoryBudgetError("memory_too_big", mb=budget.to_mb(trace_bytes(model.cfg, 1, 1, keep=keep)),
-                                limit=budget.to_mb(budget.task_limit()), setting=budget.SETTING_NAME)
-    return prep.cut(fits)
+    """The input cut to what one task may hold when the analysis keeps `keep` (KEEP_ALL, a layer, KEEP_NONE)."""
+    return budget.cut_to_fit(model.cfg, prep, keep=keep)
 
 
 def prep_for(key, device, text, tgt, special, gen, keep):
@@ -82,7 +71,7 @@ def cut_note(result, ctx) -> None:
     """Say so when the analysis read fewer tokens than the page's trace (a long text on a big model)."""
     _, n, total = result
     text = t("err.trace_cut", n=n, total=total, limit=budget.to_mb(budget.task_limit()))
-    if total is not None and n < longest(ctx.prep) and text not in CUTS_SHOWN:
+    if total is not None and n < ctx.prep.longest and text not in CUTS_SHOWN:
         CUTS_SHOWN.add(text)
         st.warning(text, icon="✂️")
 

@@ -28,11 +28,15 @@ class Prepared:
 
     def cut(self, n: int) -> Prepared:
         """The same input with each sequence cut to its first n tokens (what fits a memory budget)."""
-        longest = max(self.src_ids.size(1), 0 if self.tgt_ids is None else self.tgt_ids.size(1))
-        if n >= longest:
+        if n >= self.longest:
             return self
         return Prepared(self.src, self.tgt, self.src_ids[:, :n], None if self.tgt_ids is None else self.tgt_ids[:, :n],
-                        [p for p in self.src_unknown if p < n], [p for p in self.tgt_unknown if p < n], longest)
+                        [p for p in self.src_unknown if p < n], [p for p in self.tgt_unknown if p < n], self.longest)
+
+    @property
+    def longest(self) -> int:
+        """The longer of the two sequences (what a traced forward's memory grows with)."""
+        return max(self.src_ids.size(1), 0 if self.tgt_ids is None else self.tgt_ids.size(1))
 
 
 @lru_cache(maxsize=32)
