@@ -36,8 +36,7 @@ from transformer_core.model.config import TransformerConfig
 from transformer_core.model.device import pick_device
 from transformer_core.model.memory import forward_bytes, param_bytes, param_count, train_bytes
 from transformer_core.sources.folders import REF
-from transformer_core.text.tokenizer import load_encoding
-from transformer_core.train.cards import next_token_accuracy, run_fields, task_card, text_card
+from transformer_core.train.cards import task_card, user_text_card
 from transformer_core.train.checkpoint import save_checkpoint
 from transformer_core.train.experiment import experiment_runs
 from transformer_core.train.loop import History, TrainConfig, TrainResult, make_data, model_config, train
@@ -541,41 +540,8 @@ def model_card(name: str, result: TrainResult) -> dict:
     if tc.task is not None:
         card = task_card(tc.task, result, n=TASK_ACCURACY_N)
     else:
-        data = make_data(tc)
-        val = data.splits["val"][: ACCURACY_WINDOWS * tc.context + 1]  # bounded: logits are (N, T, vocab)
-        card = {"task": "text", "arch": "decoder_only", "example_tgt": "",
-                "example_src": text_example(tc.text, data.vocab_map, tc.encoding),
-                **text_card(result.model, data.splits["train"].numpy(), val.numpy(), tc.context, unk_id=0),
-                "accuracy": round(chunked_accuracy(result.model, val, tc.context, tc.batch_size), 4),
-                "accuracy_metric": "next-token accuracy on the validation split (never trained on)",
-                "description": {"en": f"Trained here on {len(tc.text):,} characters of your text.",
-                                "zh": f"在这里用你的 {len(tc.text):,} 个字符的文本训练。"}} | run_fields(result)
+        card = user_text_card(result, ACCURACY_WINDOWS)
     return {**card, "name": name[:NAME_CHARS], "trained_here": True}
-
-
-def chunked_accuracy(model, data: torch.Tensor, context: int, windows: int) -> float:
-    """next_token_accuracy over the same windows, `windows` at a time (the memory of one training batch)."""
-    step = max(1, windows) * context
-    scores = []  # (accuracy, windows) per chunk
-    for i in range(0, max(len(data) - context, 0), step):
-        chunk = data[i : i + step + 1]
-        n = len(range(0, len(chunk) - context, context))
-        if n:
-            scores.append((next_token_accuracy(model, chunk, context), n))
-    total = sum(n for _, n in scores)
-    return sum(a * n for a, n in scores) / total if total else 0.0
-
-
-def text_example(text: str, vocab_map, encoding: str = "cl100k_base", max_tokens: int = 8) -> str:
-    """A short start of the training text whose tokens are all in the model's vocabulary (the sidebar example)."""
-    known, best, enc = set(vocab_map), "", load_encoding(encoding)
-    for m in re.finditer(r"\S+", text[:2000]):
-        prefix = text[: m.end()].strip()
-        ids = enc.encode(prefix, allowed_special=set(), disallowed_special=())
-        if len(ids) > max_tokens or not set(ids) <= known:
-            break
-        best = prefix
-    return best or text.strip()[:1]
 
 
 def safe_name(name: str) -> str:

@@ -17,7 +17,7 @@ from transformer_core.train.cards import bigram_loss, card_heads, heldout_loss
 from transformer_core.train.checkpoint import load_checkpoint
 from transformer_core.train.defaults import SHIPPED_LMS
 from transformer_core.train.tasks import TASKS
-from transformer_core.train.vocab import encode_lines
+from transformer_core.train.vocab import Vocab, encode_lines, to_model_ids
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets" / "models"
 LMS = tuple(SHIPPED_LMS)  # kjv-tang-gpt, tang-gpt
@@ -43,8 +43,7 @@ def shipped():
 def sample_ids(model, folder: Path, corpus: str) -> np.ndarray:
     """The shipped held-out sample in the model's ids (tokens outside its vocabulary -> ⟨unk⟩ 0)."""
     text = (folder / f"heldout_{corpus}.txt").read_text(encoding="utf-8")
-    table = {r: i for i, r in enumerate(model.cfg.vocab_map) if r >= 0}
-    return np.array([table.get(i, 0) for i in encode_lines(load_encoding("cl100k_base"), text)], dtype=np.int64)
+    return to_model_ids(Vocab(model.cfg.vocab_map), encode_lines(load_encoding("cl100k_base"), text))
 
 
 @pytest.mark.parametrize("name", [*LMS, "dates-zh"])

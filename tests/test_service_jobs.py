@@ -13,7 +13,7 @@ import torch
 
 from service import catalog, jobs
 from transformer_core.errors import ExplorerError
-from transformer_core.train.cards import next_token_accuracy
+from transformer_core.train.cards import chunked_accuracy, next_token_accuracy
 from transformer_core.train.loop import MAX_ITERS, TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -210,4 +210,4 @@ def test_chunked_accuracy_equals_the_one_batch_measurement():
     data = torch.randint(0, 7, (8 * 37 + 5,))
     whole = next_token_accuracy(model, data, 8)
     for windows in (1, 3, 4, 100):
-        assert jobs.chunked_accuracy(model, data, 8, windows) == pytest.approx(whole, abs=1e-6)
+        assert chunked_accuracy(model, data, 8, windows) == pytest.approx(whole, abs=1e-6)

@@ -183,15 +183,6 @@ def detect_heads(model: Transformer, prep: Prepared, *, threshold: float = THRES
         raise InputError("heads_count", lo=1, hi=256)
     text = _weights(model, prep.src_ids, prep.tgt_ids)
     ind = induction_scores(model, length, count, seed)
-    records = []
-    for (kind, layer), w in text.items():
-        if kind == "cross":
-            scores = {"first_token": first_token(w, from_query=0), "diagonal": diagonal(w),
-                      "anti_diagonal": anti_diagonal(w)}
-        else:
-            scores = {"previous_token": previous_token(w), "first_token": first_token(w), "self": self_token(w),
-                      "induction": ind[kind, layer]}
-        for h in range(model.cfg.n_heads):
-            values = {k: _value(v, h) for k, v in scores.items()}
-            records.append(HeadRecord(kind, layer, h, values, label(values, threshold)))
+    records = [r for (kind, layer), w in text.items() for r in label_block(kind, layer, w, ind.get((kind, layer)),
+                                                                          threshold)]
     return sorted(records, key=HeadRecord.key)

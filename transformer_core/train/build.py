@@ -14,13 +14,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from .cards import card_heads, heldout_loss, run_fields, task_card, text_card
 from .checkpoint import save_checkpoint
 from .defaults import SHIPPED_LMS, SHIPPED_TASKS, SHIPPED_TRANSLATION
-from .loop import TrainResult, make_data, train
+from .loop import TrainResult, train
 from .tasks import TASKS
 
 COMMAND = "python -m transformer_core.train.build"
@@ -68,8 +67,7 @@ def build_lm(name: str, out: Path, cache: str) -> dict:
     recipe = SHIPPED_LMS[name]
     tc = replace(recipe["config"], cache_dir=cache)
     result = train(tc, progress(name))
-    model = fp16(result.model.cpu().eval())
-    data = make_data(tc)
+    model, data = fp16(result.model.cpu().eval()), result.data
     card = {"arch": "decoder_only", "description": recipe["description"], "example_src": recipe["example"],
             "example_tgt": "", "order": recipe["order"], **run_fields(result),
             "corpus": [{"package": p["package"], "version": p["version"], "licence": p["licence"],
@@ -81,7 +79,7 @@ def build_lm(name: str, out: Path, cache: str) -> dict:
     if len(tc.corpus) > 1:
         card["by_corpus"] = by_corpus
     card["heads"] = card_heads(model, data.streams["val"][0], tc.context)
-    texts, card["heldout_sample"] = heldout_samples(model, tc)
+    texts, card["heldout_sample"] = heldout_samples(model, data)
     card = save(name, out, result, card, dtype="float16")
     for corpus, text in texts.items():  # beside the weights (save() starts the folder afresh)
         (out / name / f"heldout_{corpus}.txt").write_text(text, encoding="utf-8")
@@ -91,27 +89,25 @@ def build_lm(name: str, out: Path, cache: str) -> dict:
 SAMPLE_TOKENS = 4096
 
 
-def heldout_samples(model, tc) -> tuple[dict[str, str], dict]:
+def heldout_samples(model, data) -> tuple[dict[str, str], dict]:
     """The first lines of each corpus's held-out text (about SAMPLE_TOKENS tokens), shipped beside the weights with
     the model's loss on them: a test recomputes that loss and the heads' scores without the corpus download."""
     from ..text.tokenizer import load_encoding
-    from .corpora import load_corpus
-    from .corpus_data import DEFAULT_CACHE
-    from .vocab import encode_lines
+    from .vocab import encode_lines, to_model_ids
 
-    enc, table = load_encoding(tc.encoding), {r: i for i, r in enumerate(model.cfg.vocab_map) if r >= 0}
+    enc = load_encoding(model.cfg.encoding)
     texts, samples = {}, {}
-    for corpus in tc.corpus:
+    for corpus, heldout in data.heldout_texts.items():
         lines, n = [], 0
-        for line in load_corpus(corpus, Path(tc.cache_dir) if tc.cache_dir else DEFAULT_CACHE).heldout.split("\n"):
+        for line in heldout.split("\n"):
             if n >= SAMPLE_TOKENS:
                 break
             lines.append(line)
             n += len(encode_lines(enc, line + "\n"))
-        text = "\n".join(lines) + "\n"
-        texts[corpus] = text
-        ids = np.array([table.get(i, 0) for i in encode_lines(enc, text)], dtype=np.int64)
-        samples[corpus] = {"tokens": int(len(ids) - 1), "heldout_loss": round(heldout_loss(model, ids, tc.context), 4)}
+        texts[corpus] = "\n".join(lines) + "\n"
+        ids = to_model_ids(data.vocab, encode_lines(enc, texts[corpus]))
+        loss = heldout_loss(model, ids, data.context)
+        samples[corpus] = {"tokens": int(len(ids) - 1), "heldout_loss": round(loss, 4)}
     return texts, samples
 
 

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from ..analysis.alignment import alignment_mass
+from ..text.tokenizer import encode_by_line, load_encoding
 from .data import IGNORE
 from .loop import TrainResult, describe
 from .tasks import TASKS, SeqToSeqTask
@@ -99,26 +101,66 @@ def text_card(model, train: np.ndarray, heldout: np.ndarray, context: int, unk_i
             "unk_rate": round(float((heldout == unk_id).mean()), 5) if unk_id is not None else 0.0}
 
 
+CARD_KINDS = ("previous_token", "first_token", "induction")  # the patterns a model card reports
+
+
 @torch.no_grad()
 def card_heads(model, heldout: np.ndarray, context: int, n_windows: int = 64, length: int | None = None) -> list:
-    """Every self-attention head's previous-token and first-token scores over held-out windows, and its induction
-    score on random sequences repeated twice (analysis.heads' definitions), labelled with its strongest kind."""
-    from ..analysis.heads import default_length, first_token, induction_scores, label, previous_token
+    """Every self-attention head's previous-token and first-token scores over the first n_windows held-out windows,
+    and its induction score on random sequences repeated twice (analysis.heads' detector), labelled with the
+    strongest of those three."""
+    from ..analysis.heads import default_length, induction_scores, label, label_block
     from ..model.hooks import act_name
     from ..model.trace import run_with_trace
 
     x, _ = windows(heldout, context)
-    x = x[:n_windows]
     layers = range(model.cfg.n_layers)
-    names = [act_name("weights", layer=i, block="dec_self") for i in layers]
-    _, trace = run_with_trace(model, x, names=names)
+    _, trace = run_with_trace(model, x[:n_windows], names=[act_name("weights", layer=i, block="dec_self")
+                                                           for i in layers])
     ind = induction_scores(model, length or default_length(model), count=16)
     rows = []
     for i in layers:
-        w = trace.attention("dec_self", i).weights  # (W, nh, T, T)
-        prev, first = previous_token(w), first_token(w)
-        for h in range(model.cfg.n_heads):
-            scores = {"previous_token": round(float(prev[h]), 4), "first_token": round(float(first[h]), 4),
-                      "induction": round(float(ind["dec_self", i][h]), 4)}
-            rows.append({"layer": i, "head": h, **scores, "kind": label(scores), "score": max(scores.values())})
+        for r in label_block("dec_self", i, trace.attention("dec_self", i).weights, ind["dec_self", i]):
+            scores = {k: r.scores[k] for k in CARD_KINDS}
+            rows.append({"layer": i, "head": r.head, **scores, "kind": label(scores), "score": max(scores.values())})
     return rows
+
+
+def chunked_accuracy(model, data: torch.Tensor, context: int, windows: int) -> float:
+    """next_token_accuracy over the same windows, `windows` at a time (the memory of one training batch)."""
+    step = max(1, windows) * context
+    scores = []  # (accuracy, windows) per chunk
+    for i in range(0, max(len(data) - context, 0), step):
+        chunk = data[i : i + step + 1]
+        n = len(range(0, len(chunk) - context, context))
+        if n:
+            scores.append((next_token_accuracy(model, chunk, context), n))
+    total = sum(n for _, n in scores)
+    return sum(a * n for a, n in scores) / total if total else 0.0
+
+
+def text_example(text: str, vocab_map, encoding: str = "cl100k_base", max_tokens: int = 8) -> str:
+    """A short start of the training text whose tokens are all in the model's vocabulary (the sidebar example),
+    tokenized as the app reads text for this model (one line at a time)."""
+    known, best, enc = set(vocab_map), "", load_encoding(encoding)
+    for m in re.finditer(r"\S+", text[:2000]):
+        prefix = text[: m.end()].strip()
+        ids = encode_by_line(enc, prefix)
+        if len(ids) > max_tokens or not set(ids) <= known:
+            break
+        best = prefix
+    return best or text.strip()[:1]
+
+
+def user_text_card(result: TrainResult, windows: int) -> dict:
+    """The card of a model trained on a learner's text (TextData): held-out loss against the n-gram baselines
+    and next-token accuracy on the first `windows` validation windows (bounded: logits are (N, T, vocab))."""
+    tc, data = result.config, result.data
+    val = data.splits["val"][: windows * tc.context + 1]
+    return {"task": "text", "arch": "decoder_only", "example_tgt": "",
+            "example_src": text_example(tc.text, data.vocab_map, tc.encoding),
+            **text_card(result.model, data.splits["train"].numpy(), val.numpy(), tc.context, unk_id=data.vocab.unk),
+            "accuracy": round(chunked_accuracy(result.model, val, tc.context, tc.batch_size), 4),
+            "accuracy_metric": "next-token accuracy on the validation split (never trained on)",
+            "description": {"en": f"Trained here on {len(tc.text):,} characters of your text.",
+                            "zh": f"在这里用你的 {len(tc.text):,} 个字符的文本训练。"}} | run_fields(result)

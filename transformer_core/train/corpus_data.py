@@ -36,10 +36,10 @@ class CorpusData:
         self.vocab = build_vocab(count_tokens(i for ids in train_real for i in ids), k)
         self.streams = {"train": [to_model_ids(self.vocab, ids) for ids in train_real],
                         "val": [to_model_ids(self.vocab, ids) for ids in held_real]}
-        self.names, self.context, self.synthetic_fraction = tuple(names), context, synthetic_fraction
+        self.heldout_texts = {n: c.heldout for n, c in zip(names, corpora, strict=True)}  # (a sample ships)
+        self.context, self.synthetic_fraction = context, synthetic_fraction
         self.provenance = [c.provenance for c in corpora]
         self.rngs = {s: np.random.default_rng(seed + i) for i, s in enumerate(SPLITS)}
-        self.encoding = encoding
         self.synthetic_first, self.train_batches = synthetic_first, 0  # the first batches: synthetic rows only
         self.synthetic_alphabet = synthetic_alphabet
 
@@ -50,11 +50,6 @@ class CorpusData:
     @property
     def vocab_map(self) -> tuple[int, ...]:
         return self.vocab.real_ids
-
-    @property
-    def splits(self) -> dict[str, np.ndarray]:
-        """Every corpus of a split in one stream (for the card's losses)."""
-        return {s: np.concatenate(self.streams[s]) for s in SPLITS}
 
     def batch(self, split: str, size: int) -> Batch:
         """Random windows x = s[i:i+T], y = s[i+1:i+T+1] of a corpus picked uniformly; training rows may be

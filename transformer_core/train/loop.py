@@ -126,6 +126,7 @@ class TrainResult:
     tokens: int  # target tokens trained on
     config: TrainConfig
     device: torch.device = torch.device("cpu")
+    data: object = None  # the run's data source (its vocabulary and held-out split measure the model afterwards)
 
 
 class TaskData:
@@ -249,7 +250,7 @@ def train(tc: TrainConfig, callback: Callable[[Progress], None] | None = None,
             if callback is not None:
                 callback(Progress(it, tc.max_iters, loss, hist))
     stopped = it < tc.max_iters
-    return TrainResult(model.eval(), hist, it, stopped, time.perf_counter() - start, tokens, tc, device)
+    return TrainResult(model.eval(), hist, it, stopped, time.perf_counter() - start, tokens, tc, device, data)
 
 
 def _record_eval(hist: History, it: int, losses: dict[str, float]) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..text.inputs import UNK
+from ..text.inputs import UNK, vocab_index
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Vocab:
 
     def index(self) -> dict[int, int]:
         """tokenizer id -> model id (the unknown token is not in it)."""
-        return {real: i for i, real in enumerate(self.real_ids) if real != UNK}
+        return vocab_index(self.real_ids)
 
 
 def count_tokens(real_ids: Iterable[int]) -> Counter:
@@ -56,11 +56,6 @@ def to_model_ids(vocab: Vocab, real_ids: Sequence[int]) -> np.ndarray:
     """Tokenizer ids -> model ids (int64); ids outside the vocabulary become the unknown id."""
     table, unk = vocab.index(), vocab.unk
     return np.fromiter((table.get(int(i), unk) for i in real_ids), dtype=np.int64, count=len(real_ids))
-
-
-def unk_rate(vocab: Vocab, real_ids: Sequence[int]) -> float:
-    """Share of tokens outside the vocabulary."""
-    return float((to_model_ids(vocab, real_ids) == vocab.unk).mean()) if len(real_ids) else 0.0
 
 
 def encode(enc, text: str) -> list[int]:
