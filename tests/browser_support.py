@@ -6,16 +6,13 @@ Importable without Playwright installed. From a bench script in the repo:
 """
 from __future__ import annotations
 
-import collections
 import io
 import json
 import os
-import pickle
 import re
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -25,6 +22,8 @@ import zipfile
 import zlib
 from contextlib import contextmanager
 from pathlib import Path
+
+from model_files import deflated_zeros, pt_pickle_of, zip_file
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_CACHE = ROOT.parent / "shared" / "tiktoken-cache"
@@ -196,6 +195,22 @@ def page_problem(page, proc: subprocess.Popen) -> str | None:
 
 MAIN = "[data-testid='stMain']"
 SIDEBAR = "[data-testid='stSidebar']"
+
+
+def s(key: str, lang: str = "en", **fmt) -> str:
+    """A UI string as a learner reads it in `lang` (formatted when fmt is given)."""
+    from ui.i18n import strings
+
+    text = strings()[key][lang]
+    return text.format(**fmt) if fmt else text
+
+
+def app_url(app, path: str = "", lang: str = "en", **params) -> str:
+    """A page of a running app with its URL state (values quoted), in `lang`."""
+    from urllib.parse import quote
+
+    query = "&".join(f"{k}={quote(str(v), safe='')}" for k, v in {**params, "lang": lang}.items())
+    return f"{app.url}/{path}?{query}"
 
 
 def _shipped_shown() -> list[str]:
@@ -575,68 +590,14 @@ def save_safetensors(path, config):
     return path
 
 
-class _Storage:
-    def __init__(self, key: str, numel: int):
-        self.key, self.numel = key, numel
-
-
-class _Tensor:
-    def __init__(self, key: str, numel: int, size: tuple, stride: tuple):
-        self.key, self.numel, self.size, self.stride = key, numel, size, stride
-
-
-class _TorchRecordPickler(pickle.Pickler):
-    """Writes the data.pkl torch.save would write for float tensors given only as records, so a test can declare a
-    1 GB tensor without allocating it."""
-
-    def persistent_id(self, obj):
-        import torch
-
-        return ("storage", torch.FloatStorage, obj.key, "cpu", obj.numel) if isinstance(obj, _Storage) else None
-
-    def reducer_override(self, obj):
-        import torch
-
-        if isinstance(obj, _Tensor):
-            return torch._utils._rebuild_tensor_v2, (_Storage(obj.key, obj.numel), 0, obj.size, obj.stride, False,
-                                                     collections.OrderedDict())
-        return NotImplemented
-
-
-def torch_zip(entries: list[tuple[str, bytes, int, int, int]]) -> bytes:
-    """A zip in torch.save's layout from (name, bytes as stored, method, crc, declared unpacked size), written as
-    given, plus the version and byteorder records torch.load expects."""
-    entries = [*entries, *((f"archive/{n}", d, 0, zlib.crc32(d), len(d))
-                           for n, d in (("version", b"3\n"), ("byteorder", b"little")))]
-    out, central = io.BytesIO(), []
-    for name, data, method, crc, size in entries:
-        offset, raw_name = out.tell(), name.encode()
-        out.write(struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, method, 0, 0, crc, len(data), size, len(raw_name), 0)
-                  + raw_name + data)
-        central.append(struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, method, 0, 0, crc, len(data), size,
-                                   len(raw_name), 0, 0, 0, 0, 0, offset) + raw_name)
-    start = out.tell()
-    out.write(b"".join(central))
-    out.write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(central), len(central), out.tell() - start, start, 0))
-    return out.getvalue()
-
-
 def zip_bomb_pt(path):
     """A .pt whose one tensor (960 MiB of float zeros, over 1 GB, declared so in its pickle and its zip directory) is
     stored deflated: under 1 MB on disk. torch.save never compresses, so a plain torch.load would inflate it all."""
-    chunk, n_chunks = 1 << 20, 960
-    packer = zlib.compressobj(9, zlib.DEFLATED, -15)
-    block = packer.compress(bytes(chunk)) + packer.flush(zlib.Z_FULL_FLUSH)  # byte-aligned, repeatable
-    crc = 0
-    for _ in range(n_chunks):
-        crc = zlib.crc32(bytes(chunk), crc)
-    size = chunk * n_chunks
-    buf = io.BytesIO()
-    _TorchRecordPickler(buf, protocol=2).dump({"config": tiny_config(), "state_dict": {
-        "decoder.embed.tok.weight": _Tensor("0", size // 4, (size // 4,), (1,))}})
-    pkl = buf.getvalue()
-    raw = torch_zip([("archive/data.pkl", pkl, 0, zlib.crc32(pkl), len(pkl)),
-                     ("archive/data/0", block * n_chunks + b"\x03\x00", 8, crc, size)])
+    size = 960 << 20
+    pkl = pt_pickle_of({"config": tiny_config(), "state_dict": {"decoder.embed.tok.weight": ("0", size // 4,
+                                                                                              (size // 4,), (1,))}})
+    bomb, crc = deflated_zeros(960, 1 << 20)
+    raw = zip_file([("archive/data.pkl", pkl, 0, zlib.crc32(pkl), len(pkl)), ("archive/data/0", bomb, 8, crc, size)])
     with zipfile.ZipFile(io.BytesIO(raw)) as z:  # what a zip reader sees: over 1 GB declared
         assert sum(i.file_size for i in z.infolist()) > 10**9
         with z.open("archive/data/0") as f:  # and a real deflate stream of zeros

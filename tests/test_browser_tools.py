@@ -8,7 +8,7 @@ Models are named in every URL. One server serves the module. Screenshots go to s
 import io
 import re
 import time
-from urllib.parse import parse_qs, quote, urlparse
+from urllib.parse import parse_qs, urlparse
 
 import numpy as np
 import pytest
@@ -16,6 +16,7 @@ from browser_support import (
     MAIN,
     ROOT,
     app_text,
+    app_url,
     assert_clean,
     choose,
     click_plot,
@@ -33,6 +34,7 @@ from browser_support import (
     radio,
     require_browser,
     rerun_settled,
+    s,
     screenshot,
     settle,
     trace_point,
@@ -54,14 +56,6 @@ PLACEHOLDERS_JS = """() => Array.from(document.querySelectorAll("[data-testid='s
 SEEN: dict[str, object] = {}  # what the Chinese test saw, for the test of Streamlit placeholders
 
 
-def s(key: str, lang: str = "en", **fmt) -> str:
-    text = S[key][lang]
-    return text.format(**fmt) if fmt else text
-
-
-def url(app, path: str, lang: str = "en", **params) -> str:
-    query = "&".join(f"{k}={quote(str(v), safe='')}" for k, v in {**params, "lang": lang}.items())
-    return f"{app.url}/{path}?{query}"
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +67,7 @@ def app(tmp_path_factory):
 
 
 def go(page, app, path: str, lang: str = "en", *, charts: bool = True, **params) -> None:
-    page.goto(url(app, path, lang, **params))
+    page.goto(app_url(app, path, lang, **params))
     settle(page, charts=charts)
     assert_clean(page, app, f"/{path} ({lang})")
     expect(page.locator("h1").first).to_have_text(s(f"nav_{path}", lang))

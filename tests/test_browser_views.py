@@ -9,7 +9,7 @@ serves the module (a second, fresh one only for the shared-link test). Screensho
 import json
 import re
 import time
-from urllib.parse import parse_qs, quote, unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 import pytest
 from browser_support import (
@@ -22,6 +22,7 @@ from browser_support import (
     SIDEBAR,
     WARNING_BOX,
     app_text,
+    app_url,
     assert_clean,
     camera,
     choose,
@@ -46,6 +47,7 @@ from browser_support import (
     radio_value,
     require_browser,
     rerun_settled,
+    s,
     screenshot,
     settle,
     slider,
@@ -84,14 +86,6 @@ DRAWN_TICKS_JS = """(i) => {
 }"""
 
 
-def s(key: str, lang: str = "en", **fmt) -> str:
-    text = S[key][lang]
-    return text.format(**fmt) if fmt else text
-
-
-def url(app, path: str = "", lang: str = "en", **params) -> str:
-    query = "&".join(f"{k}={quote(str(v), safe='')}" for k, v in {**params, "lang": lang}.items())
-    return f"{app.url}/{path}?{query}"
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +98,7 @@ def app(tmp_path_factory):
 
 def go(page, app, path: str = "", lang: str = "en", *, charts: bool = True, timeout: float = 120_000,
        **params) -> None:
-    page.goto(url(app, path, lang, **params))
+    page.goto(app_url(app, path, lang, **params))
     settle(page, timeout=timeout, charts=charts)
     assert_clean(page, app, f"/{path} ({lang})")
 

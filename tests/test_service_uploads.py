@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from model_files import deflated_zeros, pt_pickle_of, zip_file
 from safetensors.torch import save as save_safetensors
 from test_uploads import VIEWER, pt_bytes, small_model
 
@@ -55,34 +56,6 @@ def test_the_upload_limit_equals_the_servers():
         uploads.import_model(b"\0" * (uploads.MAX_MODEL_UPLOAD_BYTES + 1), "m.pt", "big", owner=VIEWER)
 
 
-def zip_file(entries: list[tuple[str, bytes, int, int, int]]) -> bytes:
-    """A torch-style zip from (name, data as stored, method, crc, declared unpacked size), data written as given,
-    plus the version and byte order records torch.load expects."""
-    entries = [*entries, *((f"archive/{n}", d, 0, zlib.crc32(d), len(d)) for n, d in (("version", b"3\n"),
-                                                                                     ("byteorder", b"little")))]
-    out, central = io.BytesIO(), []
-    for name, data, method, crc, size in entries:
-        offset, raw_name = out.tell(), name.encode()
-        out.write(struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, method, 0, 0, crc, len(data), size,
-                              len(raw_name), 0) + raw_name + data)
-        central.append(struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, method, 0, 0, crc, len(data), size,
-                                   len(raw_name), 0, 0, 0, 0, 0, offset) + raw_name)
-    start = out.tell()
-    out.write(b"".join(central))
-    out.write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(central), len(central), out.tell() - start, start, 0))
-    return out.getvalue()
-
-
-def deflated_zeros(chunks: int, chunk: int = 1 << 24) -> tuple[bytes, int]:
-    """A raw deflate stream of chunks x chunk zero bytes (one compressed chunk repeated), and its CRC-32."""
-    piece = zlib.compressobj(9, zlib.DEFLATED, -15)
-    block = piece.compress(bytes(chunk)) + piece.flush(zlib.Z_FULL_FLUSH)  # byte-aligned, dictionary reset
-    crc, zeros = 0, bytes(chunk)
-    for _ in range(chunks):
-        crc = zlib.crc32(zeros, crc)
-    return block * chunks + b"\x03\x00", crc  # then an empty final block
-
-
 def test_the_zip_bomb_helper_makes_a_real_deflate_stream():
     data, crc = deflated_zeros(3, 1 << 16)
     out = zlib.decompressobj(-15).decompress(data)
@@ -99,37 +72,6 @@ def test_a_zip_bomb_pt_is_refused_from_its_directory_before_anything_is_unpacked
         uploads.import_model(raw, "bomb.pt", "bomb", owner=VIEWER)
     assert info.value.code == "upload_too_big_unpacked" and "1024 MB" in str(info.value)
     assert not user_dir.exists()
-
-
-def pt_pickle_of(doc: dict, build=None) -> bytes:
-    """The data.pkl torch.save would write for a doc whose tensors are given as (key, numel, size, stride)
-    float records: a hand-made pickle, so a test can declare anything without allocating it. `build`: a state
-    the pickle then sets on each tensor (a BUILD opcode after the rebuild call)."""
-    class Rec:
-        def __init__(self, key, numel, size, stride):
-            self.key, self.numel, self.size, self.stride = key, numel, size, stride
-
-    import pickle
-
-    class Pickler(pickle.Pickler):
-        def persistent_id(self, obj):
-            return ("storage", FloatStorage, obj.key, "cpu", obj.numel) if isinstance(obj, _StorageRef) else None
-
-        def reducer_override(self, obj):
-            if isinstance(obj, Rec) and not isinstance(obj, _StorageRef):
-                args = (_StorageRef(obj), 0, obj.size, obj.stride, False, {})
-                return (rebuild, args) if build is None else (rebuild, args, build)
-            return NotImplemented
-
-    class _StorageRef(Rec):
-        def __init__(self, rec):
-            super().__init__(rec.key, rec.numel, rec.size, rec.stride)
-
-    FloatStorage, rebuild = torch.FloatStorage, torch._utils._rebuild_tensor_v2
-    state = {k: Rec(*v) for k, v in doc["state_dict"].items()}
-    buf = io.BytesIO()
-    Pickler(buf, protocol=2).dump({**doc, "state_dict": state})
-    return buf.getvalue()
 
 
 def test_the_hand_made_pickle_reads_like_torch_save(tmp_path):
@@ -339,3 +281,13 @@ def test_import_model_needs_the_viewers_token():
         uploads.import_model(b"", "m.pt", "x")  # a missing owner is a programming error, not a learner's
     with pytest.raises(TypeError):
         uploads.import_model(b"", "m.pt", "x", owner="")
+
+
+def test_the_browser_suites_hostile_files_are_refused_by_the_service_with_their_messages(tmp_path, user_dir):
+    from browser_support import hostile_model_files  # what the real-browser suite and the soak upload
+
+    for path, message in hostile_model_files(tmp_path):
+        with pytest.raises(ExplorerError) as info:
+            uploads.import_model(path.read_bytes(), path.name, path.stem, owner=VIEWER)
+        assert message in str(info.value), (path.name, str(info.value))
+    assert not user_dir.exists() or not any(user_dir.iterdir())

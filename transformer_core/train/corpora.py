@@ -229,6 +229,12 @@ def parse_kjv(raw: str) -> list[tuple[str, int, int, str]]:
     return verses
 
 
+def text_hashes(full: str, train: str, heldout: str) -> dict[str, str]:
+    """The provenance's sha256 of the cleaned text and of each split (the card names the training text's)."""
+    return {"text_sha256": sha256_text(full), "train_sha256": sha256_text(train),
+            "heldout_sha256": sha256_text(heldout)}
+
+
 def kjv_text(verses: list[tuple[str, int, int, str]]) -> str:
     """Plain verse text, one verse per line, no book/chapter:verse references."""
     return "".join(v[3] + "\n" for v in verses)
@@ -265,9 +271,7 @@ def load_kjv(cache_dir: Path, heldout_fraction: float = 0.05, strict: bool = Tru
         "n_verses": len(verses),
         "n_train_verses": len(verses) - sum(held),
         "n_heldout_verses": sum(held),
-        "text_sha256": sha256_text(full),
-        "train_sha256": sha256_text(train),
-        "heldout_sha256": sha256_text(heldout),
+        **text_hashes(full, train, heldout),
     }
     return Corpus("kjv", train, heldout, provenance)
 
@@ -346,9 +350,7 @@ def load_tang(cache_dir: Path, heldout_fraction: float = 0.05, strict: bool = Tr
         "n_poems": len(kept),
         "n_train_poems": len(kept) - n_held,
         "n_heldout_poems": n_held,
-        "text_sha256": sha256_text(full),
-        "train_sha256": sha256_text("".join(train)),
-        "heldout_sha256": sha256_text("".join(heldout)),
+        **text_hashes(full, "".join(train), "".join(heldout)),
     }
     return Corpus("tang", "".join(train), "".join(heldout), provenance)
 
