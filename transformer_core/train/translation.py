@@ -35,16 +35,14 @@ from functools import cached_property
 
 import torch
 
-from ..errors import TaskError
 from ..model.config import TransformerConfig
 from ..model.masks import pad_batch
 from ..model.transformer import Transformer
-from ..text.tokenizer import load_encoding
 from .corpora import is_heldout
 from .data import IGNORE, Batch
 from .tasks import Example as TaskExample
-from .tasks import Task
-from .vocab import Vocab, build_vocab, encode
+from .tasks import Task, encode
+from .vocab import Vocab, build_vocab
 
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
           "October", "November", "December")
@@ -201,11 +199,10 @@ class TranslationTask(Task):
 
     @cached_property
     def vocab(self) -> Vocab:
-        enc = load_encoding("cl100k_base")
         counts: Counter = Counter()
         for e in universe():
-            counts.update(encode(enc, e.src))
-            counts.update(encode(enc, e.tgt))
+            counts.update(encode(e.src))
+            counts.update(encode(e.tgt))
         return build_vocab(counts, None, extra=(("bos", BOS_REAL_ID), ("eos", EOS_REAL_ID)))
 
     @cached_property
@@ -215,14 +212,6 @@ class TranslationTask(Task):
     @cached_property
     def index(self) -> dict[int, int]:
         return self.vocab.index()
-
-    def to_ids(self, text: str) -> list[int]:
-        ids = encode(load_encoding("cl100k_base"), text)
-        bad = [i for i in ids if i not in self.index]
-        if bad:
-            raise TaskError("task_token", token=repr(load_encoding("cl100k_base").decode([bad[0]])), task=self.name,
-                            example=self.example.src)
-        return [self.index[i] for i in ids]
 
     def sample(self, rng: random.Random) -> TaskExample:
         kind = rng.choice(KINDS)  # the four forms equally often
@@ -271,8 +260,9 @@ class TranslationTask(Task):
 
     def translate(self, model: Transformer, text: str) -> str:
         """The model's Chinese for one English date or number."""
-        ids = self.answers(model, [text])[0]
-        return load_encoding("cl100k_base").decode([self.vocab_map[i] for i in ids if self.vocab_map[i] >= 0])
+        from ..text.inputs import model_text
+
+        return model_text(model, self.answers(model, [text])[0])
 
     def model_config(self, **changes) -> TransformerConfig:
         base = dict(arch=self.arch, vocab_size=self.vocab.size, vocab_map=self.vocab_map, d_model=128, n_heads=4,

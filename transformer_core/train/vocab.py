@@ -58,11 +58,6 @@ def to_model_ids(vocab: Vocab, real_ids: Sequence[int]) -> np.ndarray:
     return np.fromiter((table.get(int(i), unk) for i in real_ids), dtype=np.int64, count=len(real_ids))
 
 
-def encode(enc, text: str) -> list[int]:
-    """Tokenizer ids of a text; special-token text such as <|endoftext|> stays plain text."""
-    return enc.encode(text, allowed_special=set(), disallowed_special=())
-
-
 def encode_lines(enc, text: str) -> list[int]:
     """Tokenizer ids of a text encoded one line at a time, each line followed by the id of "\\n" (the corpus
     models' training text; text.tokenizer.encode_by_line says why)."""
