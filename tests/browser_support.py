@@ -266,10 +266,12 @@ def sidebar_model_options(page) -> list[str]:
 RUNS_ENDED_JS = """() => {  // how many script runs have ended since this was first called on the page
     if (window.__runsEnded === undefined) {
         window.__runsEnded = 0;
-        const app = document.querySelector("[data-testid='stApp']");
+        // the whole document, not the app element: React may replace that element, and an observer on the old one
+        // would never count again
         new MutationObserver(records => records.forEach(r => {
             if (r.oldValue === 'running') window.__runsEnded++;
-        })).observe(app, {attributes: true, attributeOldValue: true, attributeFilter: ['data-test-script-state']});
+        })).observe(document.body, {subtree: true, attributes: true, attributeOldValue: true,
+                                    attributeFilter: ['data-test-script-state']});
     }
     return window.__runsEnded;
 }"""
@@ -284,6 +286,27 @@ def wait_next_run(page, since: int, timeout: float = 120_000) -> None:
     """Wait until a script run that started after runs_ended() said `since` is over, and the app is idle."""
     page.wait_for_function(f"() => window.__runsEnded > {since}", timeout=timeout)
     wait_rendered(page, timeout=timeout)
+
+
+def act_until_run(page, action, *, tries: int = 4, start_ms: float = 20_000, timeout: float = 120_000) -> None:
+    """Do `action` and wait for the script run it causes to end; when no run has ended after start_ms and none is
+    going (the event was lost: a click or an upload that landed while the element was being redrawn on a busy
+    machine), do it again. A run still going is waited for (up to `timeout`), never doubled."""
+    ended = "() => window.__runsEnded > {}"
+    for attempt in range(tries):
+        before = runs_ended(page)
+        action()
+        try:
+            page.wait_for_function(ended.format(before), timeout=start_ms)
+        except Exception:  # playwright's TimeoutError: no run has ended yet
+            if page.locator("[data-testid='stApp'][data-test-script-state='running']").count():
+                page.wait_for_function(ended.format(before), timeout=timeout)
+            elif attempt == tries - 1:
+                raise
+            else:
+                continue
+        wait_rendered(page, timeout=timeout)
+        return
 
 
 def upload_model_file(page, path, name: str | None = None) -> None:
@@ -305,27 +328,26 @@ def upload_model_file(page, path, name: str | None = None) -> None:
 
     remove = opened().get_by_role("button", name=f"Remove {Path(path).name}", exact=True)
     if remove.count():  # the same file again: the uploader would see no change (and start no run)
-        before = runs_ended(page)
-        remove.click()
-        wait_next_run(page, before)
-    chosen = opened().locator("[data-testid='stFileUploader'] input[type='file']")
-    chosen.evaluate("el => { el.value = ''; }")  # an input still holding this very file would ignore it
-    before = runs_ended(page)
-    chosen.set_input_files(str(path))
-    wait_next_run(page, before)  # the upload is complete and its run is over
+        act_until_run(page, lambda: remove.click() if remove.count() else None)
+
+    def choose_file():
+        chosen = opened().locator("[data-testid='stFileUploader'] input[type='file']")
+        chosen.evaluate("el => { el.value = ''; }")  # an input still holding this very file would ignore it
+        chosen.set_input_files(str(path))
+
+    act_until_run(page, choose_file)  # the upload is complete and its run is over
     if name is not None:
         box = opened().get_by_role("textbox", name=s["tr_name"]["en"], exact=True)
         if box.input_value() != name:
-            before = runs_ended(page)
-            box.fill(name)
-            box.press("Enter")
-            wait_next_run(page, before)
+            def type_name():
+                box.fill(name)
+                box.press("Enter")
+
+            act_until_run(page, type_name)
     opened().get_by_text(Path(path).name).first.wait_for(state="visible")  # the file is still chosen
     no_file = upload.get_by_text(s["tr_ckpt_pair"]["en"])
     for _ in range(5):  # a busy machine: the page may still say no file was chosen; press again
-        before = runs_ended(page)
-        opened().get_by_role("button", name=s["tr_ckpt_import"]["en"], exact=True).click()
-        wait_next_run(page, before)
+        act_until_run(page, lambda: opened().get_by_role("button", name=s["tr_ckpt_import"]["en"], exact=True).click())
         if not no_file.count():
             break
         page.wait_for_timeout(1_000)
