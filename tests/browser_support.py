@@ -328,7 +328,9 @@ def upload_model_file(page, path, name: str | None = None) -> None:
 
     remove = opened().get_by_role("button", name=f"Remove {Path(path).name}", exact=True)
     if remove.count():  # the same file again: the uploader would see no change (and start no run)
-        act_until_run(page, lambda: remove.click() if remove.count() else None)
+        remove.click()  # gone from the page once the removal is done (a run may or may not follow)
+        remove.wait_for(state="detached", timeout=120_000)
+        wait_rendered(page)
 
     def choose_file():
         chosen = opened().locator("[data-testid='stFileUploader'] input[type='file']")
