@@ -79,24 +79,25 @@ def main_map(stages, head: int, q_lab, k_lab) -> tuple[int, int] | None:
     mask = stages.head("mask", head).numpy()
     z, axis = scaled_weights(np.where(mask, weights, np.nan), ss.att_scale)
     n_q, n_k = weights.shape
-    custom, hover = None, None
+    custom, hover, names = None, None, None
     if max(n_q, n_k) <= HOVER_CAP:
         raw, scaled = stages.head("scores", head).numpy(), stages.head("scaled", head).numpy()
-        qs = np.broadcast_to(np.array(q_lab, dtype=object)[:, None], (n_q, n_k))
-        ks = np.broadcast_to(np.array(k_lab, dtype=object)[None, :], (n_q, n_k))
-        custom = np.stack([qs, ks, np.round(raw.astype(np.float64), 4), np.round(scaled.astype(np.float64), 4),
-                           np.round(weights.astype(np.float64), 6)], axis=-1)
-        hover = (f"{t('attn_queries')}: %{{customdata[0]}}<br>{t('attn_keys')}: %{{customdata[1]}}<br>"
-                 f"q·k = %{{customdata[2]:.4f}}<br>q·k/√d_k = %{{customdata[3]:.4f}}<br>{t('attn_col_weight')} = "
-                 f"%{{customdata[4]:.4f}}<extra></extra>")
+        # numbers in customdata and the token labels in text/hovertext: an array mixing strings and numbers
+        # made plotly's JSON fall back to a slow Python walk (5x the time of the whole chart)
+        custom = np.stack([raw, scaled, weights], axis=-1).astype(np.float32)
+        names = (np.broadcast_to(np.asarray(q_lab, dtype=str)[:, None], (n_q, n_k)),
+                 np.broadcast_to(np.asarray(k_lab, dtype=str)[None, :], (n_q, n_k)))
+        hover = (f"{t('attn_queries')}: %{{text}}<br>{t('attn_keys')}: %{{hovertext}}<br>"
+                 f"q·k = %{{customdata[0]:.4f}}<br>q·k/√d_k = %{{customdata[1]:.4f}}<br>{t('attn_col_weight')} = "
+                 f"%{{customdata[2]:.4f}}<extra></extra>")
     clickable = max(n_q, n_k) <= CLICK_CAP  # then the click targets on top carry the hover
     fig = token_heatmap(z, q_lab, k_lab, title=t("att_main_title", head=head, scale=t(f"att_scale_{ss.att_scale}")),
-                        **axis, customdata=None if clickable else custom,
+                        **axis, customdata=None if clickable else custom, names=None if clickable else names,
                         hovertemplate="skip" if clickable and custom is not None else hover)
     mark_cells(fig, ~mask, hovertemplate=f"{t('attn_queries')} %{{y}} · {t('attn_keys')} %{{x}}<br>"
                f"{t('att_masked_hover')} → 0", value=0.0)
     if clickable:
-        click_targets(fig, n_q, n_k, customdata=custom, hovertemplate=hover)
+        click_targets(fig, n_q, n_k, customdata=custom, names=names, hovertemplate=hover)
         fig.update_xaxes(title_text=t("attn_keys"))
         fig.update_yaxes(title_text=t("attn_queries"))
         event = chart(fig, "att_main", on_select=True)
@@ -261,7 +262,10 @@ def qkv(stages, head, q_lab, k_lab) -> None:
                                 hovertemplate=t("attn_hover_qkv") + "<extra></extra>")
             fig.update_xaxes(title_text=t("attn_dims"))
             chart(fig, f"att_{s}")
-    with st.expander(t("attn_qkv_tables")):
+    tables = st.expander(t("attn_qkv_tables"), key="att_qkv_open", on_change="rerun")
+    if not tables.open:  # three tables of Tq x d_k numbers are built only for a learner who opens them
+        return
+    with tables:
         for tab, (s, m) in zip(st.tabs(["Q", "K", "V"]), mats.items(), strict=True):
             with tab:
                 df = tensor_frame(m, labels[s], [str(d) for d in range(m.shape[1])]).reset_index(names=t("col_token"))

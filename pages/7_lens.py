@@ -50,7 +50,7 @@ z = lens.final_prob.numpy()[:, lo:hi]  # (R, W)
 top1 = np.array([[visible(lens.tokens[r][p][0]) for p in range(lo, hi)] for r in range(len(rows))], dtype=object)
 p1 = lens.probs[:, lo:hi, 0].numpy()
 final_tok = np.broadcast_to(top1[-1:], top1.shape)
-custom = np.stack([top1, np.round(p1, 4).astype(object), final_tok], axis=-1)
+custom = np.stack([top1, np.round(p1, 4).astype(object), final_tok], axis=-1).tolist()  # lists: fast JSON
 hover = (f"%{{y}} · %{{x}}<br>{t('lens_hover_top')}: %{{customdata[0]}} (%{{customdata[1]}})<br>"
          f"{t('lens_hover_final')} ‘%{{customdata[2]}}’: %{{z:.4f}}<extra></extra>")
 fig = token_heatmap(z, rows, pos_labels[lo:hi], title=t("lens_heat_title"), zmin=0.0, zmax=1.0,
