@@ -1,6 +1,6 @@
 """Each page's rerun time and the bytes it sends, at 16/64/256 tokens (AppTest, course-base preset).
 
-    python bench/page_cost.py [--quick] [--device cpu|cuda] [--lengths 16 64 256] [--reruns 5]
+    python bench/page_cost.py [--quick] [--device cpu|cuda] [--lengths 16 64 256] [--reruns 5] [--pages lens heads]
 
 Per page and length: the first run on the page (trace computed unless another page already cached it), the
 median of --reruns reruns once the trace is cached, the run after typing a new text of the same length
@@ -88,6 +88,7 @@ def main(argv=None) -> int:
     p = parser(__doc__)
     p.add_argument("--lengths", nargs="+", type=int, default=None)
     p.add_argument("--reruns", type=int, default=None)
+    p.add_argument("--pages", nargs="+", default=None, help="only these pages (names as in the table)")
     args = p.parse_args(argv)
     setup_env(args.device)
     quiet_streamlit()
@@ -98,6 +99,8 @@ def main(argv=None) -> int:
     rows = []
     with no_pages_dir_mode():
         for page in page_files():
+            if args.pages and Path(page).stem.split("_", 1)[-1] not in args.pages:
+                continue
             for n in lengths:
                 try:
                     row = measure_page(page, n, reruns)

@@ -11,6 +11,7 @@ from transformer_core.analysis.sinks import find_sinks, remove_sink
 from transformer_core.model.memory import KEEP_ALL
 from transformer_core.model.transformer import DEFAULT_MASKS
 from transformer_core.text.inputs import token_labels
+from ui import cache
 from ui.errors import show_error
 from ui.figures import axis_labels, bars, lines, token_heatmap, visible
 from ui.i18n import t
@@ -31,7 +32,8 @@ def heads_of(key, device, text, tgt, special, gen, length: int, threshold: float
     model, prep = prep_for(key, device, text, tgt, special, gen, KEEP_ALL)
     n = max(prep.longest, 2 * length)  # the text, or one random sequence repeated twice
     with budget.trace_reservation(model.cfg, n, n if model.is_encoder_decoder else None, keep=KEEP_ALL):
-        records = detect_heads(model, prep, threshold=threshold, length=length, count=COUNT)
+        records = detect_heads(model, prep, threshold=threshold, length=length, count=COUNT,
+                               induction=cache.induction_by_block(key, device, length, COUNT))
     return records, prep.longest, prep.cut_from
 
 

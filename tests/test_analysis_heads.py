@@ -110,6 +110,14 @@ def test_detect_heads_on_a_tiny_model_matches_its_trace():
     assert set(records[0].row()) >= {"kind", "layer", "head", "previous_token", "label"}
 
 
+def test_detect_heads_with_induction_measured_before_gives_the_same_records():
+    model = build_model(preset("tiny"), "cpu")
+    prep = prepare(model, "d a c b", "= b c a")
+    measured = induction_scores(model, 5, 2, 0)  # what a server keeps per model (ui.cache.induction_by_block)
+    assert detect_heads(model, prep, length=5, count=2, induction=measured) == detect_heads(model, prep, length=5,
+                                                                                            count=2)
+
+
 def test_the_repeat_model_has_induction_heads_in_layer_1_only():
     model, _ = load_model("repeat")
     scores = induction_scores(model, length=4, count=16)

@@ -183,6 +183,32 @@ def test_names_argument_captures_only_the_chosen_hooks(tiny):
     ]
 
 
+def test_stop_early_ends_the_forward_once_the_chosen_hooks_are_captured(tiny):
+    src, tgt = torch.tensor([[1, 2, 3, 4]]), torch.tensor([[5, 6, 7]])
+    chosen = ["encoder.layers.1.self_attn.hook_weights", "decoder.layers.0.cross_attn.hook_weights"]
+    full_logits, full = run_with_trace(tiny, src, tgt)
+    logits, trace = run_with_trace(tiny, src, tgt, names=chosen, stop_early=True)
+    assert logits is None and trace.names() == chosen  # the output layer never ran
+    assert all(torch.equal(trace[n], full[n]) for n in chosen)
+    reached = list(trace.all_shapes)
+    assert reached[-1] == chosen[-1] and "hook_logits" not in reached  # stopped right after the last one
+    # a hook that never fires (no such block): the forward runs to the end, logits as usual
+    logits, trace = run_with_trace(tiny, src, tgt, names=[chosen[0], "decoder.layers.9.cross_attn.hook_weights"],
+                                   stop_early=True)
+    assert torch.equal(logits, full_logits) and trace.names() == [chosen[0]]
+    with pytest.raises(ValueError):
+        run_with_trace(tiny, src, tgt, names=lambda n: True, stop_early=True)
+
+
+def test_memo_computes_once_per_trace_and_key(tiny):
+    _, trace = run_with_trace(tiny, torch.tensor([[1, 2, 3]]), torch.tensor([[4, 5]]))
+    calls = []
+    assert trace.memo(("x", 1), lambda: calls.append(1) or "one") == "one"
+    assert trace.memo(("x", 1), lambda: calls.append(1) or "again") == "one"
+    assert trace.memo(("x", 2), lambda: calls.append(2) or "two") == "two"
+    assert calls == [1, 2]
+
+
 # --- attention invariants -----------------------------------------------------------------------------------
 
 

@@ -122,7 +122,7 @@ def _weights(model: Transformer, src: torch.Tensor, tgt: torch.Tensor | None) ->
     cross = model.is_encoder_decoder
     names = {(k, i): act_name("weights", layer=i, block=k, cross=cross)
              for k in kinds(model) for i in range(model.cfg.n_layers)}
-    _, trace = run_with_trace(model, src, tgt, names=set(names.values()))
+    _, trace = run_with_trace(model, src, tgt, names=set(names.values()), stop_early=True)  # no output layer
     return {where: trace[name].float() for where, name in names.items()}
 
 
@@ -172,9 +172,11 @@ def label_block(kind: str, layer: int, weights: torch.Tensor, induction_of_block
 
 
 def detect_heads(model: Transformer, prep: Prepared, *, threshold: float = THRESHOLD, length: int | None = None,
-                 count: int = 8, seed: int = 0) -> list[HeadRecord]:
+                 count: int = 8, seed: int = 0, induction: dict | None = None) -> list[HeadRecord]:
     """Score and label every head: patterns on the learner's text, induction on `count` random sequences of
-    `length` tokens (default: default_length) repeated twice (self-attention blocks; both stacks read them)."""
+    `length` tokens (default: default_length) repeated twice (self-attention blocks; both stacks read them).
+    `induction`: those scores already measured (induction_scores of the same length, count and seed): they do
+    not depend on the text, so a server measures them once per model."""
     threshold = check_fraction(threshold)
     length = default_length(model) if length is None else length
     if isinstance(length, bool) or not isinstance(length, int) or not 2 <= length <= model.cfg.max_len // 2:
@@ -182,7 +184,7 @@ def detect_heads(model: Transformer, prep: Prepared, *, threshold: float = THRES
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 256:
         raise InputError("heads_count", lo=1, hi=256)
     text = _weights(model, prep.src_ids, prep.tgt_ids)
-    ind = induction_scores(model, length, count, seed)
+    ind = induction_scores(model, length, count, seed) if induction is None else induction
     records = [r for (kind, layer), w in text.items() for r in label_block(kind, layer, w, ind.get((kind, layer)),
                                                                           threshold)]
     return sorted(records, key=HeadRecord.key)

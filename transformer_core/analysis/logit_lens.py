@@ -59,20 +59,30 @@ class LogitLens:
 
 
 def lens_from_trace(model: Transformer, trace: Trace, k: int = 5) -> LogitLens:
-    """The logit lens of batch item 0 of a trace that kept the residual hooks (residual_names)."""
+    """The logit lens of batch item 0 of a trace that kept the residual hooks (residual_names); computed once
+    per trace and k (the trace is shared by every page and session that traced this input)."""
     k = check_top(k, hi=100)
     names = residual_names(model)
     missing = [n for n in names if n not in trace]
     if missing:
         raise InputError("trace_missing", name=missing[0])
+    return trace.memo(("logit_lens", k), lambda: _lens(model, trace, names, k))
+
+
+def _lens(model: Transformer, trace: Trace, names: list[str], k: int) -> LogitLens:
     ids, probs, final, own = [], [], [], None
     for name in reversed(names):  # the last layer first: its top token is the model's own prediction
-        p = torch.softmax(lens_logits(model, trace[name][:1]).float(), dim=-1)[0].cpu()  # (T, vocab)
-        own = p.argmax(-1) if own is None else own  # (T,)
-        top = torch.topk(p, min(k, p.size(-1)))  # (T, k)
+        if own is None and "hook_logits" in trace:  # the last layer's lens is the model's own logits
+            logits = trace.logits[0].float()  # (T, vocab)
+        else:
+            logits = lens_logits(model, trace[name][:1])[0].float().cpu()  # (T, vocab)
+        # log-softmax of the few entries read, not softmax over the whole vocabulary (100k for cl100k_base)
+        norm = torch.logsumexp(logits, dim=-1, keepdim=True)  # (T, 1)
+        own = logits.argmax(-1) if own is None else own  # (T,)
+        top = torch.topk(logits, min(k, logits.size(-1)))  # (T, k)
         ids.insert(0, top.indices)
-        probs.insert(0, top.values)
-        final.insert(0, p.gather(-1, own[:, None])[:, 0])  # (T,)
+        probs.insert(0, (top.values - norm).exp())
+        final.insert(0, (logits.gather(-1, own[:, None]) - norm)[:, 0].exp())  # (T,)
     ids_t = torch.stack(ids)  # (R, T, k)
     tokens = [[token_labels(model, row.tolist()) for row in layer] for layer in ids_t]
     return LogitLens(layers=[EMBEDDINGS, *range(model.cfg.n_layers)],

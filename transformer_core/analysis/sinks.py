@@ -42,7 +42,7 @@ def find_sinks(model: Transformer, prep: Prepared, threshold: float = THRESHOLD)
     cross = model.is_encoder_decoder
     names = {(k, i): act_name("weights", layer=i, block=k, cross=cross)
              for k in kinds(model) for i in range(model.cfg.n_layers)}
-    _, trace = run_with_trace(model, prep.src_ids, prep.tgt_ids, names=set(names.values()))
+    _, trace = run_with_trace(model, prep.src_ids, prep.tgt_ids, names=set(names.values()), stop_early=True)
     found = sink_weights({where: trace[name] for where, name in names.items()})
     return sorted((s for s in found if s.first_weight > threshold), key=lambda s: -s.first_weight)
 

@@ -36,9 +36,14 @@ class HookPoint(nn.Module):
         return x
 
 
+class CaptureDone(Exception):
+    """Raised by a capture with stop_when_done once every wanted hook point is stored (ends the forward)."""
+
+
 class _Capture:
-    def __init__(self, wanted: Callable[[str], bool]) -> None:
+    def __init__(self, wanted: Callable[[str], bool], until: set[str] | None = None) -> None:
         self.wanted = wanted
+        self.until = until  # stop the forward once all of these are stored
         self.tensors: dict[str, torch.Tensor] = {}
         self.shapes: dict[str, tuple[int, ...]] = {}  # every hook point reached, stored or not
 
@@ -46,6 +51,8 @@ class _Capture:
         self.shapes[name] = tuple(x.shape)
         if self.wanted(name):
             self.tensors[name] = snapshot(x)
+            if self.until is not None and self.until <= self.tensors.keys():
+                raise CaptureDone
 
 
 def snapshot(x: torch.Tensor) -> torch.Tensor:
@@ -88,9 +95,13 @@ def capture(names: Iterable[str] | Callable[[str], bool] | None = None) -> Itera
 
 
 @contextmanager
-def capture_all(names: Iterable[str] | Callable[[str], bool] | None = None) -> Iterator[_Capture]:
-    """Like capture(), yielding the store itself (tensors chosen by `names`, plus every hook's shape)."""
-    store = _Capture(_selector(names))
+def capture_all(names: Iterable[str] | Callable[[str], bool] | None = None,
+                stop_when_done: bool = False) -> Iterator[_Capture]:
+    """Like capture(), yielding the store itself (tensors chosen by `names`, plus every hook's shape).
+    stop_when_done (names: a list of hook paths): CaptureDone is raised once all are stored."""
+    if stop_when_done and (names is None or callable(names)):
+        raise ValueError("stop_when_done needs the hook paths as a list")
+    store = _Capture(_selector(names), set(names) if stop_when_done else None)
     token = _ACTIVE.set(store)
     try:
         yield store

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .hooks import ATTENTION_STAGES, BLOCKS, act_name, capture_all
+from .hooks import ATTENTION_STAGES, BLOCKS, CaptureDone, act_name, capture_all
 from .transformer import DEFAULT_MASKS, Transformer
 
 
@@ -66,6 +66,14 @@ class Trace:
     masks: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_MASKS))
     all_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # every hook, stored or not
     _probs: torch.Tensor | None = None
+    _derived: dict = field(default_factory=dict, repr=False)  # memo(): results computed from this trace
+
+    def memo(self, key: tuple, compute: Callable[[], object]):
+        """What compute() returns, computed once per trace and key: a trace is shared by every session and page
+        that traced the same input, so an analysis read from it (e.g. the logit lens) is computed once too."""
+        if key not in self._derived:
+            self._derived[key] = compute()  # two sessions at once may both compute it: same value, no harm
+        return self._derived[key]
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self.tensors[name]
@@ -171,13 +179,22 @@ def run_with_trace(
     tgt_lengths: torch.Tensor | None = None,
     masks: dict[str, str] | None = None,
     names: Iterable[str] | Callable[[str], bool] | None = None,
-) -> tuple[torch.Tensor, Trace]:
-    """Run one inference forward, capturing the hook points chosen by `names` (default: all)."""
+    stop_early: bool = False,
+) -> tuple[torch.Tensor | None, Trace]:
+    """Run one inference forward, capturing the hook points chosen by `names` (default: all).
+
+    stop_early (with `names` a list of hook paths): the forward stops once all of them are captured and the
+    logits are None; e.g. attention weights need no output layer, which is most of a big-vocabulary forward.
+    """
     device = next(model.parameters()).device
     src = src.to(device)
     tgt = tgt.to(device) if tgt is not None else None
-    with torch.inference_mode(), capture_all(names) as store:
-        logits = model(src, tgt, src_lengths=src_lengths, tgt_lengths=tgt_lengths, masks=masks)
+    logits = None
+    with torch.inference_mode(), capture_all(names, stop_when_done=stop_early) as store:
+        try:
+            logits = model(src, tgt, src_lengths=src_lengths, tgt_lengths=tgt_lengths, masks=masks)
+        except CaptureDone:
+            pass
     trace = Trace(
         tensors=dict(store.tensors), all_shapes=dict(store.shapes),
         src_ids=src.cpu(), tgt_ids=None if tgt is None else tgt.cpu(),
