@@ -3,8 +3,9 @@
     python bench/cold_start.py [--quick] [--device cpu|cuda] [--runs 3] [--no-deep-link]
 
 Chromium is started first (not timed: a learner's browser is already open). Each run times, from the
-launch of a fresh server: /_stcore/health answering, the default page (tokenizer) rendered and idle, and
-the first charts drawn (attention page reached through its sidebar link). Target: first charts < 15 s.
+launch of a fresh server: /_stcore/health answering; the default page (the whole model in one picture)
+painted (its title shown), drawn (its picture shown: the target, < 3 s) and idle (every run of its script
+over); and the attention page's charts drawn (reached through its sidebar link).
 
 Also checked once: a deep link (/attention?text=...) as the very first request to a fresh server, which
 Streamlit runs in its legacy pages/-folder mode unless app.py's st.navigation has already run once.
@@ -16,7 +17,8 @@ from urllib.parse import urlencode
 
 from common import COURSE_BASE, figure, median, parser, print_table, setup_env, write_result
 
-TARGET_S = 15.0
+TARGET_S = 15.0  # the attention page's charts
+FIRST_PAGE_TARGET_S = 3.0  # the first page drawn, picture included
 
 
 def one_run(browser, env) -> dict:
@@ -28,6 +30,10 @@ def one_run(browser, env) -> dict:
         ctx = browser.new_context()
         page = ctx.new_page()
         page.goto(url)
+        page.wait_for_selector("[data-testid='stMain'] h1", timeout=120_000)
+        paint = time.perf_counter() - start
+        page.wait_for_selector("[data-testid='stMain'] .js-plotly-plot", timeout=120_000)
+        drawn = time.perf_counter() - start
         wait_rendered(page, settle_ms=200)
         first_page = time.perf_counter() - start
         nav(page, "attention")
@@ -35,7 +41,8 @@ def one_run(browser, env) -> dict:
         first_chart = time.perf_counter() - start
         errors = count(page, EXCEPTION)
         ctx.close()
-    return {"health_s": health, "first_page_s": first_page, "first_chart_s": first_chart, "exceptions": errors}
+    return {"health_s": health, "paint_s": paint, "drawn_s": drawn, "first_page_s": first_page,
+            "first_chart_s": first_chart, "exceptions": errors}
 
 
 def deep_link_run(browser, env) -> dict:
@@ -73,19 +80,23 @@ def main(argv=None) -> int:
         for i in range(runs):
             row = one_run(browser, server_env())
             rows.append(row)
-            print(f"run {i + 1}: health {row['health_s']:.1f} s, first page {row['first_page_s']:.1f} s, "
+            print(f"run {i + 1}: health {row['health_s']:.2f} s, first page painted {row['paint_s']:.2f} s, drawn "
+                  f"{row['drawn_s']:.2f} s, idle {row['first_page_s']:.2f} s, "
                   f"first charts {row['first_chart_s']:.1f} s, exceptions {row['exceptions']}", flush=True)
         deep = None if args.no_deep_link else deep_link_run(browser, server_env())
         browser.close()
     print()
-    print_table(("run", "health s", "first page s", "first charts s", "exceptions"),
-                [(i + 1, f"{r['health_s']:.1f}", f"{r['first_page_s']:.1f}", f"{r['first_chart_s']:.1f}",
-                  r["exceptions"]) for i, r in enumerate(rows)])
+    print_table(("run", "health s", "painted s", "drawn s", "idle s", "first charts s", "exceptions"),
+                [(i + 1, f"{r['health_s']:.2f}", f"{r['paint_s']:.2f}", f"{r['drawn_s']:.2f}",
+                  f"{r['first_page_s']:.2f}", f"{r['first_chart_s']:.2f}", r["exceptions"])
+                 for i, r in enumerate(rows)])
     each = ", ".join(f"{r['first_chart_s']:.1f}" for r in rows)
     figures = [
         figure("cold start: server healthy (median)", median([r["health_s"] for r in rows]), "s"),
-        figure("cold start: first page rendered (median)", median([r["first_page_s"] for r in rows]), "s",
-               note="the default page"),
+        figure("cold start: first page painted, title shown (median)", median([r["paint_s"] for r in rows]), "s"),
+        figure("cold start: first page drawn, picture shown (median)", median([r["drawn_s"] for r in rows]), "s",
+               FIRST_PAGE_TARGET_S, note="the default page"),
+        figure("cold start: first page idle (median)", median([r["first_page_s"] for r in rows]), "s"),
         figure("cold start: first charts drawn (median)", median([r["first_chart_s"] for r in rows]), "s", TARGET_S,
                note=f"runs: {each} s"),
         figure("cold start: exceptions", sum(r["exceptions"] for r in rows), "", 0, "<="),

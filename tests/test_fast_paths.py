@@ -1,0 +1,68 @@
+"""What keeps a shared server fast (bench/protocol_load.py measures it): the server settings, every chart on
+plotly's fast JSON path, the attention map's hover made of numbers and labels, tables built only when asked."""
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import plotly.io._json as plotly_json
+import pytest
+from apptest_support import SMALL, array, figure, no_pages_dir_mode, open_app, page_names
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _through_app_py():
+    with no_pages_dir_mode():
+        yield
+
+
+def test_server_settings_skip_the_full_collection_and_the_file_watcher_after_each_run():
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text(encoding="utf-8"))
+    assert config["runner"]["postScriptGC"] is False  # gc.collect(2) after every run: 38% of the server's CPU
+    assert config["server"]["fileWatcherType"] == "none"
+
+
+@pytest.fixture
+def slow_json_walks(monkeypatch):
+    """Calls of plotly's Python walk over a figure, which it falls back to when orjson cannot encode one (an
+    array of mixed strings and numbers): five times the time of the chart it serialises."""
+    calls = []
+    walk = plotly_json.clean_to_json_compatible
+
+    def recording(obj, **kwargs):
+        calls.append(type(obj).__name__)
+        return walk(obj, **kwargs)
+
+    monkeypatch.setattr(plotly_json, "clean_to_json_compatible", recording)
+    return calls
+
+
+@pytest.mark.parametrize("page", [p for p in page_names() if p != "train"])
+def test_every_chart_of_every_page_takes_plotlys_fast_json_path(page, slow_json_walks):
+    at = open_app(page, lang="en")
+    assert not at.exception
+    assert slow_json_walks == [], f"{page}: a chart fell back to plotly's slow JSON walk"
+
+
+def test_attention_hover_is_numbers_in_customdata_and_token_labels_in_text():
+    at = open_app("attention", model=SMALL, lang="en", text="a b c d")
+    cells = next(tr for tr in figure(at, "att_main")["data"] if tr.get("name") == "cells")
+    custom = array(cells["customdata"])
+    n = len(figure(at, "att_main")["layout"]["yaxis"]["ticktext"])
+    assert custom.dtype.kind == "f" and custom.shape == (n * n, 3)  # q·k, q·k/√d_k, weight
+    labels = figure(at, "att_main")["layout"]["yaxis"]["ticktext"]
+    assert cells["text"] == [q for q in labels for _ in labels]  # the query of each cell
+    assert cells["hovertext"] == labels * n  # its key
+    assert "%{text}" in cells["hovertemplate"] and "%{customdata[2]:.4f}" in cells["hovertemplate"]
+    weights = array(figure(at, "att_main")["data"][0]["z"])
+    np.testing.assert_allclose(np.nan_to_num(weights).ravel(), custom[:, 2], atol=1e-6)  # weights as drawn
+
+
+def test_qkv_tables_are_built_only_when_their_expander_is_opened():
+    at = open_app("attention", model=SMALL, lang="en", text="a b c d")
+    before = len(at.dataframe)
+    at.session_state["att_qkv_open"] = True
+    at.run()
+    assert not at.exception
+    assert len(at.dataframe) == before + 3  # Q, K and V
