@@ -6,10 +6,15 @@ import streamlit as st
 
 from ui.i18n import t
 from ui.nav import page
-from ui.session import sidebar
+from ui.widgets import preload_charts
 
 st.set_page_config(page_title="Transformer Explorer", page_icon="🔭", layout="wide")
+preloading = preload_charts()  # before the imports below (torch: about a second)
+
+from ui.session import sidebar  # noqa: E402 - imported after the chart library's preload was sent
+
 sidebar()
+preloading.empty()
 PAGES = {
     t("nav_section_flow"): [
         page("home", ":material/account_tree:", default=True),

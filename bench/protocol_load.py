@@ -77,6 +77,15 @@ SCRIPT: list[Action] = [
     Action("goto_home", "page", ""),
 ]
 OPEN = Action("open", "open")
+
+
+def every_page_script() -> list[Action]:
+    """--every-page: type a new sentence, then visit every page of the navigation once (its first visit with this
+    text: the page computes what it shows for it), in the order of pages/."""
+    files = sorted((ROOT / "pages").glob("*.py"), key=lambda f: int(f.stem.split("_")[0]))
+    names = [f.stem.split("_", 1)[1] for f in files]
+    return [Action("type_text", "text", "text"),
+            *(Action(f"first_{n}", "page", "" if n == "home" else n) for n in names)]
 COURSE_BASE = "preset:course-base@cl100k_base"  # the course's Transformer (d_model 512, 6 layers, cl100k)
 
 # 40-64 cl100k tokens each with the learner's name in front (43-56 measured; see loadgen_NOTES.md)
@@ -476,9 +485,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True,
                     help="one unmeasured learner walk before the load (loads the model, fills caches)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--every-page", action="store_true",
+                    help="walk: type a new sentence, then visit every page once (first visits), instead of SCRIPT")
     ap.add_argument("--json", help="write the summary and every sample here")
     args = ap.parse_args(argv)
     ramp = args.ramp if args.ramp is not None else min(10.0, args.duration / 4)
+    if args.every_page:
+        SCRIPT[:] = every_page_script()
     if args.model == "app":
         args.model = None
 

@@ -92,15 +92,17 @@ def run_python(code: str, env: dict) -> dict:
 DOWNLOAD = """
 import json
 from service import catalog, downloads
-entry = catalog.entry("gpt2:small")
-before = entry.card["needs_download"]
+from service.settings import settings
+from transformer_core.sources.gpt2 import weights_file
+assert catalog.entry("gpt2:small") is not None
+before = weights_file(settings().places) is None
 dl = downloads.start_gpt2()
 seen = []
 while not dl.wait(0.01):
     seen.append(dl.fraction)
 print(json.dumps({"before": before, "status": dl.status, "error": str(dl.error), "done": dl.done,
                   "total": dl.total, "fraction": dl.fraction,
-                  "after": catalog.entry("gpt2:small").card["needs_download"]}))
+                  "after": weights_file(settings().places) is None}))
 """
 
 OFFLINE = """
