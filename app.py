@@ -11,8 +11,11 @@ from ui.widgets import preload_charts
 st.set_page_config(page_title="Transformer Explorer", page_icon="🔭", layout="wide")
 preloading = preload_charts()  # before the imports below (torch: about a second)
 
-from ui.session import sidebar  # noqa: E402 - imported after the chart library's preload was sent
+from ui.cache import collect_now_and_then, freeze_startup_heap  # noqa: E402 - after the preload was sent
+from ui.session import sidebar  # noqa: E402
 
+freeze_startup_heap()
+collect_now_and_then()
 sidebar()
 preloading.empty()
 PAGES = {

@@ -17,10 +17,53 @@ def _through_app_py():
         yield
 
 
-def test_server_settings_skip_the_full_collection_and_the_file_watcher_after_each_run():
+def test_server_settings_skip_the_collection_after_each_run_and_the_file_watcher():
     config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text(encoding="utf-8"))
     assert config["runner"]["postScriptGC"] is False  # gc.collect(2) after every run: 38% of the server's CPU
     assert config["server"]["fileWatcherType"] == "none"
+
+
+def test_a_full_collection_runs_every_tenth_run_and_frees_tensors_in_cycles(monkeypatch):
+    import gc
+    import weakref
+
+    import torch
+
+    from ui import cache
+
+    class Holder:  # a frame-like cycle holding a tensor, as an interrupted script leaves behind
+        pass
+
+    h = Holder()
+    h.me, h.tensor = h, torch.zeros(1000)
+    gone = weakref.ref(h.tensor)
+    del h
+    gc.disable()  # only the app's own collections count here
+    try:
+        calls = []
+        real = gc.collect
+        monkeypatch.setattr(gc, "collect", lambda *a: calls.append(1) or real(*a))
+        for _ in range(2 * cache.COLLECT_EVERY):
+            cache.collect_now_and_then()
+        assert len(calls) == 2
+        assert gone() is None  # the tensor in the cycle is freed
+    finally:
+        gc.enable()
+
+
+def test_the_first_run_freezes_the_imported_heap_once():
+    import gc
+
+    from ui import cache
+
+    cache.freeze_startup_heap.clear()
+    gc.unfreeze()
+    try:
+        open_app(lang="en")
+        assert gc.get_freeze_count() > 100_000  # streamlit, torch, plotly: out of every later collection's scan
+        assert "collect_now_and_then()" in (ROOT / "app.py").read_text(encoding="utf-8")  # each run counts
+    finally:
+        gc.unfreeze()
 
 
 @pytest.fixture
