@@ -341,11 +341,12 @@ def upload_model_file(page, path, name: str | None = None) -> None:
     if name is not None:
         box = opened().get_by_role("textbox", name=s["tr_name"]["en"], exact=True)
         if box.input_value() != name:
-            def type_name():
-                box.fill(name)
-                box.press("Enter")
-
-            act_until_run(page, type_name)
+            # typed and committed (Tab leaves the box), with no wait for a run of its own: a retry after a run
+            # that was not seen typed the same name again, which changes nothing and starts no run, so the
+            # wait failed (CI, why10). The button pressed below sends the committed name with its own run.
+            box.fill(name)
+            box.press("Tab")
+            wait_rendered(page)
     opened().get_by_text(Path(path).name).first.wait_for(state="visible")  # the file is still chosen
     no_file = upload.get_by_text(s["tr_ckpt_pair"]["en"])
     for _ in range(5):  # a busy machine: the page may still say no file was chosen; press again
