@@ -1,4 +1,6 @@
-"""Process-wide caches: one model per key for all sessions, one trace per (model, text, masks, layer).
+"""Process-wide caches: one model per key for all sessions, one trace per (model, text, masks, layer); and the
+process's garbage collection (freeze_startup_heap, collect_now_and_then), which decides when cached and dropped
+tensors held in reference cycles are freed.
 
 Traces are shared by all sessions without copying: a Trace is immutable (its tensors are inference tensors
 that refuse in-place writes). They live in a byte-bounded LRU (a 1000-token trace of the base model holds

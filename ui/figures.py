@@ -96,7 +96,7 @@ def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL
     ticks = {"tickfont": {"size": size, "color": "#222"}, "showgrid": False, "zeroline": False}
     x_axis = dict(ticks) if k_labels is None else dict(  # numbered columns (e.g. embedding dimensions): plotly's ticks
         ticks, tickmode="array", tickvals=list(range(x0, x0 + n_k)), ticktext=list(k_labels), tickangle=angle)
-    # one constructor call: each update_layout/update_xaxes re-validates the figure (3x the time, bench/page_cost.py)
+    # one constructor call: each update_layout/update_xaxes re-validated the figure (3x the time to build)
     return go.Figure(go.Heatmap(
         z=z, x=list(range(x0, x0 + n_k)), y=list(range(n_q)), colorscale=colorscale, zmin=zmin, zmax=zmax, zmid=zmid,
         colorbar={"thickness": 12, **(colorbar or {})}, customdata=customdata, hoverongaps=False,

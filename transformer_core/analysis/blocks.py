@@ -7,7 +7,8 @@ import operator
 import torch
 
 from ..errors import InputError
-from ..model.trace import run
+from ..model.hooks import act_name
+from ..model.trace import run, run_with_trace
 from ..model.transformer import Transformer
 from ..text.inputs import Prepared
 
@@ -91,3 +92,14 @@ def sequence(prep: Prepared, side: str) -> torch.Tensor:
 def logits_of(model: Transformer, prep: Prepared) -> torch.Tensor:
     """(T, vocab) float32 CPU logits of one untraced forward (T = decoder positions)."""
     return run(model, prep.src_ids, prep.tgt_ids)[0].float().cpu()  # (T, vocab)
+
+
+def block_weights(model: Transformer, src: torch.Tensor,
+                  tgt: torch.Tensor | None) -> dict[tuple[str, int], torch.Tensor]:
+    """(kind, layer) -> (B, nh, Tq, Tk) float32 attention weights of every block, in forward order. The forward
+    stops after the last block's weights: the output layer (most of a big vocabulary's forward) is never run."""
+    cross = model.is_encoder_decoder
+    names = {(k, i): act_name("weights", layer=i, block=k, cross=cross)
+             for k in kinds(model) for i in range(model.cfg.n_layers)}
+    _, trace = run_with_trace(model, src, tgt, names=list(names.values()), stop_early=True)
+    return {where: trace[name].float() for where, name in names.items()}

@@ -21,12 +21,10 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..model.hooks import act_name
-from ..model.trace import run_with_trace
 from ..model.transformer import Transformer
 from ..text.inputs import UNK, Prepared
 from ..text.tokenizer import load_encoding
-from .blocks import KIND_ORDER, check_fraction, kinds
+from .blocks import KIND_ORDER, block_weights, check_fraction
 
 THRESHOLD = 0.5
 SELF_PATTERNS = ("previous_token", "first_token", "self", "induction")
@@ -117,15 +115,6 @@ def label(scores: dict[str, float | None], threshold: float = THRESHOLD) -> str 
     return max(have, key=have.get) if have else None
 
 
-def _weights(model: Transformer, src: torch.Tensor, tgt: torch.Tensor | None) -> dict[tuple[str, int], torch.Tensor]:
-    """(kind, layer) -> (B, nh, Tq, Tk) float32 attention weights of every block."""
-    cross = model.is_encoder_decoder
-    names = {(k, i): act_name("weights", layer=i, block=k, cross=cross)
-             for k in kinds(model) for i in range(model.cfg.n_layers)}
-    _, trace = run_with_trace(model, src, tgt, names=set(names.values()), stop_early=True)  # no output layer
-    return {where: trace[name].float() for where, name in names.items()}
-
-
 def _value(x: torch.Tensor, h: int) -> float | None:
     v = float(x[h])
     return None if v != v else round(v, 4)
@@ -139,7 +128,7 @@ def induction_scores(model: Transformer, length: int, count: int = 8,
     total: dict[tuple[str, int], torch.Tensor] = {}
     for seq in seqs:
         one = seq[None]  # (1, 2L)
-        for where, w in _weights(model, one, one if model.is_encoder_decoder else None).items():
+        for where, w in block_weights(model, one, one if model.is_encoder_decoder else None).items():
             if where[0] != "cross":
                 total[where] = total.get(where, 0.0) + induction(w, length) / count  # (nh,)
     return total
@@ -183,7 +172,7 @@ def detect_heads(model: Transformer, prep: Prepared, *, threshold: float = THRES
         raise InputError("heads_length", lo=2, hi=model.cfg.max_len // 2, max_len=model.cfg.max_len)
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 256:
         raise InputError("heads_count", lo=1, hi=256)
-    text = _weights(model, prep.src_ids, prep.tgt_ids)
+    text = block_weights(model, prep.src_ids, prep.tgt_ids)
     ind = induction_scores(model, length, count, seed) if induction is None else induction
     records = [r for (kind, layer), w in text.items() for r in label_block(kind, layer, w, ind.get((kind, layer)),
                                                                           threshold)]

@@ -12,7 +12,7 @@ from ..model.hooks import act_name, intervene
 from ..model.trace import run_with_trace
 from ..model.transformer import Transformer
 from ..text.inputs import Prepared
-from .blocks import check_fraction, check_head, check_top, kinds, sequence
+from .blocks import block_weights, check_fraction, check_head, check_top, sequence
 from .heads import first_token
 from .interventions import Effect, effect
 
@@ -39,11 +39,7 @@ def sink_weights(weights: dict[tuple[str, int], torch.Tensor]) -> list[Sink]:
 def find_sinks(model: Transformer, prep: Prepared, threshold: float = THRESHOLD) -> list[Sink]:
     """Heads whose mean weight on the first token exceeds the threshold, strongest first."""
     threshold = check_fraction(threshold)
-    cross = model.is_encoder_decoder
-    names = {(k, i): act_name("weights", layer=i, block=k, cross=cross)
-             for k in kinds(model) for i in range(model.cfg.n_layers)}
-    _, trace = run_with_trace(model, prep.src_ids, prep.tgt_ids, names=set(names.values()), stop_early=True)
-    found = sink_weights({where: trace[name] for where, name in names.items()})
+    found = sink_weights(block_weights(model, prep.src_ids, prep.tgt_ids))
     return sorted((s for s in found if s.first_weight > threshold), key=lambda s: -s.first_weight)
 
 
