@@ -293,3 +293,12 @@ def test_mask_marks_overlay_marks_only_masked_cells():
     empty = token_heatmap(np.ones((2, 2)), ["a", "b"], ["x", "y"])
     mark_cells(empty, np.zeros((2, 2), dtype=bool), hovertemplate="")
     assert len(empty.data) == 1
+
+
+def test_long_key_labels_get_height_of_their_own_so_rows_keep_their_room():
+    z = np.zeros((13, 13))
+    short = [str(i) for i in range(13)]
+    long = [f"{i} ‘<0xE7><0x9D>’" for i in range(13)]  # byte tokens of Chinese text, as cl100k shows them
+    numbered = token_heatmap(z, long, None).layout.height  # plotly's own short ticks: no room added
+    assert token_heatmap(z, short, short).layout.height - numbered < 20
+    assert token_heatmap(z, long, long).layout.height - numbered >= 16 * 12 * 0.6 * 0.86  # 0.6 em a char, at 60°

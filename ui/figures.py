@@ -92,7 +92,10 @@ def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL
     n_q, n_k = z.shape
     size = font_size or (12 if max(n_q, n_k) <= 30 else 10 if max(n_q, n_k) <= 64 else 9)
     angle = -60 if n_k <= 30 else -90  # upright key labels need the least room: one per column up to ~60 tokens
-    height = int(min(max(min_height, 120 + px_per_token * n_q), max_height))
+    # the slanted key labels need height of their own, or long ones (byte tokens "8 ‘<0xE7><0x9D>’") squeeze the rows
+    longest = max(map(len, k_labels), default=0) if k_labels is not None else 0
+    room = int(longest * size * 0.6 * abs(np.sin(np.radians(angle))))  # about 0.6 em per character
+    height = int(min(max(min_height, 120 + px_per_token * n_q) + room, max_height))
     ticks = {"tickfont": {"size": size, "color": "#222"}, "showgrid": False, "zeroline": False}
     x_axis = dict(ticks) if k_labels is None else dict(  # numbered columns (e.g. embedding dimensions): plotly's ticks
         ticks, tickmode="array", tickvals=list(range(x0, x0 + n_k)), ticktext=list(k_labels), tickangle=angle)
