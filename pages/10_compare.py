@@ -7,7 +7,7 @@ import streamlit as st
 
 from transformer_core.analysis.blocks import kinds
 from transformer_core.analysis.compare import compare
-from transformer_core.text.inputs import prepare, token_labels
+from transformer_core.text.inputs import token_labels
 from ui.errors import show_error
 from ui.figures import DIVERGING, axis_labels, bars, ranked_labels, token_heatmap, visible
 from ui.i18n import t
@@ -16,10 +16,10 @@ from ui.tools import (
     check_b,
     cut_note,
     export_panel,
-    fit,
     inputs,
     kind_name,
     prep_for,
+    prepared,
     reserve,
     surprise_chips,
     text_b,
@@ -34,7 +34,7 @@ TOP = 10
 @st.cache_data(show_spinner=False, max_entries=64, ttl=1800)
 def comparison(key, device, text, tgt, special, gen, text_b, tgt_b, kind: str, layer: int, head: int):
     model, prep = prep_for(key, device, text, tgt, special, gen, layer)
-    prep_b = fit(model, prepare(model, text_b, tgt_b, allow_special=special), layer)
+    prep_b = prepared(model, text_b, tgt_b, special, layer)
     with reserve(model, prep, prep_b, keep=layer):
         return compare(model, prep, prep_b, kind, layer, head, top=TOP), prep.longest, prep.cut_from
 

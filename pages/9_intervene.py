@@ -8,7 +8,7 @@ import streamlit as st
 from transformer_core.analysis.blocks import kinds, sides
 from transformer_core.analysis.interventions import ABLATION_MODES, ALIGNMENTS, ablate, patch
 from transformer_core.model.memory import KEEP_NONE
-from transformer_core.text.inputs import prepare, token_labels
+from transformer_core.text.inputs import token_labels
 from ui.errors import show_error
 from ui.figures import bars, ranked_labels, visible
 from ui.i18n import t
@@ -17,10 +17,10 @@ from ui.tools import (
     check_b,
     cut_note,
     export_panel,
-    fit,
     inputs,
     kind_name,
     prep_for,
+    prepared,
     reserve,
     text_b,
 )
@@ -40,7 +40,7 @@ def ablation_of(key, device, text, tgt, special, gen, heads: tuple, ffns: tuple,
 @st.cache_data(show_spinner=False, max_entries=64, ttl=1800)
 def patch_of(key, device, text, tgt, special, gen, text_b, tgt_b, kind: str, layer: int, head: int, align: str):
     model, prep = prep_for(key, device, text, tgt, special, gen, layer)
-    prep_b = fit(model, prepare(model, text_b, tgt_b, allow_special=special), layer)
+    prep_b = prepared(model, text_b, tgt_b, special, layer)
     with reserve(model, prep, prep_b, keep=layer):
         return patch(model, prep, prep_b, kind, layer, head, align=align), prep.longest, prep.cut_from
 

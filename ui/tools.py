@@ -49,15 +49,16 @@ def inputs(ctx) -> tuple:
     return ctx.key, ctx.device, ss.get("text", ""), tgt, bool(ss.get("allow_special")), tuple(ss.get("gen_ids") or ())
 
 
-def fit(model, prep, keep):
-    """The input cut to what one task may hold when the analysis keeps `keep` (KEEP_ALL, a layer, KEEP_NONE)."""
-    return budget.cut_to_fit(model.cfg, prep, keep=keep)
+def prepared(model, text, tgt, special, keep, gen=()):
+    """A text (and target) prepared for this model, cut to what one task may hold when the analysis keeps `keep`
+    (KEEP_ALL, a layer, KEEP_NONE): service.budget.cut_to_fit."""
+    return budget.cut_to_fit(model.cfg, prepare(model, text, tgt, allow_special=special, extra=gen), keep=keep)
 
 
 def prep_for(key, device, text, tgt, special, gen, keep):
-    """The shared model and the sidebar's input for it, cut to what fits (see fit)."""
+    """The shared model and the sidebar's input for it, cut to what fits (see prepared)."""
     model, _ = cache.get_model(key, device)
-    return model, fit(model, prepare(model, text, tgt, allow_special=special, extra=gen), keep)
+    return model, prepared(model, text, tgt, special, keep, gen)
 
 
 def reserve(model, *preps, keep):
