@@ -178,9 +178,9 @@ def test_attention_is_readable_at_60_tokens(app, tab):
     """58 tokens on course-base (encoder self-attention): a tick label per token on both axes of the large map (in
     the layout and drawn), a hover with query, key, q·k, the scaled score and the weight, thumbnails of every head,
     before/after masking side by side, the random-weights guidance; a click on a cell explains that cell."""
-    import tiktoken
+    from transformer_core.text.tokenizer import load_encoding
 
-    n = len(tiktoken.get_encoding("cl100k_base").encode(LONG_TEXT))
+    n = len(load_encoding("cl100k_base").encode(LONG_TEXT))  # the shipped BPE file: no download, no cache needed
     t0 = time.monotonic()
     go(tab, app, "attention", model=COURSE_BASE, text=LONG_TEXT, block="enc_self", timeout=FIRST_RUN_MS)
     print(f"\nattention, {n} tokens on course-base: first view in {time.monotonic() - t0:.1f} s")
