@@ -14,7 +14,6 @@ preloading = preload_charts()  # before the imports below (torch: about a second
 from ui.cache import collect_now_and_then, freeze_startup_heap  # noqa: E402 - after the preload was sent
 from ui.session import sidebar  # noqa: E402
 
-freeze_startup_heap()
 collect_now_and_then()
 sidebar()
 preloading.empty()
@@ -41,3 +40,5 @@ PAGES = {
     ],
 }
 st.navigation(PAGES, expanded=True).run()  # every page listed (no English "View more")
+freeze_startup_heap()  # after the page is sent: the first learner does not wait for it (0.08 s); a run that
+# stops early (st.rerun, a page switch) leaves it to a later run
