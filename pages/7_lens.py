@@ -7,6 +7,7 @@ import streamlit as st
 from transformer_core.analysis.logit_lens import EMBEDDINGS, lens_from_trace
 from ui.errors import show_error
 from ui.figures import axis_labels, token_heatmap, visible
+from ui.guidance import lens_hint
 from ui.i18n import t
 from ui.session import page_context, through_app
 from ui.tools import export_panel
@@ -25,7 +26,6 @@ def row_name(layer: int) -> str:
 st.title(t("nav_lens"))
 explain("lens_intro", r"p^{(\ell)}(\cdot\mid x_{\le t}) = \operatorname{softmax}\!\big(W_{\text{out}}\,"
         r"\mathrm{norm}(h^{(\ell)}_t)\big)")
-st.caption(t("lens_look"))
 ctx = page_context()
 model = ctx.model
 if model.is_encoder_decoder:
@@ -43,6 +43,7 @@ pos_labels = axis_labels(lens.labels)
 pos = c2.selectbox(t("lens_position"), range(n), index=n - 1, format_func=lambda i: pos_labels[i],
                    key=f"lens_pos_{n}")
 rows = [row_name(layer) for layer in lens.layers]
+lens_hint(lens, rows)
 
 lo = min(max(0, pos - WINDOW // 2), max(0, n - WINDOW))
 hi = min(n, lo + WINDOW)
@@ -64,9 +65,7 @@ if n > WINDOW:
     st.caption(t("lens_window", lo=lo, hi=hi - 1, n=n))
 
 final = lens.tokens[-1][pos][0]
-formed = len(rows) - 1  # the earliest row from which the final answer stays the top token
-while formed > 0 and lens.ids[formed - 1, pos, 0] == lens.ids[-1, pos, 0]:
-    formed -= 1
+formed = int(lens.settled_rows()[pos])  # the earliest row from which the final answer stays on top
 st.markdown(t("lens_formed", pos=pos_labels[pos], tok=visible(final), row=rows[formed],
               p=float(lens.probs[-1, pos, 0])))
 

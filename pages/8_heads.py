@@ -14,6 +14,7 @@ from transformer_core.text.inputs import token_labels
 from ui import cache
 from ui.errors import show_error
 from ui.figures import axis_labels, bars, lines, token_heatmap, visible
+from ui.guidance import heads_hint, sinks_hint
 from ui.i18n import t
 from ui.nav import switch
 from ui.session import page_context, through_app
@@ -111,6 +112,7 @@ def catalogue(ctx) -> None:
     records = found[0]
     labelled = [r for r in records if r.label]
     st.markdown(t("hd_count", n=len(labelled), total=len(records), thr=threshold))
+    heads_hint(records, threshold, lambda r: head_name(r.kind, r.layer, r.head, model))
     picked = clicked(head_grid(records, model), "hd_grid")
     if picked is not None:
         r = records[int(picked)]
@@ -156,7 +158,6 @@ def sinks(ctx) -> None:
     model = ctx.model
     st.header(t("sk_title"))
     explain("sk_intro")
-    st.caption(t("sk_look"))
     thr = float(st.slider(t("sk_threshold"), 0.05, 0.95, 0.5, 0.05, key="sk_threshold"))
     try:
         weights = first_weights(*inputs(ctx))
@@ -165,6 +166,7 @@ def sinks(ctx) -> None:
         return
     cut_note(weights, ctx)
     every = weights[0]
+    sinks_hint(every, lambda s: head_name(s.kind, s.layer, s.head, model))
     found = [s for s in every if s.first_weight > thr]
     if found:
         st.markdown(count_text("sk_found", len(found), thr=thr))
@@ -220,7 +222,6 @@ def sinks(ctx) -> None:
 
 st.title(t("nav_heads"))
 explain("hd_intro")
-st.caption(t("hd_look"))
 ctx = page_context()
 catalogue(ctx)
 sinks(ctx)

@@ -1,6 +1,7 @@
 """The logit lens: its last row is the model's own output, exactly; its other rows equal a model cut after that
 layer (independently: a copy with the later layers removed)."""
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -74,3 +75,18 @@ def test_a_trace_without_the_residual_is_refused_and_k_is_checked():
     with pytest.raises(InputError) as err:
         logit_lens(model, prepare(model, TEXT), k=0)
     assert err.value.code == "analysis_top"
+
+
+def test_settled_rows_is_the_first_row_from_which_the_final_top_token_stays_on_top(model):
+    lens = logit_lens(model, prep_for(model), k=3)
+    top = lens.ids[:, :, 0]  # (R, T)
+    expected = []
+    for p in range(top.size(1)):  # by hand: walk up from the last row while the top token is the final one
+        row = top.size(0) - 1
+        while row > 0 and top[row - 1, p] == top[-1, p]:
+            row -= 1
+        expected.append(row)
+    assert lens.settled_rows().tolist() == expected
+    made = dataclasses.replace(lens, ids=torch.tensor([[[1], [2], [3]], [[5], [2], [3]], [[1], [2], [4]],
+                                                      [[1], [9], [4]]]), layers=[EMBEDDINGS, 0, 1, 2])
+    assert made.settled_rows().tolist() == [2, 3, 2]  # a top token that leaves and comes back counts from its return

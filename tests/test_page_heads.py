@@ -162,3 +162,40 @@ def test_chinese_page_has_no_english_labels():
         assert_clean(at)
         assert at.title[0].value == "注意力头目录"
         assert not [s for s in shown_texts(at) if s in ENGLISH_ONLY]
+
+
+@pytest.mark.parametrize("key, text", [("kjv-tang-gpt", "In the beginning God created the heaven and the earth."),
+                                       ("repeat", "d a c b g f d a c")])
+def test_what_to_look_for_names_this_models_clearest_heads_and_its_induction_pair(key, text):
+    at = open_app(PAGE, model=f"shipped:{key}", text=text, lang="en")
+    assert_clean(at)
+    df = catalogue(at)
+    look = next(m for m in messages(at) if m.startswith("What to look for: the clearest head"))
+    block = EN["hd_kind_gpt_self"]
+    for label in set(df[LABEL]) - {EN["hd_pat_none"]}:  # the strongest head of every pattern, with its score
+        best = df[df[LABEL] == label].sort_values(SCORE, ascending=False, kind="stable").iloc[0]
+        name = EN["hd_head_name"].format(block=block, layer=best[EN["hd_col_layer"]], head=best[EN["hd_col_head"]])
+        assert EN["look_named_head"].format(head=name, kind=label, score=best[SCORE]) in look
+    ind = sorted(set(df[df[LABEL] == EN["hd_pat_induction"]][EN["hd_col_layer"]]))
+    prev = sorted(set(df[df[LABEL] == EN["hd_pat_previous_token"]][EN["hd_col_layer"]]))
+    pair = EN["look_heads_pair"].format(ind="1", prev="0")
+    if key == "kjv-tang-gpt":  # measured: previous-token heads in layer 0, induction heads in layer 1
+        assert ind == [1] and prev == [0] and pair in look
+    else:  # repeat has induction heads but no previous-token head above the threshold on this text: no pair
+        assert ind == [1] and not prev and "Induction heads sit" not in look
+    model, _ = load_model(key)
+    every = find_sinks(model, prepare(model, text), threshold=0.0)
+    first = EN["hd_head_name"].format(block=block, layer=every[0].layer, head=every[0].head)
+    assert EN["look_sinks"].format(head=first, weight=every[0].first_weight) in messages(at)
+
+
+def test_what_to_look_for_says_so_when_no_head_has_a_pattern():
+    at = open_app(PAGE, model=SMALL, lang="en")
+    assert_clean(at)
+    at.slider(key="hd_threshold").set_value(0.95).run()
+    df = catalogue(at)
+    scores = df[[c for c in df.columns if c in {EN[f"hd_pat_{p}"] for p in ("previous_token", "first_token", "self",
+                                                                            "induction")}]]
+    assert (df[SCORE] == 0).all()
+    look = next(m for m in messages(at) if m.startswith("What to look for: on this text no head"))
+    assert f"({scores.max().max():.2f})" in look and "0.95" in look

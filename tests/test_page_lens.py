@@ -118,3 +118,20 @@ def test_chinese_page_has_no_english_labels():
         assert_clean(at)
         assert at.title[0].value == "Logit 透镜"
         assert not [s for s in shown_texts(at) if s in ENGLISH_ONLY]
+
+
+def test_what_to_look_for_counts_where_this_texts_answers_settle():
+    at = open_app(PAGE, model="shipped:repeat", text="d a c b g f d a c", lang="en")
+    assert_clean(at)
+    model, _ = load_model("repeat")
+    rows = by_hand(model, prepare(model, "d a c b g f d a c"))
+    top = torch.stack([r.argmax(-1) for r in rows])  # (R, T) each row's top token
+    final = top[-1]
+    settled = [max([0] + [r + 1 for r in range(len(rows)) if top[r, p] != final[p]]) for p in range(final.numel())]
+    names = [EN["lens_row_embed"]] + [EN["lens_row_layer"].format(layer=i) for i in range(model.cfg.n_layers)]
+    where = "; ".join(EN["look_lens_at"].format(row=names[r], n=settled.count(r)) for r in range(len(rows))
+                      if settled.count(r))
+    rise = " → ".join(f"{float(r.gather(-1, final[:, None]).mean()):.2f}" for r in rows)
+    look = [m for m in messages(at) if m.startswith("What to look for")]
+    assert look == [EN["look_lens"].format(where=where, rise=rise)]
+    assert "reverse" not in look[0]  # about the model shown, not the toy models

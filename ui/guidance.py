@@ -23,3 +23,40 @@ def attention_hint(records: list, random_init: bool) -> None:
     heads = t("look_list_sep").join(t("look_head", layer=r.layer, head=r.head, kind=t("head_kind_" + r.label),
                                       score=r.strength) for r in best)
     look_for("attention", heads=heads)
+
+
+def lens_hint(lens, rows: list[str]) -> None:
+    """Where the final answer settles on this text (how many positions per row) and how its probability rises."""
+    settled = lens.settled_rows().tolist()
+    where = t("look_list_sep").join(t("look_lens_at", row=rows[r], n=settled.count(r))
+                                    for r in range(len(rows)) if settled.count(r))
+    rise = " → ".join(f"{float(p):.2f}" for p in lens.final_prob.mean(dim=1))
+    look_for("lens", where=where, rise=rise)
+
+
+def heads_hint(records: list, threshold: float, name) -> None:
+    """The clearest head of each pattern on this text (`name(record)` names a head), and the induction pair when
+    this model shows one: induction heads with a previous-token head in an earlier layer."""
+    best = {}
+    for r in sorted((r for r in records if r.label), key=lambda r: -r.strength):
+        best.setdefault(r.label, r)
+    if not best:
+        top = max(records, key=lambda r: max((v for v in r.scores.values() if v is not None), default=0.0),
+                  default=None)
+        score = max((v for v in top.scores.values() if v is not None), default=0.0) if top else 0.0
+        look_for("heads_none", thr=threshold, head=name(top) if top else "—", score=score)
+        return
+    heads = t("look_list_sep").join(t("look_named_head", head=name(r), kind=t(f"hd_pat_{r.label}"),
+                                      score=r.strength) for r in best.values())
+    induction = sorted({r.layer for r in records if r.label == "induction"})
+    previous = sorted({r.layer for r in records if r.label == "previous_token" and r.kind == "dec_self"})
+    pair = ""
+    if induction and previous and previous[0] < induction[-1]:
+        pair = t("look_heads_pair", ind=", ".join(map(str, induction)), prev=", ".join(map(str, previous)))
+    look_for("heads", heads=heads, pair=pair)
+
+
+def sinks_hint(every: list, name) -> None:
+    """Which head parks the most weight on the first token here, and how to tell parked from used weight."""
+    if every:
+        look_for("sinks", head=name(every[0]), weight=every[0].first_weight)

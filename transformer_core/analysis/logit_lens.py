@@ -53,6 +53,13 @@ class LogitLens:
                 for i, layer in enumerate(self.layers) for t in range(len(self.labels))
                 for r in range(self.ids.size(-1))]
 
+    def settled_rows(self) -> torch.Tensor:
+        """(T,) int64: for each position, the first row from which the top token is the model's final one in every
+        row below (0 = already after the embeddings)."""
+        same = self.ids[:, :, 0] == self.ids[-1:, :, 0]  # (R, T); the last row is always True
+        run = same.flip(0).long().cumprod(0).sum(0)  # (T,) rows, counted from the bottom, that agree unbroken
+        return len(self.layers) - run
+
     def arrays(self) -> dict[str, np.ndarray]:
         return {"layers": np.array(self.layers, dtype=np.int64), "ids": self.ids.numpy(),
                 "probs": self.probs.numpy(), "final_prob": self.final_prob.numpy()}
