@@ -102,6 +102,9 @@ def test_different_lengths_and_tokens_only_in_one_text_are_marked():
     marked = re.findall(r"2px solid #c0392b[^>]*>([^<]*)<", chips(at, 0)[1])
     assert marked == ["the", "␣cat"]  # B has ' the' (with its space), not 'the', and no ' cat'
     assert "‘the’, ‘␣cat’" in text
+    table = next(d for d in at.dataframe if EN["cmp_col_p_a"] in d.value.columns)
+    assert table.value[EN["cmp_col_token_a"]].isna().sum() == 3  # A is 3 tokens shorter than B
+    assert table.proto.placeholder == "—"  # a missing cell reads "—", not a grey "None"
 
 
 def test_text_b_bad_inputs_give_messages():

@@ -78,7 +78,8 @@ def table(df, key: str, *, height: int | None = None, formats: dict[str, str] | 
     The formats change only what is shown: the values (and the CSV) keep full precision.
     """
     config = {c: st.column_config.NumberColumn(format=f) for c, f in (formats or {}).items()}
-    st.dataframe(df, width="stretch", height=height or "auto", column_config=config or None)
+    st.dataframe(df, width="stretch", height=height or "auto", column_config=config or None,
+                 placeholder="—")  # a missing value (e.g. no probability for the first token), not "None"
     # the CSV is written when the button is clicked, not on every run of the page
     st.download_button(t("download_csv"), lambda: df.to_csv(index=False).encode("utf-8"), file_name=f"{key}.csv",
                        mime="text/csv", key=f"dl_{key}")
