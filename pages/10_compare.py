@@ -10,6 +10,7 @@ from transformer_core.analysis.compare import compare
 from transformer_core.text.inputs import token_labels
 from ui.errors import show_error
 from ui.figures import DIVERGING, axis_labels, bars, ranked_labels, token_heatmap, visible
+from ui.guidance import try_these
 from ui.i18n import t
 from ui.session import page_context, through_app
 from ui.tools import (
@@ -126,7 +127,8 @@ def per_token(comp) -> None:
 
 st.title(t("nav_compare"))
 explain("cmp_intro")
-st.caption(t("cmp_look"))
+try_these("compare", dict(model="shipped:repeat", text="d a c b g f d a c", text_b="d a c b g f d a b"),
+          dict(model="shipped:reverse", text="d a c b", tgt="= b c a", text_b="b c a d", tgt_b="= d a c b"))
 ctx = page_context()
 model = ctx.model
 text, tgt = text_b("cmp", model)

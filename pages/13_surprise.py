@@ -7,6 +7,7 @@ import streamlit as st
 from transformer_core.analysis.surprise import surprise_from_logits
 from ui.errors import show_error
 from ui.figures import axis_labels, bars, visible
+from ui.guidance import surprise_hint, try_these
 from ui.i18n import t
 from ui.session import page_context, through_app
 from ui.tools import export_panel, surprise_chips
@@ -19,7 +20,8 @@ ss = st.session_state
 st.title(t("nav_surprise"))
 explain("sur_intro", r"\text{loss} = -\frac{1}{T-1}\sum_{t=1}^{T-1}\ln p(x_{t}\mid x_{<t}),\qquad"
         r"\text{perplexity} = e^{\text{loss}}")
-st.caption(t("sur_look"))
+try_these("surprise", dict(model="shipped:repeat", text="d a c b g f d a c"),
+          dict(model="shipped:count", text="4 7 10 13"))
 ctx = page_context()
 model = ctx.model
 if model.is_encoder_decoder:
@@ -30,6 +32,7 @@ except Exception as exc:  # noqa: BLE001 - one token, or anything else: a messag
     show_error(exc)
     st.stop()
 
+surprise_hint(sur)
 probs, bits = sur.prob.tolist(), sur.bits.tolist()
 m1, m2, m3 = st.columns(3)
 m1.metric(t("sur_loss"), f"{sur.mean_loss:.4f}")

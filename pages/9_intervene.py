@@ -11,6 +11,7 @@ from transformer_core.model.memory import KEEP_NONE
 from transformer_core.text.inputs import token_labels
 from ui.errors import show_error
 from ui.figures import bars, ranked_labels, visible
+from ui.guidance import try_these
 from ui.i18n import t
 from ui.session import page_context, through_app
 from ui.tools import (
@@ -100,7 +101,10 @@ def ablation(ctx) -> None:
     model, cfg = ctx.model, ctx.model.cfg
     st.header(t("iv_title"))
     explain("iv_intro")
-    st.caption(t("iv_look"))
+    try_these("ablation", dict(model="shipped:reverse", text="d a c b", tgt="= b c a",
+                               picks={"iv_heads_shipped:reverse": [f"cross:1:{h}" for h in range(4)]}),
+              dict(model="shipped:repeat", text="d a c b g f d a c",
+                   picks={"iv_heads_shipped:repeat": ["dec_self:1:3"]}))
     heads = [f"{k}:{layer}:{h}" for k in kinds(model) for layer in range(cfg.n_layers) for h in range(cfg.n_heads)]
     ffns = [f"{s}:{layer}" for s in sides(model) for layer in range(cfg.n_layers)]
     c1, c2 = st.columns(2)
@@ -132,14 +136,16 @@ def patching(ctx) -> None:
     model, cfg = ctx.model, ctx.model.cfg
     st.header(t("pt_title"))
     explain("pt_intro")
-    st.caption(t("pt_look"))
+    try_these("patching", dict(model="shipped:repeat", text="d a c b g f d a c", text_b="e h k j e h k",
+                               picks={"iv_pt_kind": "dec_self", "iv_pt_layer_2": 1, "iv_pt_head_4": 3}))
     text, tgt = text_b("iv", model)
     options = list(kinds(model))
     if ss.get("iv_pt_kind") not in options:
         ss.iv_pt_kind = options[-1]
     c1, c2, c3, c4 = st.columns([3, 1, 1, 3])
     kind = c1.selectbox(t("pt_kind"), options, key="iv_pt_kind", format_func=lambda k: kind_name(k, model))
-    layer = c2.selectbox(t("pt_layer"), range(cfg.n_layers), index=cfg.n_layers - 1, key=f"iv_pt_layer_{cfg.n_layers}")
+    ss.setdefault(f"iv_pt_layer_{cfg.n_layers}", cfg.n_layers - 1)  # the last layer first; a "Try it" may set it
+    layer = c2.selectbox(t("pt_layer"), range(cfg.n_layers), key=f"iv_pt_layer_{cfg.n_layers}")
     head = c3.selectbox(t("pt_head"), range(cfg.n_heads), key=f"iv_pt_head_{cfg.n_heads}")
     align = c4.radio(t("pt_align"), ALIGNMENTS, key="iv_pt_align", horizontal=True,
                      format_func=lambda a: t(f"pt_align_{a}"), help=t("pt_align_help"))

@@ -2,6 +2,7 @@
 import json
 import re
 import string
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -283,6 +284,25 @@ def test_no_string_key_is_defined_in_two_files():
         twice += [(key, seen[key], name) for key in doc if key in seen]
         seen.update({key: name for key in doc})
     assert not twice
+
+
+def test_every_bold_span_renders_bold_in_commonmark():
+    """A closing ** after punctuation must be followed by a space or punctuation (CommonMark's flanking rule), else
+    the browser prints the asterisks: "**意外度（surprisal）**是" did, in Chinese, where no space follows."""
+    def punct(c: str) -> bool:
+        return unicodedata.category(c)[0] in "PS"
+
+    bad = []
+    for key, entry in strings().items():
+        for lang in ("en", "zh"):
+            s = f" {entry[lang]} "
+            for j, i in enumerate(m.start() for m in re.finditer(r"\*\*", s)):
+                before, after = s[i - 1], s[i + 2]
+                opens = not after.isspace() and (not punct(after) or before.isspace() or punct(before))
+                closes = not before.isspace() and (not punct(before) or after.isspace() or punct(after))
+                if not (closes if j % 2 else opens):
+                    bad.append((key, lang, s[max(0, i - 10):i + 12]))
+    assert not bad
 
 
 def test_every_string_key_used_in_the_code_exists():

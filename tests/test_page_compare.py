@@ -140,3 +140,17 @@ def test_chinese_page_has_no_english_labels():
         assert_clean(at)
         assert at.title[0].value == "对比两段文本"
         assert not [s for s in shown_texts(at) if s in ENGLISH_ONLY]
+
+
+def test_the_try_buttons_load_the_experiments_their_caption_describes():
+    at = open_app(PAGE, lang="en")
+    at.button(key="try_compare_0").click().run()
+    assert_clean(at)
+    ss = at.session_state
+    assert (ss["model"], ss["text"], ss["cmp_text_b"]) == ("shipped:repeat", A, B)
+    assert metric(at, EN["cmp_tv"]) > 0.99  # "total variation 0.999": A's copy is broken in B
+    at.button(key="try_compare_1").click().run()
+    assert_clean(at)
+    assert (ss["model"], ss["text"], ss["tgt"]) == ("shipped:reverse", "d a c b", "= b c a")
+    assert (ss["cmp_text_b"], ss["cmp_tgt_b"]) == ("b c a d", "= d a c b")
+    assert at.text_area(key="cmp_text_b").value == "b c a d"

@@ -139,3 +139,24 @@ def test_chinese_page_has_no_english_labels():
         assert_clean(at)
         assert at.title[0].value == "消融与激活修补"
         assert not [s for s in shown_texts(at) if s in ENGLISH_ONLY]
+
+
+def test_the_try_buttons_load_the_experiments_their_captions_describe():
+    at = open_app(PAGE, lang="en")
+    at.button(key="try_ablation_0").click().run()
+    assert_clean(at)
+    assert at.session_state["model"] == "shipped:reverse"
+    assert at.multiselect(key="iv_heads_shipped:reverse").value == CROSS_1
+    df = summary(at)
+    assert round(df[EN["iv_col_change"]].tolist()[0] + df[EN["iv_col_intact"]].tolist()[0], 1) == 1.6  # loss 1.6
+    assert round(df[EN["iv_col_edited"]].tolist()[1], 2) == 0.31  # "the top token falls from 1.00 to 0.31"
+    at.button(key="try_ablation_1").click().run()
+    assert_clean(at)
+    assert at.multiselect(key="iv_heads_shipped:repeat").value == ["dec_self:1:3"]
+    assert round(summary(at)[EN["iv_col_edited"]].tolist()[1], 2) == 0.05  # "‘ b’ falls from 0.999 to 0.05"
+    at.button(key="try_patching_0").click().run()
+    assert_clean(at)
+    assert (at.text_area(key="iv_text_b").value, at.selectbox(key="iv_pt_head_4").value) == (B, 3)
+    metric = next(m for m in at.metric if m.label.startswith("p(‘␣j’ | A)"))  # B's next token, read in A
+    assert at.selectbox(key="iv_pt_layer_2").value == 1 and messages(at) == [], messages(at)
+    assert round(float(metric.value), 2) == 0.66  # "B's next token ‘ j’ goes from 0.000 to 0.66 in A"

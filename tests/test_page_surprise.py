@@ -8,7 +8,8 @@ import pytest
 import torch
 from apptest_support import SMALL, harness_language, messages, no_pages_dir_mode, open_app, shown_texts
 
-from transformer_core import load_model, prepare, run
+from transformer_core import load_model, prepare, run, token_labels
+from ui.figures import visible
 from ui.i18n import strings
 
 PAGE = "surprise"
@@ -106,3 +107,30 @@ def test_chinese_page_has_no_english_labels():
         assert_clean(at)
         assert at.title[0].value == "逐词元意外度"
         assert not [s for s in shown_texts(at) if s in ENGLISH_ONLY]
+
+
+def test_the_try_buttons_load_the_experiments_their_caption_describes():
+    at = open_app(PAGE, lang="en")  # the default model and text
+    at.button(key="try_surprise_0").click().run()
+    assert_clean(at)
+    assert (at.session_state["model"], at.session_state["text"]) == ("shipped:repeat", REPEAT_TEXT)
+    p = chip_probs(at)
+    assert max(p[:6]) < 0.003 and min(p[6:]) > 0.998  # "the first half is red (p below 0.003) ... green (0.999)"
+    at.button(key="try_surprise_1").click().run()
+    assert_clean(at)
+    assert (at.session_state["model"], at.session_state["text"]) == ("shipped:count", "4 7 10 13")
+    p = chip_probs(at)
+    assert round(p[1], 2) == 0.13 and min(p[2:]) > 0.98  # "‘7’ gets p 0.13, every later number about 0.99"
+
+
+def test_what_to_look_for_names_the_most_and_least_surprising_tokens_of_this_text():
+    at = open_app(PAGE, model="shipped:count", text="4 7 10 13", lang="en")
+    assert_clean(at)
+    p = expected("count", "4 7 10 13")
+    model, _ = load_model("count")
+    labels = [visible(x) for x in token_labels(model, prepare(model, "4 7 10 13").src_ids[0].tolist())]
+    worst, best = int(p.argmin()), int(p.argmax())
+    look = EN["look_surprise"].format(worst=f"‘{labels[worst + 1]}’", pw=p[worst], bw=-math.log2(p[worst]),
+                                      best=f"‘{labels[best + 1]}’", pb=p[best], loss=float(-np.log(p).mean()),
+                                      n=len(p))
+    assert look in messages(at)

@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import streamlit as st
 
+from service import catalog
+
+from .figures import visible
 from .i18n import t
+from .session import try_example, viewer
 
 
 def look_for(key: str, **params) -> None:
@@ -60,3 +64,26 @@ def sinks_hint(every: list, name) -> None:
     """Which head parks the most weight on the first token here, and how to tell parked from used weight."""
     if every:
         look_for("sinks", head=name(every[0]), weight=every[0].first_weight)
+
+
+def try_these(key: str, *examples: dict) -> None:
+    """A page's suggested experiments (the string `try_<key>`: figures measured on the models it names), with one
+    button per example that loads its model and texts (ui.session.try_example's arguments)."""
+    st.caption(t(f"try_{key}"))
+    shown = [ex for ex in examples if catalog.entry(ex["model"], viewer()) is not None]
+    for col, (i, ex) in zip(st.columns(max(len(shown), 3)), enumerate(shown)):
+        name = catalog.entry(ex["model"], viewer()).label
+        col.button(t("try_it", model=name), key=f"try_{key}_{i}", on_click=try_example, kwargs=ex,
+                   icon=":material/science:", help=t("try_it_help", text=ex["text"]))
+
+
+def surprise_hint(sur) -> None:
+    """The most and the least surprising token of this text, and what the mean loss averages."""
+    worst, best = int(sur.bits.argmax()), int(sur.bits.argmin())
+    look_for("surprise", worst=_quoted(sur.labels[worst + 1]), pw=float(sur.prob[worst]),
+             bw=float(sur.bits[worst]), best=_quoted(sur.labels[best + 1]), pb=float(sur.prob[best]),
+             loss=sur.mean_loss, n=len(sur.bits))
+
+
+def _quoted(label: str) -> str:
+    return f"‘{visible(label)}’"

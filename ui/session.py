@@ -344,6 +344,23 @@ def use_example() -> None:
     clear_generated()
 
 
+def try_example(model: str, text: str, tgt: str | None = None, text_b: str | None = None,
+                tgt_b: str | None = None, picks: dict | None = None) -> None:
+    """Button callback: a page's suggested experiment: its model, texts (B shared by Compare and Ablation) and
+    widget picks (e.g. the heads to switch off)."""
+    ss = st.session_state
+    ss.model = model
+    on_model_change()
+    ss.text = text
+    if tgt is not None:
+        ss.tgt = tgt
+    for value, keys in ((text_b, ("_text_b", "cmp_text_b", "iv_text_b")), (tgt_b, ("_tgt_b", "cmp_tgt_b", "iv_tgt_b"))):
+        if value is not None:
+            ss.update(dict.fromkeys(keys, value))
+    ss.update(picks or {})
+    clear_generated()
+
+
 def open_default_model() -> None:
     """Button callback: the default model, keeping the learner's text."""
     st.session_state.model = catalog.default_key()
