@@ -200,6 +200,9 @@ def route(a: dict, b: dict) -> list[tuple[float, float]]:
     return [start, (a["x"], mid), (b["x"], mid), end]
 
 
+NARROW_UNITS = 16.0  # a model map wider than this many units has narrow boxes (see model_map)
+
+
 def model_map(blocks: list[dict], arrows: list, *, width: float, height: float, px_per_unit: int = 60) -> go.Figure:
     """The whole model as boxes: each block dict has id, x, y (centre), w, h, kind (a BLOCK_COLOURS key), title,
     detail (shape and live summary) and page (where a click goes). Arrows join block ids (a, b), routed by `route`,
@@ -208,12 +211,20 @@ def model_map(blocks: list[dict], arrows: list, *, width: float, height: float, 
     # add_shape/add_annotation, which made a 6 + 6 layer model's picture take over a second
     where = {b["id"]: b for b in blocks}
     shapes, notes, traces = [], [], []
+    # A wide model (an encoder beside a decoder: 10 boxes a row) gets about 70 px per box on a 900 px page: its
+    # small boxes get a smaller font, one fact per line, and taller rows, so no text runs out of its box.
+    narrow = width > NARROW_UNITS
+    px_per_unit = round(px_per_unit * 1.3) if narrow else px_per_unit
     for b in blocks:
         shapes.append(dict(type="rect", x0=b["x"] - b["w"] / 2, x1=b["x"] + b["w"] / 2, y0=b["y"] - b["h"] / 2,
                            y1=b["y"] + b["h"] / 2, fillcolor=BLOCK_COLOURS[b["kind"]],
                            line={"color": "#777", "width": 1}, layer="below"))
-        notes.append(dict(x=b["x"], y=b["y"], text=f"<b>{b['title']}</b><br>{b['detail']}", showarrow=False,
-                          font={"size": 11, "color": "#222"}))
+        title, detail = b["title"], b["detail"]
+        if narrow and b["w"] < 2.5:  # a box of one sublayer
+            title = title.replace(" ", "<br>", 1) if len(title) > 10 else title
+            detail = detail.replace(" · ", "<br>")
+        notes.append(dict(x=b["x"], y=b["y"], text=f"<b>{title}</b><br>{detail}", showarrow=False,
+                          font={"size": 9 if narrow else 11, "color": "#222"}))
     for arrow in arrows:
         points = route(where[arrow[0]], where[arrow[1]]) if isinstance(arrow[0], str) else arrow
         if len(points) > 2:
