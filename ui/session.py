@@ -20,6 +20,7 @@ from transformer_core.text.tokenizer import available_encodings
 from . import cache
 from .errors import error_text, show_error
 from .i18n import LANGS, browser_lang, lang, t
+from .tools import set_text_b
 from .widgets import IMAGE_FORMATS
 
 # The course's example sentences (doc 000): the default texts learners arrive with.
@@ -354,9 +355,7 @@ def try_example(model: str, text: str, tgt: str | None = None, text_b: str | Non
     ss.text = text
     if tgt is not None:
         ss.tgt = tgt
-    for value, keys in ((text_b, ("_text_b", "cmp_text_b", "iv_text_b")), (tgt_b, ("_tgt_b", "cmp_tgt_b", "iv_tgt_b"))):
-        if value is not None:
-            ss.update(dict.fromkeys(keys, value))
+    set_text_b(text_b, tgt_b)
     ss.update(picks or {})
     clear_generated()
 

@@ -83,6 +83,18 @@ def _default_b(text: str) -> str:
     return " ".join(reversed(words)) if len(words) > 1 else text[::-1]
 
 
+B_PAGES = ("cmp", "iv")  # the prefixes of the pages with a text B (Compare; Ablation & patching), which share it
+
+
+def set_text_b(text: str | None, tgt: str | None = None) -> None:
+    """Give every page's text B (and its target) these values (call from a callback, before the widgets)."""
+    for value, field in ((text, "text_b"), (tgt, "tgt_b")):
+        if value is not None:
+            ss[f"_{field}"] = value  # the shadow each page's box starts from
+            for prefix in B_PAGES:
+                ss.pop(f"{prefix}_{field}", None)
+
+
 def _keep_b(widget: str, shadow: str) -> None:
     value = ss.get(widget) or ""
     if len(value) > TEXT_B_MAX:
