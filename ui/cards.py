@@ -51,7 +51,7 @@ def show_card(card: dict, key: str) -> None:
         import pandas as pd
 
         st.markdown(f"**{t('card_heads')}**")
-        df = pd.DataFrame([{t("col_layer"): h.get("layer"), t("att_head"): h.get("head"),
+        df = pd.DataFrame([{t("col_layer"): h.get("layer"), t("hd_col_head"): h.get("head"),
                             t("card_head_kind"): t(f"head_kind_{h.get('kind')}"), t("card_head_score"): h.get("score")}
                            for h in heads if isinstance(h, dict)])
         table(df, f"heads_{key}", formats={t("card_head_score"): "%.3f"})
