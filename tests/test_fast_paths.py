@@ -61,6 +61,7 @@ def test_the_first_run_freezes_the_imported_heap_once():
     try:
         open_app(lang="en")
         assert gc.get_freeze_count() > 100_000  # streamlit, torch, plotly: out of every later collection's scan
+        assert gc.isenabled()  # app.py switches collection off only while the first run imports
         assert "collect_now_and_then()" in (ROOT / "app.py").read_text(encoding="utf-8")  # each run counts
     finally:
         gc.unfreeze()

@@ -134,7 +134,7 @@ def encode_by_line(enc, text: str, allowed_special: str | frozenset = frozenset(
     Whole-text BPE merges a line end into the token before it ("。\\n", ".\\n"); a model trained one line at a
     time (every model with its own vocabulary) never saw those tokens, and learned to predict the "\\n" itself.
     """
-    newline = enc.encode("\n")
+    newline = enc.encode_ordinary("\n")  # not encode(): its check for special tokens imports `regex` (50 ms)
     ids: list[int] = []
     for k, line in enumerate(text.split("\n")):
         ids += (newline if k else []) + enc.encode(line, allowed_special=allowed_special, disallowed_special=())
