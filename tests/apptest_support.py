@@ -104,6 +104,8 @@ def shown_texts(at: AppTest) -> list[str]:
         spec = json.loads(chart.proto.spec)
         layout = spec.get("layout", {})
         texts += [a.get("text") for a in layout.get("annotations", [])] + [tr.get("name") for tr in spec["data"]]
+        texts += [x for tr in spec["data"] if "text" in str(tr.get("mode", "")) for x in tr.get("text") or []
+                  if isinstance(x, str)]  # labels drawn as a text trace (the model map's boxes)
         texts += [v.get("title", {}).get("text") for k, v in layout.items() if k.startswith(("xaxis", "yaxis"))]
         texts.append(layout.get("title", {}).get("text"))
     return [s for s in texts if s]

@@ -245,26 +245,33 @@ def test_no_zero_line_through_the_first_row():
 
 # ---- the whole model in one picture ---------------------------------------------------------------------------------
 
-def map_blocks(page) -> tuple[int, str]:
-    """The model map's index and all its block texts (a title wrapped in a narrow box read on one line)."""
-    i = next(j for j, p in enumerate(plots(page)) if "blocks" in p["names"])
-    titles = [re.sub(r"<b>(.*?)</b>", lambda m: "<b>" + m[1].replace("<br>", " ") + "</b>", a)
-              for a in plots(page)[i]["annotations"]]
-    return i, "\n".join(titles)
-
-
-# each block's drawn text against its drawn box (the i-th shape is the i-th block, as is the i-th annotation)
-TEXT_OUTSIDE_JS = """(i) => {
+# the model map's block labels (its "labels" trace) and, per block, whether its drawn label lies inside its drawn
+# box (the i-th shape is the i-th block, as is the i-th text point)
+MAP_JS = """(i) => {
     const p = document.querySelectorAll("[data-testid='stPlotlyChart'] .js-plotly-plot")[i];
-    const boxes = p.querySelectorAll('.shapelayer path'), notes = p.querySelectorAll('.annotation-text-g');
-    const out = [];
-    boxes.forEach((b, k) => {
-        const r = b.getBoundingClientRect(), t = notes[k].getBoundingClientRect();
+    const k = p._fullData.findIndex(d => d.name === 'labels');
+    const boxes = p.querySelectorAll('.shapelayer path');
+    const points = p.querySelectorAll('.scatterlayer .trace')[k].querySelectorAll('.textpoint');
+    const outside = [];
+    boxes.forEach((b, j) => {
+        const r = b.getBoundingClientRect(), t = points[j].getBoundingClientRect();
         if (t.left < r.left - 1 || t.right > r.right + 1 || t.top < r.top - 1 || t.bottom > r.bottom + 1)
-            out.push(notes[k].textContent);
+            outside.push(points[j].textContent);
     });
-    return out;
+    return {labels: Array.from(p._fullData[k].text), outside: outside};
 }"""
+
+
+def map_blocks(page) -> tuple[int, str]:
+    """The model map's index and all its block labels (a title wrapped in a narrow box read on one line)."""
+    i = next(j for j, p in enumerate(plots(page)) if "blocks" in p["names"])
+    labels = [re.sub(r"<b>(.*?)</b>", lambda m: "<b>" + m[1].replace("<br>", " ") + "</b>", a)
+              for a in page.evaluate(MAP_JS, i)["labels"]]
+    return i, "\n".join(labels)
+
+
+def text_outside_boxes(page, i: int) -> list[str]:
+    return page.evaluate(MAP_JS, i)["outside"]
 
 
 def click_block(page, index: int, target: str) -> None:
@@ -287,7 +294,7 @@ def test_whole_model_picture_encoder_decoder_and_a_click_opens_the_block(app, ta
         assert f"<b>{s(key, **fmt)}</b>" in text, f"block {key} missing from the picture:\n{text}"
     assert s("map_logits") in text or s("map_logits_norm") in text
     assert "1×4×128" in text and "1×4×21" in text  # live shapes: embeddings (d_model 128) and logits (21 tokens)
-    assert tab.evaluate(TEXT_OUTSIDE_JS, i) == []  # ten boxes a row: every text still inside its box
+    assert text_outside_boxes(tab, i) == []  # ten boxes a row: every text still inside its box
     screenshot(tab, SHOTS / "whole_model_en_reverse.png")
     click_block(tab, i, "attention:1:cross")
     expect(tab.locator("h1").first).to_have_text(s("nav_attention"))
@@ -305,7 +312,7 @@ def test_whole_model_picture_in_chinese_decoder_only(app, tab):
     for key in ("map_embed", "map_dec_self", "map_addnorm", "map_ffn", "map_softmax"):
         assert f"<b>{s(key, 'zh')}</b>" in text, f"block {key} missing from the picture:\n{text}"
     assert s("map_cross", "zh") not in text and s("map_memory", "zh") not in text  # decoder-only: no cross-attention
-    assert tab.evaluate(TEXT_OUTSIDE_JS, i) == []
+    assert text_outside_boxes(tab, i) == []
     assert not english_shown(app_text(tab), ENGLISH_ONLY)
     screenshot(tab, SHOTS / "whole_model_zh_repeat.png")
     click_block(tab, i, "attention:1:dec_self")

@@ -207,14 +207,15 @@ def model_map(blocks: list[dict], arrows: list, *, width: float, height: float, 
     """The whole model as boxes: each block dict has id, x, y (centre), w, h, kind (a BLOCK_COLOURS key), title,
     detail (shape and live summary) and page (where a click goes). Arrows join block ids (a, b), routed by `route`,
     or are explicit point lists."""
-    # shapes, annotations and traces are collected and set once: plotly re-validates every earlier one on each
-    # add_shape/add_annotation, which made a 6 + 6 layer model's picture take over a second
+    # Built in one go, and drawn as three traces (arrows, labels, click targets) over the boxes' shapes: as
+    # plotly annotations the labels and arrowheads took 85 ms of the browser's first drawing, as traces 13 ms
+    # (plotly.js timed in Chromium), which is part of the first page of a freshly started server.
     where = {b["id"]: b for b in blocks}
-    shapes, notes, traces = [], [], []
     # A wide model (an encoder beside a decoder: 10 boxes a row) gets about 70 px per box on a 900 px page: its
     # small boxes get a smaller font, one fact per line, and taller rows, so no text runs out of its box.
     narrow = width > NARROW_UNITS
     px_per_unit = round(px_per_unit * 1.3) if narrow else px_per_unit
+    shapes, labels = [], []
     for b in blocks:
         shapes.append(dict(type="rect", x0=b["x"] - b["w"] / 2, x1=b["x"] + b["w"] / 2, y0=b["y"] - b["h"] / 2,
                            y1=b["y"] + b["h"] / 2, fillcolor=BLOCK_COLOURS[b["kind"]],
@@ -223,25 +224,28 @@ def model_map(blocks: list[dict], arrows: list, *, width: float, height: float, 
         if narrow and b["w"] < 2.5:  # a box of one sublayer
             title = title.replace(" ", "<br>", 1) if len(title) > 10 else title
             detail = detail.replace(" · ", "<br>")
-        notes.append(dict(x=b["x"], y=b["y"], text=f"<b>{title}</b><br>{detail}", showarrow=False,
-                          font={"size": 9 if narrow else 11, "color": "#222"}))
+        labels.append(f"<b>{title}</b><br>{detail}")
+    xs, ys, heads = [], [], []  # every arrow a polyline (None between two), an arrowhead at its end only
     for arrow in arrows:
         points = route(where[arrow[0]], where[arrow[1]]) if isinstance(arrow[0], str) else arrow
-        if len(points) > 2:
-            traces.append(go.Scatter(x=[p[0] for p in points[:-1]], y=[p[1] for p in points[:-1]], mode="lines",
-                                     line={"color": "#555", "width": 1.4}, hoverinfo="skip", showlegend=False))
-        (ax, ay), (x, y) = points[-2], points[-1]
-        notes.append(dict(x=x, y=y, ax=ax, ay=ay, xref="x", yref="y", axref="x", ayref="y", showarrow=True,
-                          arrowhead=2, arrowsize=1.2, arrowwidth=1.4, arrowcolor="#555", text=""))
-    traces.append(go.Scatter(  # a click on a block (anywhere near its centre) opens its page
-        x=[b["x"] for b in blocks], y=[b["y"] for b in blocks], mode="markers",
-        marker={"size": [min(b["w"], b["h"]) * px_per_unit * 0.9 for b in blocks], "symbol": "square",
-                "color": "rgba(0,0,0,0)", "line": {"width": 0}},
-        customdata=[b["page"] for b in blocks], hovertext=[b.get("hover", b["title"]) for b in blocks],
-        hovertemplate="%{hovertext}<extra></extra>", showlegend=False, name="blocks"))
-    fig = go.Figure(data=traces, layout={"shapes": shapes, "annotations": notes})
-    fig.update_xaxes(visible=False, range=[0, width], fixedrange=True)
-    fig.update_yaxes(visible=False, range=[height, 0], fixedrange=True)
-    fig.update_layout(height=int(height * px_per_unit) + 20, margin=dict(l=0, r=0, t=10, b=10),
-                      plot_bgcolor="white", clickmode="event+select", dragmode=False)
-    return fig
+        xs += [p[0] for p in points] + [None]
+        ys += [p[1] for p in points] + [None]
+        heads += [0] * (len(points) - 1) + [11, 0]
+    traces = [
+        go.Scatter(x=xs, y=ys, mode="lines+markers", name="arrows", line={"color": "#555", "width": 1.4},
+                   marker={"symbol": "arrow", "angleref": "previous", "size": heads, "color": "#555"},
+                   hoverinfo="skip", showlegend=False),
+        go.Scatter(x=[b["x"] for b in blocks], y=[b["y"] for b in blocks], text=labels, mode="text", name="labels",
+                   textfont={"size": 9 if narrow else 11, "color": "#222"}, hoverinfo="skip", showlegend=False),
+        go.Scatter(  # a click on a block (anywhere near its centre) opens its page
+            x=[b["x"] for b in blocks], y=[b["y"] for b in blocks], mode="markers",
+            marker={"size": [min(b["w"], b["h"]) * px_per_unit * 0.9 for b in blocks], "symbol": "square",
+                    "color": "rgba(0,0,0,0)", "line": {"width": 0}},
+            customdata=[b["page"] for b in blocks], hovertext=[b.get("hover", b["title"]) for b in blocks],
+            hovertemplate="%{hovertext}<extra></extra>", showlegend=False, name="blocks"),
+    ]
+    return go.Figure(data=traces, layout={
+        "shapes": shapes, "height": int(height * px_per_unit) + 20, "margin": dict(l=0, r=0, t=10, b=10),
+        "xaxis": {"visible": False, "range": [0, width], "fixedrange": True},
+        "yaxis": {"visible": False, "range": [height, 0], "fixedrange": True},
+        "plot_bgcolor": "white", "clickmode": "event+select", "dragmode": False})
