@@ -61,9 +61,29 @@ def test_the_first_run_freezes_the_imported_heap_once():
     try:
         open_app(lang="en")
         assert gc.get_freeze_count() > 100_000  # streamlit, torch, plotly: out of every later collection's scan
-        assert gc.isenabled()  # app.py switches collection off only while the first run imports
+        assert gc.isenabled()  # app.py switches collection off only during the server's first run
         assert "collect_now_and_then()" in (ROOT / "app.py").read_text(encoding="utf-8")  # each run counts
     finally:
+        gc.unfreeze()
+
+
+def test_a_first_run_that_fails_still_turns_collection_back_on(monkeypatch):
+    import gc
+
+    from ui import cache, session
+
+    def broken():
+        raise RuntimeError("a page that fails")
+
+    cache.freeze_startup_heap.clear()
+    gc.unfreeze()  # the next run counts as the server's first
+    monkeypatch.setattr(session, "page_context", broken)
+    try:
+        at = open_app(lang="en")
+        assert at.exception  # the run ended in the page's error, before the freeze at the end of app.py
+        assert gc.get_freeze_count() == 0 and gc.isenabled()
+    finally:
+        gc.enable()
         gc.unfreeze()
 
 

@@ -42,21 +42,6 @@ def chart(fig, key: str, *, on_select: bool = False):
     return None
 
 
-def preload_charts():
-    """On a browser's first run only: an empty, invisible chart sent before anything slow, so the browser fetches
-    and starts plotly.js (about a second) while the server is still importing torch; returns its slot, to clear
-    once the page is on its way. Without it the first page's picture appeared 1.5 s after its title
-    (bench/cold_start.py)."""
-    slot = st.empty()
-    if not st.session_state.get("_charts_preloaded"):
-        st.session_state._charts_preloaded = True
-        slot.plotly_chart({"data": [{"type": "scatter", "x": [], "y": []}],
-                           "layout": {"height": 10, "margin": {"l": 0, "r": 0, "t": 0, "b": 0},
-                                      "xaxis": {"visible": False}, "yaxis": {"visible": False}}},
-                          config={"staticPlot": True, "displayModeBar": False}, key="_preload")
-    return slot
-
-
 def clicked(fig, key: str, trace_name: str | None = None):
     """Draw a chart whose points can be clicked; return the clicked point's customdata once (then the chart is
     drawn afresh, so an old click never fires again), or None."""
