@@ -4,14 +4,14 @@ Adding a page: a file pages/<n>_<name>.py, its title "nav_<name>" in assets/stri
 """
 import gc
 
-first_run = gc.get_freeze_count() == 0  # nothing frozen yet (see the end): the server's first run
-if first_run:
-    gc.disable()  # no collection while it imports torch, plotly, pandas (180,000 objects) and draws its page
+import streamlit as st
 
-import streamlit as st  # noqa: E402
+from ui.startup import first_run, preload_charts  # Streamlit only
 
-from ui.preload import preload_charts  # noqa: E402 - Streamlit only
-
+starting = first_run()
+if starting:
+    gc.disable()  # no collection while the first run imports torch, plotly and our modules (150,000 objects)
+    # and draws its page; turned back on at the end, however the run ends (a collection there cost 0.1 s)
 st.set_page_config(page_title="Transformer Explorer", page_icon="🔭", layout="wide")
 preloading = preload_charts()  # before the imports below (torch: about a second)
 
@@ -48,7 +48,7 @@ PAGES = {
 try:
     st.navigation(PAGES, expanded=True).run()  # every page listed (no English "View more")
 finally:
-    if first_run:
+    if starting:
         gc.enable()
 freeze_startup_heap()  # after the page is sent: the first learner waits for neither the collection nor the
 # freeze (0.08 s each time the heap is scanned); a run that stops early (st.rerun, a page switch) leaves it to
