@@ -29,7 +29,7 @@ def test_a_full_collection_runs_every_tenth_run_and_frees_tensors_in_cycles(monk
 
     import torch
 
-    from ui import cache
+    from ui import runs
 
     class Holder:  # a frame-like cycle holding a tensor, as an interrupted script leaves behind
         pass
@@ -43,26 +43,30 @@ def test_a_full_collection_runs_every_tenth_run_and_frees_tensors_in_cycles(monk
         calls = []
         real = gc.collect
         monkeypatch.setattr(gc, "collect", lambda *a: calls.append(1) or real(*a))
-        for _ in range(2 * cache.COLLECT_EVERY):
-            cache.collect_now_and_then()
+        for _ in range(2 * runs.COLLECT_EVERY):
+            runs.end(runs.begin())
         assert len(calls) == 2
         assert gone() is None  # the tensor in the cycle is freed
     finally:
         gc.enable()
 
 
-def test_the_first_run_freezes_the_imported_heap_once():
+def test_the_first_run_freezes_the_imported_heap_once_and_every_run_is_counted(monkeypatch):
     import gc
 
-    from ui import cache
+    from ui import runs
 
-    cache.freeze_startup_heap.clear()
+    counted = []
+    begin = runs.begin
+    monkeypatch.setattr(runs, "begin", lambda: counted.append(1) or begin())
+    runs.freeze_startup_heap.clear()
     gc.unfreeze()
     try:
-        open_app(lang="en")
+        at = open_app(lang="en")
         assert gc.get_freeze_count() > 100_000  # streamlit, torch, plotly: out of every later collection's scan
-        assert gc.isenabled()  # app.py switches collection off only during the server's first run
-        assert "collect_now_and_then()" in (ROOT / "app.py").read_text(encoding="utf-8")  # each run counts
+        assert gc.isenabled()  # switched off only during the server's first run
+        at.run()
+        assert len(counted) >= 2  # each run counts towards the full collection every tenth run
     finally:
         gc.unfreeze()
 
@@ -70,12 +74,12 @@ def test_the_first_run_freezes_the_imported_heap_once():
 def test_a_first_run_that_fails_still_turns_collection_back_on(monkeypatch):
     import gc
 
-    from ui import session, startup
+    from ui import runs, session
 
     def broken():
         raise RuntimeError("a page that fails")
 
-    monkeypatch.setattr(startup, "first_run", lambda: True)  # the next run counts as the server's first
+    monkeypatch.setattr(runs, "first_run", lambda: True)  # the next run counts as the server's first
     monkeypatch.setattr(session, "page_context", broken)
     try:
         at = open_app(lang="en")

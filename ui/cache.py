@@ -1,6 +1,4 @@
-"""Process-wide caches: one model per key for all sessions, one trace per (model, text, masks, layer); and the
-process's garbage collection (freeze_startup_heap, collect_now_and_then), which decides when cached and dropped
-tensors held in reference cycles are freed.
+"""Process-wide caches: one model per key for all sessions, one trace per (model, text, masks, layer).
 
 Traces are shared by all sessions without copying: a Trace is immutable (its tensors are inference tensors
 that refuse in-place writes). They live in a byte-bounded LRU (a 1000-token trace of the base model holds
@@ -8,8 +6,6 @@ hundreds of MB, so a count limit alone is not enough); concurrent requests for o
 """
 from __future__ import annotations
 
-import gc
-import itertools
 import threading
 import time
 from collections import OrderedDict
@@ -25,31 +21,6 @@ from transformer_core.model.device import device_name, pick_device
 from transformer_core.model.hooks import layer_filter
 from transformer_core.model.trace import Trace, run, run_with_trace
 from transformer_core.text.inputs import Prepared, prepare
-
-
-@st.cache_resource(show_spinner=False)
-def freeze_startup_heap() -> bool:
-    """Once per server process, after the first run's imports: move every object alive now (torch, plotly,
-    streamlit and our modules) out of the garbage collector's sight, so that each collection scans only what
-    the sessions made since."""
-    gc.collect()  # only live objects are frozen, no garbage
-    gc.freeze()
-    return True
-
-
-COLLECT_EVERY = 10  # runs (of any session) between two full garbage collections
-_RUNS = itertools.count(1)
-
-
-def collect_now_and_then() -> None:
-    """A full garbage collection every COLLECT_EVERY script runs (call at the start of each run).
-
-    A rerun interrupts the script with an exception whose frames can hold tensors and figures in reference
-    cycles, which only a full collection frees, and Python's own schedule counts objects, not bytes. After every
-    run (Streamlit's runner.postScriptGC) the collections took 38% of the server's CPU under 20 learners.
-    """
-    if next(_RUNS) % COLLECT_EVERY == 0:
-        gc.collect()
 
 
 @st.cache_resource(show_spinner=False, max_entries=6)

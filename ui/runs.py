@@ -1,0 +1,65 @@
+"""What app.py does around every script run: the preload chart, and the process's garbage collection.
+
+This module imports nothing but Streamlit, so app.py can use it before any import of ours.
+- The server's first run (torch not imported yet) sends the preload chart at once, so the browser fetches and
+  evaluates plotly.js (0.7 s of its time) while the server imports torch, and it runs with the collector off:
+  a collection of the 150,000 freshly imported objects cost that run 0.1 s (bench/cold_start.py).
+- After the first completed run, every object alive (torch, plotly, Streamlit, our modules) is frozen out of
+  the collector's sight, so each later collection scans only what sessions made since.
+- A full collection every tenth run replaces Streamlit's collection after each run (runner.postScriptGC, off in
+  .streamlit/config.toml: 38% of the server's CPU under 20 learners). A rerun interrupts the script with an
+  exception whose frames can hold tensors in reference cycles, which only a full collection frees, and
+  Python's own schedule counts objects, not bytes.
+"""
+import gc
+import itertools
+import sys
+
+import streamlit as st
+
+COLLECT_EVERY = 10  # runs (of any session) between two full garbage collections
+_RUNS = itertools.count(1)
+
+
+def first_run() -> bool:
+    """Whether the server has not imported torch yet: its first run (or the few that browsers start at once).
+    A lookup, not gc.get_freeze_count(), which walks every frozen object (10 ms on each run under load)."""
+    return "torch" not in sys.modules
+
+
+def begin() -> bool:
+    """Call first in each run: counts it (a full collection every COLLECT_EVERY runs) and, in the server's first
+    run, turns the collector off. Returns whether it did; hand that to end()."""
+    if next(_RUNS) % COLLECT_EVERY == 0:
+        gc.collect()
+    starting = first_run()
+    if starting:
+        gc.disable()
+    return starting
+
+
+def end(starting: bool) -> None:
+    """Call last in each run, however it ends (finally): the collector back on after the first run."""
+    if starting:
+        gc.enable()
+
+
+@st.cache_resource(show_spinner=False)
+def freeze_startup_heap() -> bool:
+    """Once per server process, after a run that got to the end (the page sent: no learner waits for it)."""
+    gc.collect()  # only live objects are frozen, no garbage
+    gc.freeze()
+    return True
+
+
+def preload_charts():
+    """On a browser's first run only: an empty, invisible chart; returns its slot, to clear once the page is on
+    its way. Without it the first page's picture appeared 1.5 s after its title (bench/cold_start.py)."""
+    slot = st.empty()
+    if not st.session_state.get("_charts_preloaded"):
+        st.session_state._charts_preloaded = True
+        slot.plotly_chart({"data": [{"type": "scatter", "x": [], "y": []}],
+                           "layout": {"height": 10, "margin": {"l": 0, "r": 0, "t": 0, "b": 0},
+                                      "xaxis": {"visible": False}, "yaxis": {"visible": False}}},
+                          config={"staticPlot": True, "displayModeBar": False}, key="_preload")
+    return slot
