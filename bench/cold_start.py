@@ -9,10 +9,9 @@ over); and the attention page's charts drawn (reached through its sidebar link).
 
 Painted and drawn are stamped inside the page: a MutationObserver sees the title, or the picture with its
 boxes drawn, and the stamp is taken two animation frames later, once that frame is on screen (the clock is
-the machine's: the page's performance.timeOrigin + now()). Playwright's
-own waits poll with growing pauses and saw an element up to 0.4 s after it was there (measured: an element
-in the DOM 0.01 s after the server sent it was seen 0.35-0.43 s later); what they saw is reported beside
-("seen").
+the machine's: the page's performance.timeOrigin + now()). Playwright's own waits poll with growing pauses
+and saw an element up to 0.4 s after it was there (measured: an element in the DOM 0.01 s after the server
+sent it was seen 0.35-0.43 s later); what they saw is reported beside ("seen").
 
 Also checked once: a deep link (/attention?text=...) as the very first request to a fresh server, which
 Streamlit runs in its legacy pages/-folder mode unless app.py's st.navigation has already run once.

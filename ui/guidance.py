@@ -1,6 +1,8 @@
 """“What to look for”: two lines per view, written from what this model actually shows on this text."""
 from __future__ import annotations
 
+from collections import Counter
+
 import streamlit as st
 
 from service import catalog
@@ -31,9 +33,8 @@ def attention_hint(records: list, random_init: bool) -> None:
 
 def lens_hint(lens, rows: list[str]) -> None:
     """Where the final answer settles on this text (how many positions per row) and how its probability rises."""
-    settled = lens.settled_rows().tolist()
-    where = t("look_list_sep").join(t("look_lens_at", row=rows[r], n=settled.count(r))
-                                    for r in range(len(rows)) if settled.count(r))
+    settled = Counter(lens.settled_rows().tolist())  # row -> positions
+    where = t("look_list_sep").join(t("look_lens_at", row=rows[r], n=settled[r]) for r in sorted(settled))
     rise = " → ".join(f"{float(p):.2f}" for p in lens.final_prob.mean(dim=1))
     look_for("lens", where=where, rise=rise)
 
@@ -44,11 +45,12 @@ def heads_hint(records: list, threshold: float, name) -> None:
     best = {}
     for r in sorted((r for r in records if r.label), key=lambda r: -r.strength):
         best.setdefault(r.label, r)
-    if not best:
-        top = max(records, key=lambda r: max((v for v in r.scores.values() if v is not None), default=0.0),
-                  default=None)
-        score = max((v for v in top.scores.values() if v is not None), default=0.0) if top else 0.0
-        look_for("heads_none", thr=threshold, head=name(top) if top else "—", score=score)
+    if not best:  # no label: name the head with the highest score of any pattern
+        def score(r) -> float:
+            return max((v for v in r.scores.values() if v is not None), default=0.0)
+
+        top = max(records, key=score, default=None)
+        look_for("heads_none", thr=threshold, head=name(top) if top else "—", score=score(top) if top else 0.0)
         return
     heads = t("look_list_sep").join(t("look_named_head", head=name(r), kind=t(f"hd_pat_{r.label}"),
                                       score=r.strength) for r in best.values())
