@@ -97,18 +97,28 @@ def summary(model, eff, key: str) -> None:
                                 t("iv_col_prob"): dist.raw}), f"{key}_{which}_top", formats={t("iv_col_prob"): "%.4f"})
 
 
+def heads_key(model_key: str) -> str:
+    """The key of the heads-to-switch-off picker: one per model (its options are that model's heads)."""
+    return f"iv_heads_{model_key}"
+
+
+def pt_key(what: str, n: int) -> str:
+    """The key of the patching layer / head picker for a model with n of them (a new range starts afresh)."""
+    return f"iv_pt_{what}_{n}"
+
+
 def ablation(ctx) -> None:
     model, cfg = ctx.model, ctx.model.cfg
     st.header(t("iv_title"))
     explain("iv_intro")
     try_these("ablation", dict(model="shipped:reverse", text="d a c b", tgt="= b c a",
-                               picks={"iv_heads_shipped:reverse": [f"cross:1:{h}" for h in range(4)]}),
+                               picks={heads_key("shipped:reverse"): [f"cross:1:{h}" for h in range(4)]}),
               dict(model="shipped:repeat", text="d a c b g f d a c",
-                   picks={"iv_heads_shipped:repeat": ["dec_self:1:3"]}))
+                   picks={heads_key("shipped:repeat"): ["dec_self:1:3"]}))
     heads = [f"{k}:{layer}:{h}" for k in kinds(model) for layer in range(cfg.n_layers) for h in range(cfg.n_heads)]
     ffns = [f"{s}:{layer}" for s in sides(model) for layer in range(cfg.n_layers)]
     c1, c2 = st.columns(2)
-    picked_heads = c1.multiselect(t("iv_heads"), heads, key=f"iv_heads_{ctx.key}", placeholder=t("iv_pick"),
+    picked_heads = c1.multiselect(t("iv_heads"), heads, key=heads_key(ctx.key), placeholder=t("iv_pick"),
                                   format_func=lambda o: head_option(o, model))
     picked_ffns = c2.multiselect(t("iv_ffns"), ffns, key=f"iv_ffns_{ctx.key}", placeholder=t("iv_pick"),
                                  format_func=lambda o: ffn_option(o, model))
@@ -136,17 +146,18 @@ def patching(ctx) -> None:
     model, cfg = ctx.model, ctx.model.cfg
     st.header(t("pt_title"))
     explain("pt_intro")
+    # repeat has 2 layers of 4 heads: its pickers' keys
     try_these("patching", dict(model="shipped:repeat", text="d a c b g f d a c", text_b="e h k j e h k",
-                               picks={"iv_pt_kind": "dec_self", "iv_pt_layer_2": 1, "iv_pt_head_4": 3}))
+                               picks={"iv_pt_kind": "dec_self", pt_key("layer", 2): 1, pt_key("head", 4): 3}))
     text, tgt = text_b("iv", model)
     options = list(kinds(model))
     if ss.get("iv_pt_kind") not in options:
         ss.iv_pt_kind = options[-1]
     c1, c2, c3, c4 = st.columns([3, 1, 1, 3])
     kind = c1.selectbox(t("pt_kind"), options, key="iv_pt_kind", format_func=lambda k: kind_name(k, model))
-    ss.setdefault(f"iv_pt_layer_{cfg.n_layers}", cfg.n_layers - 1)  # the last layer first; a "Try it" may set it
-    layer = c2.selectbox(t("pt_layer"), range(cfg.n_layers), key=f"iv_pt_layer_{cfg.n_layers}")
-    head = c3.selectbox(t("pt_head"), range(cfg.n_heads), key=f"iv_pt_head_{cfg.n_heads}")
+    ss.setdefault(pt_key("layer", cfg.n_layers), cfg.n_layers - 1)  # the last layer first; a "Try it" may set it
+    layer = c2.selectbox(t("pt_layer"), range(cfg.n_layers), key=pt_key("layer", cfg.n_layers))
+    head = c3.selectbox(t("pt_head"), range(cfg.n_heads), key=pt_key("head", cfg.n_heads))
     align = c4.radio(t("pt_align"), ALIGNMENTS, key="iv_pt_align", horizontal=True,
                      format_func=lambda a: t(f"pt_align_{a}"), help=t("pt_align_help"))
     if check_b(model, text, tgt) is None:

@@ -201,6 +201,7 @@ def route(a: dict, b: dict) -> list[tuple[float, float]]:
 
 
 NARROW_UNITS = 16.0  # a model map wider than this many units has narrow boxes (see model_map)
+SUBLAYER_UNITS = 2.5  # boxes narrower than this hold one sublayer (pages/0_home.py: 1.9); wider ones span a stack
 
 
 def model_map(blocks: list[dict], arrows: list, *, width: float, height: float, px_per_unit: int = 60) -> go.Figure:
@@ -221,7 +222,7 @@ def model_map(blocks: list[dict], arrows: list, *, width: float, height: float, 
                            y1=b["y"] + b["h"] / 2, fillcolor=BLOCK_COLOURS[b["kind"]],
                            line={"color": "#777", "width": 1}, layer="below"))
         title, detail = b["title"], b["detail"]
-        if narrow and b["w"] < 2.5:  # a box of one sublayer
+        if narrow and b["w"] < SUBLAYER_UNITS:
             title = title.replace(" ", "<br>", 1) if len(title) > 10 else title
             detail = detail.replace(" · ", "<br>")
         labels.append(f"<b>{title}</b><br>{detail}")
