@@ -1,6 +1,7 @@
 """Each page's rerun time and the bytes it sends, at 16/64/256 tokens (AppTest, course-base preset).
 
     python bench/page_cost.py [--quick] [--device cpu|cuda] [--lengths 16 64 256] [--reruns 5] [--pages lens heads]
+                              [--model shipped:everyday-gpt]
 
 Per page and length: the first run on the page (trace computed unless another page already cached it), the
 median of --reruns reruns once the trace is cached, the run after typing a new text of the same length
@@ -59,13 +60,13 @@ def timed_run(at) -> float:
     return time.perf_counter() - start
 
 
-def measure_page(page: str, n: int, reruns: int) -> dict:
+def measure_page(page: str, n: int, reruns: int, model: str = COURSE_BASE) -> dict:
     from apptest_support import APP
     from streamlit.testing.v1 import AppTest
 
     src, tgt = text_of_tokens(n), text_of_tokens(n, TARGET_SENTENCE)
     at = AppTest.from_file(APP, default_timeout=300)
-    at.query_params.update(model=COURSE_BASE, text=src, tgt=tgt, lang="en")
+    at.query_params.update(model=model, text=src, tgt=tgt, lang="en")
     at.run()
     at.switch_page(page)
     first = timed_run(at)
@@ -89,6 +90,7 @@ def main(argv=None) -> int:
     p.add_argument("--lengths", nargs="+", type=int, default=None)
     p.add_argument("--reruns", type=int, default=None)
     p.add_argument("--pages", nargs="+", default=None, help="only these pages (names as in the table)")
+    p.add_argument("--model", default=COURSE_BASE, help="a catalog key (default: the course-base preset)")
     args = p.parse_args(argv)
     setup_env(args.device)
     quiet_streamlit()
@@ -103,7 +105,7 @@ def main(argv=None) -> int:
                 continue
             for n in lengths:
                 try:
-                    row = measure_page(page, n, reruns)
+                    row = measure_page(page, n, reruns, args.model)
                 except Exception as exc:  # noqa: BLE001 - a broken page is a result, not a crash of the bench
                     row = {"page": Path(page).stem.split("_", 1)[-1], "tokens": n, "exceptions": [repr(exc)]}
                 rows.append(row)
@@ -133,9 +135,11 @@ def main(argv=None) -> int:
     if slowest:
         figures.append(figure("slowest rerun (any page, any length)", slowest["rerun_s"], "s",
                               note=f"{slowest['page']} @{slowest['tokens']} tok"))
+    for r in (r for r in rows if r["tokens"] == 128):  # the default model's context: each page's first visit
+        figures.append(figure(f"page {r['page']}: first visit @128 tok", r.get("first_s"), "s", 2.0))
     errors = sum(len(r["exceptions"]) for r in rows)
     figures.append(figure("page exceptions", errors, "", 0, "<="))
-    write_result("page_cost", figures, rows=rows, lengths=lengths, reruns=reruns, model=COURSE_BASE)
+    write_result("page_cost", figures, rows=rows, lengths=lengths, reruns=reruns, model=args.model)
     return 0
 
 

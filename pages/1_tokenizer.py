@@ -3,6 +3,7 @@ import pandas as pd
 import streamlit as st
 
 from transformer_core.text.inputs import missing_positions, padded_batch, unknown_id
+from transformer_core.text.subset import compare_counts
 from transformer_core.text.tokenizer import available_encodings, tokenize
 from ui.errors import show_error
 from ui.figures import visible
@@ -70,18 +71,37 @@ else:
     st.caption(t("tok_no_groups"))
 
 st.subheader(t("tok_compare"))
-others = [e for e in available_encodings() if e != encoding]
-other = st.selectbox(t("tok_compare_with"), others, index=others.index("r50k_base") if "r50k_base" in others else 0,
-                     key="compare_enc")
-left, right = st.columns(2)
-with left:
-    st.markdown(f"**{encoding}** · {count_text('tok_n_tokens', len(tok.tokens))}")
-    token_chips(tok.tokens)
-with right:
+shown = list(dict.fromkeys((encoding, "cl100k_base", "r50k_base")))  # the model's own first
+allow = bool(ss.get("allow_special"))
+
+
+def column(name: str, tokens) -> None:
+    st.markdown(f"**{name}** · {count_text('tok_n_tokens', len(tokens))}")
+    token_chips(tokens)
+
+
+for col, name in zip(st.columns(len(shown)), shown):
+    with col:
+        try:
+            column(name, tok.tokens if name == encoding else
+                   tokenize(ss.text, name, allow_special=allow, max_tokens=model.cfg.max_len).tokens)
+        except Exception as exc:  # noqa: BLE001 - an encoding that cannot load offline
+            show_error(exc)
+try:
+    why = compare_counts(ss.text[: 32 * model.cfg.max_len], encoding)
+    c = why["counts"]
+    if why["subset"]:
+        st.markdown(t("tok_why_subset", enc=encoding, size=why["size"], base=why["base"], base_size=why["base_size"],
+                      n=why["not_kept"], a=c[encoding], b=c[why["base"]], c=c["r50k_base"]))
+    else:
+        st.markdown(t("tok_why_base", enc=encoding, a=c[encoding], c=c["r50k_base"]))
+except Exception as exc:  # noqa: BLE001 - an encoding that cannot load offline
+    show_error(exc)
+others = [e for e in available_encodings() if e not in shown]
+with st.expander(t("tok_compare_more")):
+    other = st.selectbox(t("tok_compare_with"), others, key="compare_enc")
     try:
-        tok2 = tokenize(ss.text, other, allow_special=bool(ss.get("allow_special")), max_tokens=model.cfg.max_len)
-        st.markdown(f"**{other}** · {count_text('tok_n_tokens', len(tok2.tokens))}")
-        token_chips(tok2.tokens)
+        column(other, tokenize(ss.text, other, allow_special=allow, max_tokens=model.cfg.max_len).tokens)
     except Exception as exc:  # noqa: BLE001 - an encoding that cannot load offline
         show_error(exc)
 

@@ -4,7 +4,7 @@ import streamlit as st
 
 from transformer_core.analysis.positions import position_table, scale_balance, similarity
 from transformer_core.model.positional import sinusoid_table
-from transformer_core.text.inputs import token_labels
+from transformer_core.text.inputs import sequence_labels
 from ui.errors import show_error
 from ui.figures import DIVERGING, SEQUENTIAL, axis_labels, bars, lines, token_heatmap
 from ui.guidance import look_for
@@ -40,7 +40,7 @@ ids = (ctx.trace.src_ids if side == "encoder" or not ctx.model.is_encoder_decode
 emb = ctx.trace.embeddings(side)
 tok, scaled, pe, summed = emb.tok[0], emb.scaled[0], emb.pe[0], emb.sum[0]  # (T, d) each
 n_tok = ids.numel()
-labels = axis_labels(token_labels(ctx.model, ids))
+labels = axis_labels(sequence_labels(ctx.model, ids))
 st.caption(t("emb_shapes", side=side, n=n_tok, d=d, shape=f"(1, {n_tok}, {d})"))
 
 lo, hi = st.slider(t("emb_dims"), 0, d - 1, (0, min(d, 64) - 1), key=f"emb_dims_{d}",

@@ -4,11 +4,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from transformer_core.analysis.alignment import alignment_rows
 from transformer_core.analysis.attention_steps import query_steps, row_sums
 from transformer_core.analysis.heads import label_block
 from transformer_core.model.masks import MASK_MODES
 from transformer_core.model.transformer import DEFAULT_MASKS
-from transformer_core.text.inputs import token_labels
+from transformer_core.text.inputs import sequence_labels
 from ui import cache
 from ui.errors import show_error
 from ui.figures import (
@@ -272,6 +273,30 @@ def qkv(stages, head, q_lab, k_lab) -> None:
                 table(df, f"attention_{s}", formats=four_decimals(df))
 
 
+def date_alignment_view(ctx, stages, head: int, q_lab, k_lab) -> None:
+    """Dates model, cross-attention: which source token each output year / month / day token attends to most."""
+    tgt_text = ss.get("tgt") or ""
+    if ctx.prep.tgt is None:
+        return
+    rows = alignment_rows([x.raw for x in ctx.prep.src.tokens], [x.raw for x in ctx.prep.tgt.tokens],
+                          str(ss.get("text", "")).strip(), tgt_text.strip(), stages.head("weights", head))
+    st.subheader(t("att_align_title"))
+    if not rows:
+        st.caption(t("att_align_not_date"))
+        return
+    table(pd.DataFrame({
+        t("att_align_out"): [q_lab[r["position"]] for r in rows],
+        t("att_align_field"): [t(f"field_{r['field']}") for r in rows],
+        t("att_align_src"): [k_lab[r["source"]] for r in rows],
+        t("attn_col_weight"): [r["weight"] for r in rows],
+        t("att_align_match"): ["✓" if r["hit"] else "✗" for r in rows]}), f"align_{ss.layer}_{head}",
+        formats={t("attn_col_weight"): "%.3f"})
+    best = ctx.card.get("cross_attention") or {}
+    st.caption(t("att_align_summary", hits=sum(r["hit"] for r in rows), n=len(rows), layer=ss.layer, head=head)
+               + (" " + t("att_align_card", layer=best["layer"], head=best["head"], score=best["score"],
+                          dates=best["dates"]) if {"layer", "head", "score", "dates"} <= set(best) else ""))
+
+
 def sums_and_pitfalls(stages, kind: str, mode: str) -> None:
     lo, hi, n_empty = row_sums(stages.weights, stages.mask)
     st.success(t("att_rowsum", lo=lo, hi=hi), icon="✅")
@@ -298,8 +323,8 @@ try:
     if stages is None:
         st.error(t("attn_missing"))
         st.stop()
-    src = np.array(axis_labels(token_labels(model, ctx.trace.src_ids[0])), dtype=object)
-    tgt = (np.array(axis_labels(token_labels(model, ctx.trace.tgt_ids[0])), dtype=object)
+    src = np.array(axis_labels(sequence_labels(model, ctx.trace.src_ids[0])), dtype=object)
+    tgt = (np.array(axis_labels(sequence_labels(model, ctx.trace.tgt_ids[0])), dtype=object)
            if ctx.trace.tgt_ids is not None else src)
     q_lab, k_lab = (src if kind == "enc_self" else tgt), (tgt if kind == "dec_self" else src)
     head = int(ss.head)
@@ -309,6 +334,8 @@ try:
     cell = main_map(stages, head, list(q_lab), list(k_lab))
     if cell is not None:
         explain_cell(stages, head, list(q_lab), list(k_lab), cell)
+    if kind == "cross" and ctx.card.get("task") == "dates":
+        date_alignment_view(ctx, stages, head, list(q_lab), list(k_lab))
     sums_and_pitfalls(stages, kind, ss.mask_mode)
     head_thumbnails(stages, model.cfg.n_heads, records)
     heads_table(records)

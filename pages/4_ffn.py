@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from transformer_core.analysis.residual import active_fraction, layer_norm_effect, stream, top_neurons
-from transformer_core.text.inputs import token_labels
+from transformer_core.text.inputs import sequence_labels
 from ui.figures import axis_labels, bars, token_heatmap
 from ui.guidance import look_for
 from ui.i18n import t
@@ -26,7 +26,7 @@ if model.is_encoder_decoder:
     side = st.radio(t("ffn_side"), ["encoder", "decoder"], horizontal=True, key="ffn_side",
                     format_func=lambda s: t(f"ffn_side_{s}"))
 ids = (trace.src_ids if side == "encoder" else trace.decoder_ids[None])[0]
-labels = axis_labels(token_labels(model, ids))
+labels = axis_labels(sequence_labels(model, ids))
 steps = stream(trace, side, cfg.n_layers)
 names = [t("ffn_step_embed") if s.layer is None else t("ffn_step", layer=s.layer, sub=t(f"ffn_sub_{s.sublayer}"))
          for s in steps]

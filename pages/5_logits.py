@@ -4,7 +4,7 @@ import streamlit as st
 
 from transformer_core.analysis.next_token import GREEDY, Sampling, distribution, generate
 from transformer_core.errors import SamplingError
-from transformer_core.text.inputs import real_ids, token_labels
+from transformer_core.text.inputs import end_of_text_id, real_ids, sequence_labels, token_labels
 from transformer_core.text.tokenizer import tokens_of
 from ui.errors import error_text, show_error
 from ui.figures import bars, ranked_labels, visible
@@ -30,7 +30,7 @@ gen_note = f" · {count_text('log_generated', n_gen)}" if n_gen else ""
 st.markdown(count_text("log_sequence", len(dec)) + gen_note)
 token_chips(tokens_of(real_ids(model, dec), cfg.encoding))
 
-labels = token_labels(model, dec)
+labels = sequence_labels(model, dec)
 if len(dec) > 1:  # the key carries the length, so a grown sequence opens on its new last position
     pos = st.slider(t("log_position"), 0, len(dec) - 1, len(dec) - 1, key=f"log_pos_{len(dec)}")
 else:
@@ -88,7 +88,10 @@ def _append(model, src: list[int], dec: list[int], steps: int, s: Sampling, seed
         return
     set_generated(list(generated()) + new)
     text = t("log_added", toks=" ".join(repr(x) for x in token_labels(model, new))) if new else ""
-    ss["_log_flash"] = ("warning", f"{text} {t('log_full')}".strip()) if len(new) < steps else ("success", text)
+    if new and new[-1] == end_of_text_id(model):
+        ss["_log_flash"] = ("info", f"{text} {t('log_stopped_eot')}")
+    else:
+        ss["_log_flash"] = ("warning", f"{text} {t('log_full')}".strip()) if len(new) < steps else ("success", text)
 
 
 def _undo() -> None:
@@ -106,8 +109,9 @@ greedy = g1.radio(t("log_mode"), [True, False], key="log_greedy", horizontal=Tru
 seed = int(g2.number_input(t("log_seed"), 0, 2**31 - 1, step=1, key="log_seed", help=t("log_seed_help"),
                            disabled=greedy))
 full = len(dec) >= cfg.max_len
+ended = bool(n_gen) and dec[-1] == end_of_text_id(model)  # it wrote the end of the text: nothing follows
 b1, b2, b3 = st.columns(3)
-blocked = full or (dist is None and not greedy)
+blocked = full or ended or (dist is None and not greedy)
 rule = GREEDY if greedy else sampling
 b1.button(t("log_next"), key="log_next", on_click=_append, args=(model, src, dec, 1, rule, seed), disabled=blocked)
 b2.button(t("log_steps"), key="log_five", on_click=_append, args=(model, src, dec, 5, rule, seed), disabled=blocked)
@@ -117,3 +121,5 @@ if flash:
     getattr(st, flash[0])(flash[1])
 elif full:
     st.warning(t("log_full"), icon="🧱")
+elif ended:
+    st.info(t("log_stopped_eot"), icon="🏁")

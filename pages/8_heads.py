@@ -10,7 +10,7 @@ from transformer_core.analysis.heads import CROSS_PATTERNS, SELF_PATTERNS, THRES
 from transformer_core.analysis.sinks import find_sinks, remove_sink
 from transformer_core.model.memory import KEEP_ALL
 from transformer_core.model.transformer import DEFAULT_MASKS
-from transformer_core.text.inputs import token_labels
+from transformer_core.text.inputs import sequence_labels, token_labels
 from ui import cache
 from ui.errors import show_error
 from ui.figures import axis_labels, bars, lines, token_heatmap, visible
@@ -149,8 +149,8 @@ def catalogue(ctx) -> None:
 def labels_of(ctx, kind: str) -> tuple[list[str], list[str]]:
     """(query labels, key labels) of a kind of attention."""
     model, trace = ctx.model, ctx.trace
-    src = axis_labels(token_labels(model, trace.src_ids[0].tolist()))
-    dec = axis_labels(token_labels(model, trace.decoder_ids.tolist()))
+    src = axis_labels(sequence_labels(model, trace.src_ids[0].tolist()))
+    dec = axis_labels(sequence_labels(model, trace.decoder_ids.tolist()))
     return (src if kind == "enc_self" else dec), (dec if kind == "dec_self" else src)
 
 

@@ -125,3 +125,22 @@ def test_every_error_code_raised_has_a_message_in_both_languages():
 def test_error_messages_fill_their_parameters(lang):
     err = ExplorerError("config_heads", d_model=10, heads=3)
     assert "10" in err.text(lang) and "3" in err.text(lang) and "{" not in err.text(lang)
+
+
+def test_every_core_module_imports_on_its_own_in_a_fresh_interpreter():
+    """No import cycles: `import transformer_core.train.translation` (or any module) works as the first import."""
+    import subprocess
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    root = Path(__file__).resolve().parents[1]
+    modules = sorted(".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+                     for p in (root / "transformer_core").rglob("*.py"))
+
+    def run(m: str) -> tuple[str, int, str]:
+        done = subprocess.run([sys.executable, "-c", f"import {m}"], cwd=root, capture_output=True, text=True)
+        return m, done.returncode, done.stderr[-300:]
+
+    with ThreadPoolExecutor(4) as pool:
+        failed = [r for r in pool.map(run, modules) if r[1]]
+    assert not failed, failed

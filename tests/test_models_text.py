@@ -13,6 +13,7 @@ import pytest
 
 from transformer_core.analysis.next_token import Sampling, generate_text, next_tokens
 from transformer_core.text.tokenizer import load_encoding
+from transformer_core.train.build import DEFAULT_MODEL
 from transformer_core.train.cards import bigram_loss, card_heads, heldout_loss
 from transformer_core.train.checkpoint import load_checkpoint
 from transformer_core.train.defaults import SHIPPED_LMS
@@ -20,7 +21,7 @@ from transformer_core.train.tasks import TASKS
 from transformer_core.train.vocab import Vocab, encode_lines, to_model_ids
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets" / "models"
-LMS = tuple(SHIPPED_LMS)  # kjv-tang-gpt, tang-gpt
+LMS = tuple(SHIPPED_LMS)  # everyday-gpt (the default), kjv-tang-gpt, tang-gpt
 CARD_KEYS = {"corpus", "tokens_seen", "steps", "train_seconds", "device", "heldout_loss", "unigram_loss",
              "bigram_loss", "unk_rate", "heads"}
 
@@ -41,9 +42,11 @@ def shipped():
 
 
 def sample_ids(model, folder: Path, corpus: str) -> np.ndarray:
-    """The shipped held-out sample in the model's ids (tokens outside its vocabulary -> ⟨unk⟩ 0)."""
+    """The shipped held-out sample in the model's ids (tokens outside its vocabulary -> ⟨unk⟩ 0, where it has one)."""
     text = (folder / f"heldout_{corpus}.txt").read_text(encoding="utf-8")
-    return to_model_ids(Vocab(model.cfg.vocab_map), encode_lines(load_encoding("cl100k_base"), text))
+    vmap = model.cfg.vocab_map
+    vocab = Vocab(vmap) if -1 in vmap else Vocab(vmap, specials=())
+    return to_model_ids(vocab, encode_lines(load_encoding(model.cfg.encoding), text))
 
 
 @pytest.mark.parametrize("name", [*LMS, "dates-zh"])
@@ -58,24 +61,23 @@ def test_card_has_every_field_and_names_its_source(shipped, name):
     assert card["steps"] > 0 and card["tokens_seen"] > 0 and card["train_seconds"] > 0 and card["device"]
     assert card["command"] == f"python -m transformer_core.train.build --only {name}"
     assert card["description"]["en"] and card["description"]["zh"]
-    assert sum(f.stat().st_size for f in (ASSETS / name).iterdir()) <= 10 * 2**20
+    assert sum(f.stat().st_size for f in (ASSETS / name).iterdir()) <= 25 * 2**20
 
 
 def test_assets_stay_small():
-    assert sum(p.stat().st_size for p in ASSETS.parents[0].rglob("*") if p.is_file()) <= 40 * 2**20
+    assert sum(p.stat().st_size for p in ASSETS.parents[0].rglob("*") if p.is_file()) <= 60 * 2**20
 
 
-def test_exactly_one_default_model_and_it_reads_english_and_chinese(shipped):
+def test_exactly_one_default_model_and_it_reads_every_token_of_english_and_chinese(shipped):
     defaults = [p.name for p in ASSETS.iterdir() if (p / "card.json").is_file()
                 and '"default": true' in (p / "card.json").read_text(encoding="utf-8")]
-    assert defaults == ["kjv-tang-gpt"]
-    model, _ = shipped["kjv-tang-gpt"]
+    assert defaults == [DEFAULT_MODEL] == ["everyday-gpt"]
+    model, _ = shipped[DEFAULT_MODEL]
     table = set(model.cfg.vocab_map)
-    enc = load_encoding("cl100k_base")
+    enc = load_encoding(model.cfg.encoding)
     for text in ("I think we should go to the market tomorrow morning.", "My brother gave me a book for my birthday.",
-                 "床前明月光，疑是地上霜。", "我今天很高兴。"):
-        ids = enc.encode(text)
-        assert sum(i in table for i in ids) / len(ids) >= 0.8, text  # mostly known tokens, the rest ⟨unk⟩
+                 "床前明月光，疑是地上霜。", "我今天很高兴。", "print(f'{x!r}') 🙂"):
+        assert set(enc.encode(text)) <= table, text  # byte fallback: no ⟨unk⟩
 
 
 @pytest.mark.parametrize("name", LMS)
@@ -91,8 +93,9 @@ def test_heldout_sample_loss_is_recomputed_from_what_ships(shipped, name):
         assert abs(loss - full) < 0.5, (corpus, loss, full)
 
 
-def test_english_model_beats_the_bigram_baseline_by_15_percent(shipped):
-    _, card = shipped["kjv-tang-gpt"]
+@pytest.mark.parametrize("name", ["everyday-gpt", "kjv-tang-gpt"])
+def test_english_model_beats_the_bigram_baseline_by_15_percent(shipped, name):
+    _, card = shipped[name]
     assert card["heldout_loss"] <= 0.85 * card["bigram_loss"], card
     assert card["heldout_loss"] < card["unigram_loss"]
     assert 0.0 <= card["unk_rate"] < 0.05
@@ -125,7 +128,7 @@ def test_head_scores_on_the_card_are_recomputed_on_the_shipped_sample(shipped):
 PREVIOUS_TOKEN_FLOOR = 0.5
 
 
-@pytest.mark.parametrize("name", LMS)
+@pytest.mark.parametrize("name", ["kjv-tang-gpt", "tang-gpt"])
 def test_tang_models_expect_the_line_break_and_the_next_lines_shape(shipped, name):
     model, _ = shipped[name]
     top = {p: [t for t, _ in next_tokens(model, p, top=3)] for p in ("床前明月光", "床前明月光，疑是地上霜",

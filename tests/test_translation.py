@@ -11,7 +11,11 @@ from transformer_core.train.translation import (
     chinese_number,
     english_date,
     english_number,
+    in_domain,
+    parse,
     split,
+    translate,
+    translate_batch,
     universe,
 )
 
@@ -49,6 +53,33 @@ def test_the_held_out_split_holds_out_values_not_just_strings():
     assert 0.03 < len(held) / (len(train) + len(held)) < 0.07
     assert not {e.key for e in train} & {e.key for e in held}  # both English forms of a value go together
     assert {e.kind for e in held} == set(KINDS)
+    assert all(int(e.key[4:]) >= 10_000 for e in held if e.key.startswith("num:"))  # below: all trained on
+
+
+def test_training_samples_every_number_length_equally_often():
+    rng = random.Random(1)
+    lengths = [len(e.src) for e in (TASK.sample(rng) for _ in range(4000)) if e.src.isdigit()]
+    short = sum(n <= 2 for n in lengths) / len(lengths)
+    assert 0.3 < short < 0.5  # 1- and 2-digit numbers are two of five lengths (uniform by value: 0.1 %)
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    ("7", "digits"), ("12", "digits"), ("99999", "digits"), ("zero", "words"), ("nineteen", "words"),
+    ("one thousand and five", "words"), ("29 February 2024", "date_dmy"), ("November 23, 2026", "date_mdy"),
+    ("hello", None), ("100000", None), ("31 February 2026", None), ("12.5", None), ("29 February 2023", None),
+    ("007", None), ("", None), ("1 January 1899", None), ("<|endoftext|>", None),
+])
+def test_the_domain_is_exactly_what_the_generator_writes(text, kind):
+    got = parse(text)
+    assert (got[0] if got else None) == kind and in_domain(text) == (kind is not None)
+
+
+def test_every_generated_input_is_in_the_domain_and_fits_the_model():
+    rng = random.Random(3)
+    for e in rng.sample(universe(), 3000):
+        assert parse(e.src) == (e.kind, e.tgt)
+        src, tgt = TASK.pair(e)
+        assert len(src) <= TASK.max_len and len(tgt) <= TASK.max_len
 
 
 def test_the_vocabulary_covers_every_input_and_answer_without_the_unknown_token():
@@ -77,3 +108,28 @@ def test_the_example_target_a_learner_sees_is_the_decoder_input_of_teacher_forci
 
     answer = Example(TASK.example.src, "2026年11月23日")
     assert TASK.to_ids(TASK.example.tgt) == TASK.pair(answer)[1][:-1]  # "=" (BOS) + the answer, no EOS
+
+
+@pytest.fixture(scope="module")
+def dates_model():
+    from pathlib import Path
+
+    from transformer_core.train.checkpoint import load_checkpoint
+
+    return load_checkpoint(Path(__file__).resolve().parents[1] / "assets" / "models" / "dates-zh")[0]
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_every_number_below_1000_translates_exactly_in_digits_and_words(dates_model):
+    texts = [str(n) for n in range(1000)] + [english_number(n) for n in range(1000)]
+    got = translate_batch(dates_model, texts)
+    wrong = [(x, g) for x, g, n in zip(texts, got, [*range(1000), *range(1000)]) if g != chinese_number(n)]
+    assert not wrong, wrong[:10]
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_translate_gives_a_string_for_any_text_and_stops_at_the_end_of_text(dates_model):
+    assert translate(dates_model, "23 November 2026") == "2026年11月23日"
+    for text in ("hello", "", "🙂", "<|endoftext|>", "x" * 500):
+        out = translate(dates_model, text)
+        assert isinstance(out, str) and "<|endoftext|>" not in out

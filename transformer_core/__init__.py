@@ -37,6 +37,7 @@ from .sources.gpt2 import load_gpt2
 from .text.inputs import prepare, token_labels, trace_text
 from .text.tokenizer import load_encoding, tokenize
 from .train.checkpoint import load_checkpoint, save_checkpoint
+from .train.translation import in_domain, translate, translate_batch
 
 __all__ = [
     "GREEDY", "PRESETS", "AddNorm", "AttentionStages", "CheckpointError", "ConfigError", "DecoderLayer",
@@ -47,5 +48,6 @@ __all__ = [
     "list_entries",
     "load_checkpoint", "load_encoding", "load_gpt2", "load_model", "next_token_probs", "next_tokens", "pad_batch",
     "padding_mask", "param_counts", "pick_device", "preset", "prepare", "query_steps", "run", "run_with_trace",
-    "save_checkpoint", "sinusoid_table", "subsequent_mask", "token_labels", "tokenize", "trace_text",
+    "save_checkpoint", "sinusoid_table", "subsequent_mask", "token_labels", "tokenize", "trace_text", "in_domain",
+    "translate", "translate_batch",
 ]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .i18n import lang, t
+from .i18n import lang, strings, t
 from .widgets import table
 
 FIGURES = ("heldout_loss", "bigram_loss", "unigram_loss", "unk_rate", "exact_match", "accuracy")
@@ -14,6 +14,10 @@ def show_card(card: dict, key: str) -> None:
     desc = card.get("description")
     if isinstance(desc, dict):
         st.markdown(desc.get(lang()) or desc.get("en", ""))
+    summary = card.get("summary")
+    if isinstance(summary, dict):
+        st.info(summary.get(lang()) or summary.get("en", ""), icon="🧭")
+    show_read(card, key)
     corpora = card.get("corpus")
     corpora = corpora if isinstance(corpora, list) else [corpora] if isinstance(corpora, dict) else []
     for c in corpora:
@@ -46,6 +50,7 @@ def show_card(card: dict, key: str) -> None:
                 for name, f in by_corpus.items() if isinstance(f, dict)]
         table(pd.DataFrame(rows), f"by_corpus_{key}",
               formats={t(f"card_{k}"): "%.3f" for k in ("heldout_loss", "bigram_loss", "unigram_loss")})
+    show_everyday(card, key)
     heads = card.get("heads")
     if isinstance(heads, list) and heads:
         import pandas as pd
@@ -58,3 +63,44 @@ def show_card(card: dict, key: str) -> None:
     if card.get("command"):
         st.caption(t("card_command"))
         st.code(card["command"], language="bash")
+
+
+def corpus_label(name: str) -> str:
+    """A corpus's name as a learner reads it (its key when the app has no words for it)."""
+    return t(f"corpus_{name}") if f"corpus_{name}" in strings() else str(name)
+
+
+def show_read(card: dict, key: str) -> None:
+    """What a language model read: each corpus and its share of the training rows (the sampling weights)."""
+    tc = card.get("train_config")
+    names = tc.get("corpus") if isinstance(tc, dict) else None
+    if not isinstance(names, list) or len(names) < 2:
+        return
+    import pandas as pd
+
+    weights = tc.get("corpus_weights") or [1.0] * len(names)
+    total = sum(weights) or 1.0
+    st.markdown(f"**{t('card_read')}**")
+    table(pd.DataFrame({t("card_col_text"): [corpus_label(n) for n in names],
+                        t("card_col_share"): [f"{w / total:.0%}" for w in weights]}), f"read_{key}")
+
+
+def show_everyday(card: dict, key: str) -> None:
+    """The everyday texts' bits per byte and top-1 beside the trigram baseline and the targets."""
+    ev = card.get("everyday")
+    if not isinstance(ev, dict) or not isinstance(ev.get("groups"), dict):
+        return
+    import pandas as pd
+
+    tri, targets = ev.get("trigram_bits_per_byte", {}), ev.get("targets", {})
+    st.markdown(f"**{t('card_everyday')}**", help=t("card_everyday_help"))
+    rows = [{t("card_col_group"): t(f"everyday_{g}"), t("card_col_unknown"): f.get("unknown"),
+             t("card_col_bpb"): f.get("bits_per_byte"), t("card_col_top1"): f"{f.get('top1', 0):.0%}",
+             t("card_col_trigram"): tri.get(g),
+             t("card_col_target"): (f"≤ {targets[g]['bits_per_byte']} · ≥ {targets[g]['top1']:.0%}"
+                                    if g in targets else None)}
+            for g, f in ev["groups"].items() if isinstance(f, dict)]
+    table(pd.DataFrame(rows), f"everyday_{key}", formats={t("card_col_bpb"): "%.3f", t("card_col_trigram"): "%.3f"})
+    cont = ev.get("continuation")
+    if isinstance(cont, dict):
+        st.caption(t("card_greedy", prompt=cont.get("prompt", ""), text=cont.get("text", "")))

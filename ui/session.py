@@ -330,11 +330,45 @@ def page_context(layer: int | None = None, masks: dict | None = None) -> PageCon
                      limit=budget.to_mb(budget.task_limit())), icon="✂️")
     if prep.src_unknown or prep.tgt_unknown:
         st.caption(t("note_unknown", n=len(prep.src_unknown) + len(prep.tgt_unknown)))
+    if meta.get("task") == "dates":
+        dates_answer(model, str(ss.get("text", "")))
     if prep.src.truncated:
         st.info(t("note_truncated", n_chars=prep.src.n_chars, n_tokens=len(prep.src.tokens)), icon="✂️")
     if prep.src.cleaned or (prep.tgt is not None and prep.tgt.cleaned):
         st.info(t("note_cleaned"), icon="🩹")
     return PageContext(key, model, meta, device, prep, trace, layer, masks)
+
+
+DATES_EXAMPLE = ("23 November 2026", "=2026年11月23日")
+
+
+def dates_answer(model, text: str) -> None:
+    """The dates model's own translation of the text, checked against the rule; text outside its domain is said so
+    (the pages still show what the model does with it)."""
+    from transformer_core.train.translation import parse, translate  # (only for this model: off the cold start)
+
+    rule = parse(text)
+    if rule is None:
+        out_of_domain(st.session_state.model)
+    answer = translate(model, text)
+    verdict = "" if rule is None else t("dates_right") if answer == rule[1] else t("dates_wrong", rule=rule[1])
+    c1, c2 = st.columns([3, 1])
+    c1.markdown(t("dates_answer", answer=answer or "∅", verdict=verdict))
+    if (st.session_state.get("tgt") or "").strip() != "=" + answer:
+        c2.button(t("dates_use_answer"), key="dates_use_answer", on_click=use_target, args=("=" + answer,))
+
+
+def use_target(tgt: str) -> None:
+    """Button callback: the decoder reads this target (teacher forcing) on every page."""
+    st.session_state.tgt = tgt
+    clear_generated()
+
+
+def out_of_domain(model_key: str) -> None:
+    """The dates model was given text it was not built for: say what it translates, offer an example."""
+    st.warning(t("dates_out_of_domain"), icon="🧭")
+    st.button(t("dates_try", text=DATES_EXAMPLE[0]), key="dates_try", on_click=try_example,
+              args=(model_key, *DATES_EXAMPLE))
 
 
 def use_example() -> None:

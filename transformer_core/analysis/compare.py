@@ -11,7 +11,7 @@ from ..errors import InputError
 from ..model.hooks import act_name
 from ..model.trace import run_with_trace
 from ..model.transformer import Transformer
-from ..text.inputs import Prepared, token_labels
+from ..text.inputs import Prepared, sequence_labels, token_labels
 from .blocks import check_head, check_top, key_side, query_side, sequence
 from .interventions import kl_divergence
 from .next_token import Distribution, distribution
@@ -86,11 +86,11 @@ def _side(model: Transformer, prep: Prepared, kind: str, layer: int, head: int,
     logits, trace = run_with_trace(model, prep.src_ids, prep.tgt_ids, names=[name])
     logits = logits[0].float().cpu()  # (T, vocab)
     ids = sequence(prep, "decoder")  # (T,)
-    side = Side(labels=token_labels(model, ids.tolist()), next_token=distribution(logits[-1], top=top),
+    side = Side(labels=sequence_labels(model, ids.tolist()), next_token=distribution(logits[-1], top=top),
                 surprise=surprise_from_logits(model, ids, logits) if ids.numel() >= 2 else None,
                 weights=trace[name][0, head].float(),
-                query_labels=token_labels(model, sequence(prep, query_side(kind)).tolist()),
-                key_labels=token_labels(model, sequence(prep, key_side(kind)).tolist()))
+                query_labels=sequence_labels(model, sequence(prep, query_side(kind)).tolist()),
+                key_labels=sequence_labels(model, sequence(prep, key_side(kind)).tolist()))
     return side, logits[-1]
 
 

@@ -15,7 +15,7 @@ from ..errors import InputError
 from ..model.hooks import act_name
 from ..model.trace import Trace, run_with_trace
 from ..model.transformer import Transformer
-from ..text.inputs import Prepared, token_labels
+from ..text.inputs import Prepared, sequence_labels, token_labels
 from .blocks import check_top
 
 EMBEDDINGS = -1  # the row of the embeddings (before layer 0)
@@ -93,7 +93,7 @@ def _lens(model: Transformer, trace: Trace, names: list[str], k: int) -> LogitLe
     ids_t = torch.stack(ids)  # (R, T, k)
     tokens = [[token_labels(model, row.tolist()) for row in layer] for layer in ids_t]
     return LogitLens(layers=[EMBEDDINGS, *range(model.cfg.n_layers)],
-                     labels=token_labels(model, trace.decoder_ids.tolist()), ids=ids_t,
+                     labels=sequence_labels(model, trace.decoder_ids.tolist()), ids=ids_t,
                      probs=torch.stack(probs), tokens=tokens, final_prob=torch.stack(final))
 
 

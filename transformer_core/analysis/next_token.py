@@ -96,15 +96,17 @@ def choose(probs: torch.Tensor, s: Sampling, generator: torch.Generator | None =
 
 def generate_batch(model: Transformer, dec: torch.Tensor, steps: int, s: Sampling = GREEDY, *,
                    src: torch.Tensor | None = None, src_lengths: torch.Tensor | None = None,
-                   seed: int = 0) -> torch.Tensor:
+                   seed: int = 0, stop_id: int | None = None) -> torch.Tensor:
     """(B, steps) new model ids after `dec` (B, T): the prompt, or (encoder-decoder) the target given `src`.
+    With `stop_id` (an end-of-text token) it stops early once every row has written it (fewer columns then).
 
     The model sees the last max_len tokens. Each step draws with a generator seeded by (seed, position), so
     appending five tokens at once gives the same tokens as appending one five times.
     """
     s.validate()
     dec = dec.cpu()
-    steps = max(0, steps)
+    steps, start = max(0, steps), dec.size(1)
+    done = torch.zeros(dec.size(0), dtype=torch.bool)  # (B,) rows that wrote stop_id
     device = next(model.parameters()).device
     # a key/value cache unless the window must slide, or an intervention edits per-position values (a cached step
     # sees only the newest position, so e.g. a mean over positions would change meaning)
@@ -125,15 +127,23 @@ def generate_batch(model: Transformer, dec: torch.Tensor, steps: int, s: Samplin
         new = [choose(next_token_probs(row, s), s, gen) for row in last] if not s.greedy else last.argmax(-1).tolist()
         dec = torch.cat([dec, torch.tensor(new, dtype=torch.long)[:, None]], dim=1)  # (B, T + 1)
         fresh = dec[:, -1:].to(device)
-    return dec[:, dec.size(1) - max(0, steps):]
+        if stop_id is not None:
+            done |= dec[:, -1] == stop_id
+            if bool(done.all()):
+                break
+    return dec[:, start:]
 
 
 def generate(model: Transformer, dec: list[int], steps: int, s: Sampling = GREEDY, *, src: list[int] | None = None,
-             seed: int = 0) -> list[int]:
-    """Up to `steps` new model ids after `dec` (one sequence), never past the model's max_len."""
+             seed: int = 0, stop_at_end: bool = True) -> list[int]:
+    """Up to `steps` new model ids after `dec` (one sequence), never past the model's max_len; it stops after writing
+    the end-of-text token (which it returns) unless stop_at_end is False."""
+    from ..text.inputs import end_of_text_id
+
     steps = max(0, min(steps, model.cfg.max_len - len(dec)))
     src_t = None if src is None else torch.tensor([src])
-    return generate_batch(model, torch.tensor([dec]), steps, s, src=src_t, seed=seed)[0].tolist()
+    stop = end_of_text_id(model) if stop_at_end else None
+    return generate_batch(model, torch.tensor([dec]), steps, s, src=src_t, seed=seed, stop_id=stop)[0].tolist()
 
 
 def next_tokens(model: Transformer, text: str, tgt_text: str | None = None, top: int = 10,

@@ -10,7 +10,7 @@ import torch
 
 from ..errors import InputError
 from ..model.transformer import Transformer
-from ..text.inputs import Prepared, token_labels, unknown_id
+from ..text.inputs import Prepared, sequence_labels, unknown_id
 from .blocks import logits_of, sequence
 
 
@@ -69,7 +69,7 @@ def surprise_from_logits(model: Transformer, ids: torch.Tensor, logits: torch.Te
         raise InputError("surprise_one_token")
     nats = token_nats(logits.cpu(), ids)  # (T-1,)
     unk = unknown_id(model)
-    return Surprise(ids=ids.tolist(), labels=token_labels(model, ids.tolist()), prob=torch.exp(-nats), nats=nats,
+    return Surprise(ids=ids.tolist(), labels=sequence_labels(model, ids.tolist()), prob=torch.exp(-nats), nats=nats,
                     bits=nats / math.log(2), unknown=[t for t in range(1, len(ids)) if int(ids[t]) == unk])
 
 

@@ -51,6 +51,20 @@ def unknown_id(model: Transformer) -> int | None:
     return vmap.index(UNK) if UNK in vmap else None
 
 
+def end_of_text_id(model: Transformer) -> int | None:
+    """The model id of its encoding's end-of-text token (None when the model has no id for it)."""
+    try:
+        from .tokenizer import load_encoding
+
+        real = load_encoding(model.cfg.encoding).eot_token
+    except Exception:  # noqa: BLE001 - an encoding that cannot load: nothing to stop at
+        return None
+    vmap = model.cfg.vocab_map
+    if vmap:
+        return vocab_index(vmap).get(real)
+    return real if real < model.cfg.vocab_size else None
+
+
 def missing_positions(tok: Tokenized, model: Transformer) -> list[int]:
     """Positions of the tokens a model's vocabulary does not hold (none for a full vocabulary)."""
     if not model.cfg.vocab_map:
@@ -133,6 +147,28 @@ def token_labels(model: Transformer, ids) -> list[str]:
     shown = token_strings([i for i in real if i != UNK], model.cfg.encoding)
     it = iter(shown)
     return [UNK_LABEL if i == UNK else next(it) for i in real]
+
+
+def sequence_labels(model: Transformer, ids) -> list[str]:
+    """token_labels for a sequence (adjacent tokens): a token that is only part of a character is shown with its
+    character and which piece it is ("明 1/2", "明 2/2"), not as bytes; bytes stay on the Tokenizer page."""
+    from .tokenizer import _group_tokens, load_encoding
+
+    labels, real = token_labels(model, ids), real_ids(model, ids)
+    enc = load_encoding(model.cfg.encoding)
+
+    def raw(i: int) -> bytes:
+        try:
+            return enc.decode_single_token_bytes(i) if i != UNK else b""
+        except (KeyError, ValueError):
+            return b""
+
+    raws = [raw(i) for i in real]
+    for chars, members in _group_tokens(raws)[1]:
+        if len(members) > 1 and any(labels[m].startswith("<0x") for m in members):
+            for k, m in enumerate(members, 1):
+                labels[m] = f"{chars} {k}/{len(members)}"
+    return labels
 
 
 def trace_text(model: Transformer, text: str, tgt_text: str | None = None, *, masks=None, names=None,

@@ -12,10 +12,12 @@ import tiktoken
 import tiktoken_ext.openai_public as openai_public
 
 from ..errors import EncodingUnavailable
+from .subset import subset_meta
 
 DEFAULT_ENCODING = "cl100k_base"
-ENCODINGS = tuple(tiktoken.list_encoding_names())  # the only names accepted (never a path)
 BUNDLED = Path(__file__).resolve().parents[2] / "assets" / "encodings"  # NAME.tiktoken: works offline
+SUBSETS = tuple(sorted(p.stem for p in BUNDLED.glob("*.json")))  # shipped subsets of an encoding (text/subset.py)
+ENCODINGS = SUBSETS + tuple(tiktoken.list_encoding_names())  # the only names accepted (never a path)
 CHARS_PER_TOKEN_BOUND = 32  # encode at most this many characters per allowed token (bounded work)
 
 _lock = threading.Lock()
@@ -35,14 +37,24 @@ def _bundled(name: str) -> tiktoken.Encoding | None:
         parts = raw.split()  # token rank token rank …: a third faster than line by line (first page, cold)
         return dict(zip(map(binascii.a2b_base64, parts[0::2]), map(int, parts[1::2]), strict=True))
 
+    meta = subset_meta(BUNDLED, name)
+    if meta is not None:  # the base encoding's pattern and special tokens (its ranks are not read), the subset's ranks
+        with mock.patch.object(openai_public, "load_tiktoken_bpe", lambda *a, **k: {}):
+            base = openai_public.ENCODING_CONSTRUCTORS[meta["base"]]()
+        parts = (BUNDLED / f"{name}.tiktoken").read_bytes().split()
+        ranks = dict(zip(map(binascii.a2b_base64, parts[0::2]), map(int, parts[1::2]), strict=True))
+        return tiktoken.Encoding(name=name, pat_str=base["pat_str"], mergeable_ranks=ranks,
+                                 special_tokens=base["special_tokens"])
     with mock.patch.object(openai_public, "load_tiktoken_bpe", local):
         return tiktoken.Encoding(**openai_public.ENCODING_CONSTRUCTORS[name]())
 
 
 def load_encoding(name: str = DEFAULT_ENCODING) -> tiktoken.Encoding:
     """Load (once per process) a tiktoken encoding: the shipped file, else tiktoken's cache or download."""
-    if name not in ENCODINGS:
+    if name not in ENCODINGS and subset_meta(BUNDLED, str(name)) is None:  # (a subset written since start-up)
         raise EncodingUnavailable("encoding_unknown", name=str(name)[:40], choices=", ".join(ENCODINGS))
+    if name in _cache:
+        return _cache[name]
     with _lock:
         if name not in _cache:
             try:

@@ -21,10 +21,11 @@ from .checkpoint import save_checkpoint
 from .defaults import SHIPPED_LMS, SHIPPED_TASKS, SHIPPED_TRANSLATION
 from .loop import TrainResult, train
 from .tasks import TASKS
+from .vocab import encode_lines
 
 COMMAND = "python -m transformer_core.train.build"
 OUT = Path(__file__).resolve().parents[2] / "assets" / "models"
-DEFAULT_MODEL = "kjv-tang-gpt"  # the app opens on it: it reads English and Chinese
+DEFAULT_MODEL = "everyday-gpt"  # the app opens on it: it reads everyday English and Chinese, no ⟨unk⟩
 
 
 def fp16(model):
@@ -62,10 +63,39 @@ def progress(name: str):
     return callback
 
 
+def build_subset(recipe: dict, cache: str) -> str:
+    """Write the recipe's byte-fallback vocabulary (text/subset.py) to assets/encodings: the tokens of the base
+    encoding that its training text uses most (each corpus counted by its sampling weight), merge-closed."""
+    from collections import Counter
+
+    from ..text import tokenizer
+    from ..text.subset import choose_subset, write_subset
+    from .corpora import load_corpus
+    from .corpus_data import DEFAULT_CACHE
+
+    tc, spec = recipe["config"], recipe["subset"]
+    base = tokenizer.load_encoding(spec["base"])
+    weights = tc.corpus_weights or (1.0,) * len(tc.corpus)
+    counts: Counter = Counter()
+    for corpus, weight in zip(tc.corpus, weights, strict=True):
+        ids = encode_lines(base, load_corpus(corpus, Path(cache) if cache else DEFAULT_CACHE).train)
+        share = weight / len(ids)
+        for i, c in Counter(ids).items():
+            counts[base.decode_single_token_bytes(i)] += c * share
+    subset = choose_subset(counts, base._mergeable_ranks, spec["size"])
+    about = {"chosen_from": list(tc.corpus), "weights": list(weights), "command": f"{COMMAND} --only "
+             + recipe["name"], "why": spec["why"]}
+    write_subset(tokenizer.BUNDLED, spec["name"], subset, spec["base"], about)
+    tokenizer._cache.pop(spec["name"], None)  # a rebuilt subset replaces one loaded earlier
+    return spec["name"]
+
+
 def build_lm(name: str, out: Path, cache: str) -> dict:
     """A decoder-only language model on its corpus, measured on held-out text it never trained on."""
     recipe = SHIPPED_LMS[name]
     tc = replace(recipe["config"], cache_dir=cache)
+    if "subset" in recipe:
+        tc = replace(tc, encoding=build_subset({"name": name, **recipe}, cache))
     result = train(tc, progress(name))
     model, data = fp16(result.model.cpu().eval()), result.data
     card = {"arch": "decoder_only", "description": recipe["description"], "example_src": recipe["example"],
@@ -79,11 +109,23 @@ def build_lm(name: str, out: Path, cache: str) -> dict:
     if len(tc.corpus) > 1:
         card["by_corpus"] = by_corpus
     card["heads"] = card_heads(model, data.streams["val"][0], tc.context)
+    card["everyday"] = everyday_report(model, tc, cache)
+    if "summary" in recipe:
+        card["summary"] = recipe["summary"]
     texts, card["heldout_sample"] = heldout_samples(model, data)
     card = save(name, out, result, card, dtype="float16")
     for corpus, text in texts.items():  # beside the weights (save() starts the folder afresh)
         (out / name / f"heldout_{corpus}.txt").write_text(text, encoding="utf-8")
     return card
+
+
+def everyday_report(model, tc, cache: str) -> dict:
+    """The card's everyday figures (train/everyday.py); the trigram baselines from the corpora this model read."""
+    from .corpora import load_corpus
+    from .corpus_data import DEFAULT_CACHE
+    from .everyday import report
+
+    return report(model, {c: load_corpus(c, Path(cache) if cache else DEFAULT_CACHE).train for c in tc.corpus})
 
 
 SAMPLE_TOKENS = 4096
@@ -112,16 +154,27 @@ def heldout_samples(model, data) -> tuple[dict[str, str], dict]:
 
 
 def build_translation(name: str, out: Path, cache: str) -> dict:
-    """The English-to-Chinese dates and numbers model, scored by exact match on held-out values."""
+    """The English-to-Chinese dates and numbers model: exact match per stratum (exhaustive where it can be), and how
+    well cross-attention aligns each output field with its source."""
+    from ..analysis.alignment import date_alignment
+    from .translation import PROVENANCE, exact_match, strata
+
     task = TASKS["dates"]
     result = train(SHIPPED_TRANSLATION, progress(name))
     model = fp16(result.model.cpu().eval())
+    by_stratum = {k: exact_match(model, v) for k, v in strata().items()}
+    for k, v in by_stratum.items():
+        print(f"  {k:<36} {v['exact']:.4%} of {v['n']:,}", flush=True)
     held = task.splits[1]
-    exact = round(task.accuracy(model, n=len(held)), 4)  # every held-out value, greedy until EOS
+    exact = exact_match(model, held)["exact"]  # every held-out value, greedy until EOS
+    dates = [e for e in held if e.kind.startswith("date")][:: max(1, len(held) // 400)][:200]
     card = {"task": "dates", "arch": "encoder_decoder", "description": {"en": task.description,
                                                                          "zh": task.description_zh},
             "example_src": task.example.src, "example_tgt": task.example.tgt, "accuracy": exact,
             "accuracy_metric": task.metric, "exact_match": exact, "heldout_examples": len(held), "unk_rate": 0.0,
+            "exact_by_stratum": {k: {f: v[f] for f in ("exact", "n", "wrong")} for k, v in by_stratum.items()},
+            "cross_attention": date_alignment(model, [(e.src, "=" + e.tgt) for e in dates]),
+            "domain": {k: PROVENANCE[k] for k in ("kinds", "years", "numbers", "split")},
             "order": 3, **run_fields(result),
             "corpus": {"package": "generated by rule (transformer_core.train.translation)", "version": "—",
                        "licence": "—", "sha256": "—"}}

