@@ -68,7 +68,14 @@ SHIPPED_LMS = {
                    "why": "the 256 bytes and the 7,936 cl100k_base tokens the training text uses most, merge-closed: "
                           "any text encodes, a rarer word in smaller pieces"},
         "order": 0, "example": "The weather was nice, so we walked to the park after lunch.",
-        "summary": {"en": "Good at: reading any text with no ⟨unk⟩, and predicting common words of everyday English (1.59 bits per byte, a little below a trigram's 1.60). Bad at: Chinese (2.16 bits per byte, worse than a trigram's 1.86), code and emoji, and writing: its greedy text loops (“the house of the house of”). Trained 1,000 steps, too short to form induction heads.", "zh": "擅长：读任何文本而没有 ⟨unk⟩，预测日常英文里的常见词（每字节 1.59 比特，略好于三元语法的 1.60）。不擅长：中文（每字节 2.16 比特，比三元语法的 1.86 差）、代码和表情符号，以及写作：贪心生成会打转（“the house of the house of”）。只训练了 1,000 步，太短，还没形成归纳头。"},
+        "summary": {  # one honest line, measured (see the card's everyday figures)
+            "en": "Good at: reading any text with no ⟨unk⟩, and predicting common words of everyday English (1.59 "
+                  "bits per byte, a little below a trigram's 1.60). Bad at: Chinese (2.16 bits per byte, worse than "
+                  "a trigram's 1.86), code and emoji, and writing: its greedy text loops (“the house of the house "
+                  "of”). Trained 1,000 steps, too short to form induction heads.",
+            "zh": "擅长：读任何文本而没有 ⟨unk⟩，预测日常英文里的常见词（每字节 1.59 比特，略好于三元语法的 "
+                  "1.60）。不擅长：中文（每字节 2.16 比特，比三元语法的 1.86 差）、代码和表情符号，以及写作："
+                  "贪心生成会打转（“the house of the house of”）。只训练了 1,000 步，太短，还没形成归纳头。"},
         "description": {
             "en": "The default: a GPT of the course's decoder blocks (4 layers, d_model 256, 8 heads, pre-norm) "
                   "trained here on modern English (the Brown Corpus) and Chinese (reviews and the People's Daily), "
