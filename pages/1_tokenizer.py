@@ -99,9 +99,10 @@ except Exception as exc:  # noqa: BLE001 - an encoding that cannot load offline
     show_error(exc)
 others = [e for e in available_encodings() if e not in shown]
 with st.expander(t("tok_compare_more")):
-    other = st.selectbox(t("tok_compare_with"), others, key="compare_enc")
+    other = st.selectbox(t("tok_compare_with"), others, key="compare_enc", index=None)  # none loads until picked
     try:
-        column(other, tokenize(ss.text, other, allow_special=allow, max_tokens=model.cfg.max_len).tokens)
+        if other is not None:
+            column(other, tokenize(ss.text, other, allow_special=allow, max_tokens=model.cfg.max_len).tokens)
     except Exception as exc:  # noqa: BLE001 - an encoding that cannot load offline
         show_error(exc)
 
