@@ -389,7 +389,10 @@ def test_why7_a_layer_beyond_the_model_falls_back_to_the_default_with_a_notice(f
     tab.goto(f"{app.url}/attention?layer=99")
     wait_rendered(tab, charts=True)
     check_clean(tab, app, "/attention?layer=99")
-    assert notice(tab) == ["🔗 The link asks for layer 99, but this model has only 2; the first one is shown."]
+    from transformer_core.train.build import DEFAULT_MODEL, OUT
+
+    layers = json.loads((OUT / DEFAULT_MODEL / "config.json").read_text())["n_layers"]  # the default model's
+    assert notice(tab) == [f"🔗 The link asks for layer 99, but this model has only {layers}; the first one is shown."]
     assert "layer=99" not in tab.url
 
 
