@@ -118,6 +118,15 @@ def forward_time_ms(key: str, device: str, text: str, tgt_text: str | None, repe
     return 1000 * sorted(times[1:])[len(times[1:]) // 2]
 
 
+@st.cache_data(show_spinner=False, max_entries=256, ttl=3600)
+def translation(key: str, device: str, text: str) -> str:
+    """A translation model's greedy answer for a text (once per text, not on every rerun of every page)."""
+    from transformer_core.train.translation import translate
+
+    model, _ = get_model(key, device)
+    return translate(model, text)
+
+
 @st.cache_data(show_spinner=False, max_entries=4, ttl=600)
 def model_file(key: str, device: str) -> bytes:
     """The model as one .safetensors file (weights, with the config in its metadata), for download."""

@@ -331,7 +331,7 @@ def page_context(layer: int | None = None, masks: dict | None = None) -> PageCon
     if prep.src_unknown or prep.tgt_unknown:
         st.caption(t("note_unknown", n=len(prep.src_unknown) + len(prep.tgt_unknown)))
     if meta.get("task") == "dates":
-        dates_answer(model, str(ss.get("text", "")))
+        dates_answer(key, device, str(ss.get("text", "")))
     if prep.src.truncated:
         st.info(t("note_truncated", n_chars=prep.src.n_chars, n_tokens=len(prep.src.tokens)), icon="✂️")
     if prep.src.cleaned or (prep.tgt is not None and prep.tgt.cleaned):
@@ -342,15 +342,15 @@ def page_context(layer: int | None = None, masks: dict | None = None) -> PageCon
 DATES_EXAMPLE = ("23 November 2026", "=2026年11月23日")
 
 
-def dates_answer(model, text: str) -> None:
+def dates_answer(key: str, device: str, text: str) -> None:
     """The dates model's own translation of the text, checked against the rule; text outside its domain is said so
     (the pages still show what the model does with it)."""
-    from transformer_core.train.translation import parse, translate  # (only for this model: off the cold start)
+    from transformer_core.train.translation import parse  # (only for this model: off the cold start)
 
     rule = parse(text)
     if rule is None:
         out_of_domain(st.session_state.model)
-    answer = translate(model, text)
+    answer = cache.translation(key, device, text)
     verdict = "" if rule is None else t("dates_right") if answer == rule[1] else t("dates_wrong", rule=rule[1])
     c1, c2 = st.columns([3, 1])
     c1.markdown(t("dates_answer", answer=answer or "∅", verdict=verdict))
