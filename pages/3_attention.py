@@ -16,6 +16,7 @@ from ui.figures import (
     DIVERGING,
     SCALES,
     axis_labels,
+    block_max,
     click_targets,
     mark_cells,
     scaled_weights,
@@ -32,6 +33,7 @@ through_app()
 HOVER_CAP = 96  # up to this many tokens, hover shows q·k, the scaled score and the weight of each cell
 CLICK_CAP = 128  # up to this many tokens, a click on a cell explains it (one invisible marker per cell)
 SIDE_CAP = 256  # the before/after pair shows a window of at most this many tokens
+MAIN_CAP = 256  # the large map shows at most this many rows and columns (longer: blocks of tokens, their largest weight)
 THUMB_CAP = 96  # thumbnails are pooled to at most this many rows and columns
 KIND_LABEL = {"enc_self": "block_enc_self", "dec_self": "block_dec_self", "cross": "block_cross"}
 ss = st.session_state
@@ -80,6 +82,15 @@ def main_map(stages, head: int, q_lab, k_lab) -> tuple[int, int] | None:
     mask = stages.head("mask", head).numpy()
     z, axis = scaled_weights(np.where(mask, weights, np.nan), ss.att_scale)
     n_q, n_k = weights.shape
+    step = -(-max(n_q, n_k) // MAIN_CAP)
+    if step > 1:  # a long text: blocks of step × step tokens, each its largest weight (light in the browser)
+        z, mask = block_max(z, step), block_max(np.where(mask, 1.0, np.nan), step) == 1.0
+        fig = token_heatmap(z, q_lab[::step], k_lab[::step], step=step, **axis,
+                            title=t("att_main_title", head=head, scale=t(f"att_scale_{ss.att_scale}")))
+        mark_cells(fig, ~mask, hovertemplate=f"%{{y}} → %{{x}}: {t('att_masked_hover')} → 0", value=0.0, step=step)
+        chart(fig, "att_main")
+        st.caption(t("att_pooled_hint", n=max(n_q, n_k), step=step))
+        return None
     custom, hover, names = None, None, None
     if max(n_q, n_k) <= HOVER_CAP:
         raw, scaled = stages.head("scores", head).numpy(), stages.head("scaled", head).numpy()

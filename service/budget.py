@@ -3,9 +3,10 @@ checked. Every such task estimates its peak before it starts (transformer_core.m
 reservation for as long as it runs, so twenty learners pressing a button at once cannot take more memory than the
 instructor gave the server.
 
-What the budget covers, and what it does not: models loaded once and shared by all sessions (the UI's model cache)
-and finished traces (the trace cache, TRANSFORMER_EXPLORER_TRACE_CACHE_MB) are resident memory outside it. Size it
-as RAM − (Python, Streamlit, torch: about 0.5 GB) − (the models in use: course-base is 0.8 GB) − the trace cache
+What the budget covers, and what it does not: models loaded once and shared by all sessions (the model cache,
+TRANSFORMER_EXPLORER_MODEL_CACHE_MB) and finished traces (the trace cache, TRANSFORMER_EXPLORER_TRACE_CACHE_MB) are
+resident memory outside it, each bounded by bytes. Size it
+as RAM − (Python, Streamlit, torch: about 0.5 GB) − the model cache (course-base alone is 0.8 GB) − the trace cache
 − headroom for the OS. The default, 3072 MB, is that arithmetic for a 2-core, 8 GB server:
 8 − 0.5 − 1.5 − 2 − 1 ≈ 3 GB. With several replicas on one machine, give each its share.
 

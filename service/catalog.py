@@ -213,7 +213,8 @@ def clean_name(raw: object, taken=(), fallback: str = "model") -> str:
     """A model name fit to show next to others: NFKC-normalised; control, format and bidirectional characters
     (categories Cc, Cf: e.g. U+202E) and markup characters removed; whitespace collapsed; at most NAME_CHARS
     characters; never empty; and different (ignoring case) from every name in `taken`, by a "-2", "-3" suffix."""
-    text = unicodedata.normalize("NFKC", str(raw)[: 4 * NAME_CHARS])
+    raw = raw if isinstance(raw, str) else fallback  # a damaged card's {"x": 1} is no name to show
+    text = unicodedata.normalize("NFKC", raw[: 4 * NAME_CHARS])
     kept = []
     for ch in text:
         if ch.isspace():

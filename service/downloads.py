@@ -6,7 +6,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from transformer_core.errors import ModelSourceError
+from transformer_core.errors import ModelSourceError, reason_of
 from transformer_core.sources.gpt2 import hub_file
 
 from . import catalog
@@ -72,7 +72,7 @@ def start_gpt2() -> Download:
                 hub_file(offline=False, progress=_progress_class(dl))
                 dl.status = "done"
             except Exception as exc:  # noqa: BLE001 - shown to the learner as a message
-                dl.error = ModelSourceError("gpt2_download_failed", reason=type(exc).__name__)
+                dl.error = ModelSourceError("gpt2_download_failed", reason=reason_of(exc))
                 dl.status = "error"
             finally:
                 catalog.refresh()

@@ -393,22 +393,49 @@ def _drop_record(job: Job) -> None:
         pass
 
 
-def _pid_alive(pid: int) -> bool:
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+MAX_PID = 2**22  # Linux's largest pid (pid_max's ceiling); a bigger one in a record is damage, not a process
+
+
+def _pid_alive(pid: object) -> bool:
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid <= MAX_PID:
         return False
     try:
         os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError, ValueError):
         return False
     except OSError:  # exists, owned by someone else
         return True
     return True
 
 
+def _number(value: object) -> float | None:
+    """A record's time as a finite float, or None for anything else (a string, a list, NaN, a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if value == value and abs(value) < 1e12 else None
+
+
+def _read_record(path: Path) -> dict:
+    """A job record read defensively: a dict whose status is running or interrupted, every field typed (strings
+    cut to size, times finite floats or None); ValueError for anything else (too large, not JSON, wrong shape)."""
+    if path.stat().st_size > MAX_RECORD_BYTES:
+        raise ValueError("too large")
+    rec = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(rec, dict) or rec.get("status") not in ("running", "interrupted"):
+        raise ValueError("not a job record")
+    text = {k: rec.get(k) if isinstance(rec.get(k), str) else None
+            for k in ("id", "name", "owner", "folder", "host", "instance")}
+    times = {k: _number(rec.get(k)) for k in ("started", "beat", "interrupted")}
+    pid = rec.get("pid") if isinstance(rec.get("pid"), int) and not isinstance(rec.get("pid"), bool) else None
+    return {**text, **times, "pid": pid, "status": rec["status"],
+            "name": catalog.clean_name(text["name"] or "")[:NAME_CHARS]}
+
+
 def _alive(rec: dict, now: float) -> bool:
     """Is the process that wrote a running record still there? Its heartbeat, and on this host its pid, say."""
     beat = rec.get("beat")
-    if not isinstance(beat, (int, float)) or now - beat > STALE_S:
+    if beat is None or now - beat > STALE_S:
         return False
     if rec.get("host") != HOST:
         return True  # another machine or container, beating recently
@@ -430,24 +457,26 @@ def sweep(now: float | None = None) -> list[str]:
     folder = _records_dir()
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
-            if path.stat().st_size > MAX_RECORD_BYTES:
-                raise ValueError("too large")
-            rec = json.loads(path.read_text(encoding="utf-8"))
-            if not isinstance(rec, dict) or rec.get("status") not in ("running", "interrupted"):
-                raise ValueError("not a job record")
+            rec = _read_record(path)
         except (OSError, ValueError, RecursionError) as exc:
             if str(path) not in _reported:
                 _reported.add(str(path))
                 log.warning("removing unreadable job record %s: %s", path.name, type(exc).__name__)
-            path.unlink(missing_ok=True)
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:  # a folder named *.json, a read-only disk: skip it, the round goes on
+                pass
             continue
-        if rec["status"] == "running" and not _alive(rec, now):
-            _remove_partial(root, rec.get("folder"))
-            rec |= {"status": "interrupted", "interrupted": now}
-            _atomic_json(path, rec)
-            marked.append(str(rec.get("id")))
-        elif rec["status"] == "interrupted" and now - float(rec.get("interrupted") or 0) > KEEP_INTERRUPTED_S:
-            path.unlink(missing_ok=True)
+        try:
+            if rec["status"] == "running" and not _alive(rec, now):
+                _remove_partial(root, rec["folder"])
+                rec |= {"status": "interrupted", "interrupted": now}
+                _atomic_json(path, rec)
+                marked.append(str(rec["id"]))
+            elif rec["status"] == "interrupted" and now - (rec["interrupted"] or 0.0) > KEEP_INTERRUPTED_S:
+                path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("could not update job record %s: %s", path.name, type(exc).__name__)
     for tmp in root.glob(".tmp-*") if root.is_dir() else []:
         try:
             if tmp.is_dir() and now - tmp.stat().st_mtime > TMP_STALE_S:
@@ -476,11 +505,12 @@ def interrupted(owner: str | None) -> list[dict]:
     folder = _records_dir()
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
-            rec = json.loads(path.read_text(encoding="utf-8"))
+            rec = _read_record(path)
         except (OSError, ValueError, RecursionError):
             continue
-        if isinstance(rec, dict) and rec.get("status") == "interrupted" and rec.get("owner") == me:
-            out.append({"id": str(rec.get("id")), "name": str(rec.get("name", "")), "started": rec.get("started")})
+        if rec["status"] == "interrupted" and rec["owner"] == me and rec["id"] and re.fullmatch(r"[0-9a-f]{12}",
+                                                                                              rec["id"]):
+            out.append({"id": rec["id"], "name": rec["name"], "started": rec["started"]})
     return out
 
 
@@ -491,11 +521,11 @@ def dismiss(owner: str | None, job_id: str) -> None:
         return
     path = _records_dir() / f"{job_id}.json"
     try:
-        rec = json.loads(path.read_text(encoding="utf-8"))
+        rec = _read_record(path)
+        if rec["owner"] == me and rec["status"] == "interrupted":
+            path.unlink(missing_ok=True)
     except (OSError, ValueError, RecursionError):
         return
-    if isinstance(rec, dict) and rec.get("owner") == me and rec.get("status") == "interrupted":
-        path.unlink(missing_ok=True)
 
 
 # ---- disk ---------------------------------------------------------------------------------------------------------

@@ -41,6 +41,8 @@ SETTINGS: dict[str, Setting] = {
     "max_train_params": Setting("TRANSFORMER_EXPLORER_MAX_TRAIN_PARAMS", 50_000_000,
                                 "largest model a training may build", 1_000, 2_000_000_000),
     "train_threads": Setting("TRANSFORMER_EXPLORER_TRAIN_THREADS", 1, "CPU threads of one training", 1, 256),
+    "model_cache_mb": Setting("TRANSFORMER_EXPLORER_MODEL_CACHE_MB", 1536,
+                              "memory for models kept loaded, shared by all sessions (MB)", 16, 1_000_000),
     "trace_cache_mb": Setting("TRANSFORMER_EXPLORER_TRACE_CACHE_MB", 2048, "memory for cached traces (MB)",
                               16, 1_000_000),
     "memory_budget_mb": Setting("TRANSFORMER_EXPLORER_MEMORY_BUDGET_MB", 3072,
@@ -92,6 +94,7 @@ class Settings:
     max_train_seconds: int
     max_train_params: int
     train_threads: int
+    model_cache_mb: int
     trace_cache_mb: int
     memory_budget_mb: int
     checkpoints_max_mb: int

@@ -34,7 +34,7 @@ from math import prod
 import torch
 from safetensors.torch import load as load_safetensors
 
-from transformer_core.errors import CheckpointError, ConfigError, EncodingUnavailable, TrainingError
+from transformer_core.errors import CheckpointError, ConfigError, EncodingUnavailable, TrainingError, reason_of
 from transformer_core.model.config import TransformerConfig
 from transformer_core.model.memory import param_bytes, param_count
 from transformer_core.model.transformer import Transformer, build_model
@@ -208,9 +208,13 @@ def _safetensors(raw: bytes) -> Inspected:
             itemsize = SAFETENSORS_DTYPES[info["dtype"]]
             shape, (lo, hi) = info["shape"], info["data_offsets"]
             ok = (isinstance(shape, list) and len(shape) <= MAX_DIMS and all(_int(s) and s >= 0 for s in shape)
-                  and _int(lo) and _int(hi) and 0 <= lo <= hi <= data_len and prod(shape) * itemsize == hi - lo)
+                  and _int(lo) and _int(hi) and 0 <= lo <= hi)
+            outside = ok and (hi > data_len or prod(shape) * itemsize > data_len)  # claims more than the file has
+            ok = ok and prod(shape) * itemsize == hi - lo
         except (KeyError, TypeError, ValueError):
-            ok = False
+            ok, outside = False, False
+        if outside:
+            raise CheckpointError("upload_tensor_outside", name=str(name)[:60])
         if not ok:
             raise CheckpointError("upload_tensor_view", name=str(name)[:60])
         total += hi - lo
@@ -220,7 +224,7 @@ def _safetensors(raw: bytes) -> Inspected:
         try:
             return load_safetensors(raw)
         except Exception as exc:
-            raise CheckpointError("checkpoint_refused", reason=type(exc).__name__) from exc
+            raise CheckpointError("checkpoint_refused", reason=reason_of(exc)) from exc
 
     return Inspected(config, total, load)
 
@@ -307,7 +311,7 @@ def _torch(raw: bytes) -> Inspected:
     except CheckpointError:
         raise
     except Exception as exc:  # UnpicklingError for code or unknown objects; BadZipFile, EOFError when corrupt
-        raise CheckpointError("checkpoint_refused", reason=type(exc).__name__) from exc
+        raise CheckpointError("checkpoint_refused", reason=reason_of(exc)) from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("state_dict"), dict):
         raise CheckpointError("upload_pt_layout")
     state = doc["state_dict"]
@@ -336,7 +340,7 @@ def _torch(raw: bytes) -> Inspected:
                 f.write(raw)
             loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)  # storages stay in the file
         except Exception as exc:
-            raise CheckpointError("checkpoint_refused", reason=type(exc).__name__) from exc
+            raise CheckpointError("checkpoint_refused", reason=reason_of(exc)) from exc
         finally:
             os.unlink(path)  # the mapping outlives the name
         if not isinstance(loaded, dict) or not isinstance(loaded.get("state_dict"), dict):
@@ -383,7 +387,7 @@ def import_model(raw: bytes, filename: str, name: str, card: dict | None = None,
                 load_state_into(Transformer(cfg), state)  # shapes only: raises CheckpointError on a mismatch
             model = load_state_into(build_model(cfg, "cpu"), state)
         except (ConfigError, RuntimeError) as exc:
-            raise CheckpointError("checkpoint_mismatch", problems=type(exc).__name__) from exc
+            raise CheckpointError("checkpoint_mismatch", problems=reason_of(exc)) from exc
         del state
         clean = {k: str(card[k])[:500] for k in CARD_TEXT_FIELDS if isinstance((card or {}).get(k), str)}
         clean |= {"name": catalog.name_for(name, owner), "uploaded": True, "owner": catalog.owner_id(owner)}

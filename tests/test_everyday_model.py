@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from transformer_core.text.inputs import UNK, prepare
-from transformer_core.text.subset import compare_counts, is_merge_closed, merge_parts
+from transformer_core.text.compare import compare_counts
+from transformer_core.text.subset import is_merge_closed, merge_parts
 from transformer_core.text.tokenizer import BUNDLED, decode, load_encoding, tokenize
 from transformer_core.train.build import DEFAULT_MODEL
 from transformer_core.train.checkpoint import load_checkpoint

@@ -144,3 +144,52 @@ def test_every_core_module_imports_on_its_own_in_a_fresh_interpreter():
     with ThreadPoolExecutor(4) as pool:
         failed = [r for r in pool.map(run, modules) if r[1]]
     assert not failed, failed
+
+
+def module_graph() -> dict[str, set[str]]:
+    """module -> the project modules it imports (at the top or inside a function: a cycle either way)."""
+    mods = {}
+    for pkg in ("transformer_core", "service", "ui"):
+        for f in (ROOT / pkg).rglob("*.py"):
+            parts = f.relative_to(ROOT).with_suffix("").parts
+            mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    graph = {}
+    for name, f in mods.items():
+        package = name if f.name == "__init__.py" else name.rpartition(".")[0]
+        deps = set()
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                targets = [f"{base}.{a.name}" for a in node.names] + [base]
+            else:
+                continue
+            for t in targets:
+                while t and t not in mods and "." in t:
+                    t = t.rpartition(".")[0]
+                if t in mods and t != name and not name.startswith(t + "."):  # a package's own parents load first
+                    deps.add(t)
+        graph[name] = deps
+    return graph
+
+
+def test_no_import_cycle_between_modules():
+    graph = module_graph()
+    assert len(graph) > 60
+    state: dict[str, int] = {}
+
+    def visit(m, path):
+        state[m] = 1
+        for d in sorted(graph[m]):
+            if state.get(d) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(d):] + [d]))
+            if d not in state:
+                visit(d, path + [d])
+        state[m] = 2
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])

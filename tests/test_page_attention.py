@@ -207,21 +207,41 @@ def test_chart_data_stays_under_one_megabyte_at_64_tokens():
     assert chart_bytes(at) < 1_000_000
 
 
-def test_long_sequence_shows_every_token_with_zoom_and_a_window_for_the_pair():
+def test_long_sequence_is_drawn_in_blocks_with_readable_labels_and_a_window_of_single_tokens():
     enc = load_encoding("cl100k_base")
     text = enc.decode(enc.encode("the quick brown fox jumps over the lazy dog " * 40)[:300])
     at = open_app(PAGE, model=BASE, lang="en", text=text, tgt="short target")
     at.selectbox(key="block").set_value("enc_self").run()
     assert_clean(at)
-    assert main_values(at).shape == (300, 300)  # the whole sequence, every token on the axes
-    assert len(figure(at, "att_main")["layout"]["xaxis"]["ticktext"]) == 300
-    assert any("zoom in" in c.value for c in at.caption)
-    assert array(figure(at, "att_before")["data"][0]["z"]).shape == (256, 256)  # a window of the pair
+    main = figure(at, "att_main")
+    assert main_values(at).shape == (150, 150)  # blocks of 2 × 2 tokens (more than MAIN_CAP = 256)
+    assert main["data"][0]["y"][:3] == [0, 2, 4]  # each block at its first token's position
+    assert any("block of 2 × 2 tokens" in c.value for c in at.caption)
+    assert array(figure(at, "att_before")["data"][0]["z"]).shape == (256, 256)  # a window of single tokens
     assert at.slider(key="att_window")
     assert values(figure(at, "att_thumbs_0"))[0].shape == (75, 75)  # thumbnails pooled (every 4th)
     assert len(step_table(at)) == 300  # the table keeps every key
+    for c in at.get("plotly_chart"):  # every chart light, and no two labels of an axis drawn over each other
+        assert len(c.proto.spec.encode("utf-8")) < 1_000_000
+        fig = json.loads(c.proto.spec)
+        layout = fig["layout"]
+        for axis, room in (("yaxis", layout.get("height", 450) - 120), ("xaxis", 800)):
+            labels = layout.get(axis, {}).get("ticktext")
+            if labels:
+                size = layout[axis]["tickfont"]["size"]
+                assert len(labels) * (size + 3) <= room + size + 3, (axis, len(labels), size, room)
     print("chart bytes at 300 tokens:", chart_bytes(at))
-    assert chart_bytes(at) < 4_000_000
+
+
+def test_label_step_and_block_max():
+    from ui.figures import block_max, label_step
+
+    assert label_step(40, 800, 9) == 1 and label_step(300, 780, 9) == 5
+    z = np.arange(25, dtype=np.float32).reshape(5, 5)
+    z[0, 0] = np.nan
+    pooled = block_max(z, 2)
+    assert pooled.shape == (3, 3) and pooled[0, 0] == 6 and pooled[2, 2] == 24
+    assert np.isnan(block_max(np.full((4, 4), np.nan), 2)).all()
 
 
 @pytest.mark.parametrize("text", list(BAD_INPUTS.values()), ids=list(BAD_INPUTS))

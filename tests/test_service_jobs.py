@@ -138,7 +138,8 @@ def test_after_a_restart_the_training_shows_as_interrupted_and_its_partial_files
     assert jobs.interrupted(OWNER) == [] and records(user_dir) == []
 
 
-def write_record(root: Path, name: str, **fields) -> Path:
+def write_record(root: Path, rid: str, **fields) -> Path:
+    name = rid
     rec = {"id": name, "status": "running", "name": name, "owner": catalog.owner_id(OWNER), "folder": f"m-{name}",
            "host": jobs.HOST, "pid": os.getpid(), "instance": jobs.INSTANCE, "started": time.time(),
            "beat": time.time()} | fields
@@ -211,3 +212,25 @@ def test_chunked_accuracy_equals_the_one_batch_measurement():
     whole = next_token_accuracy(model, data, 8)
     for windows in (1, 3, 4, 100):
         assert chunked_accuracy(model, data, 8, windows) == pytest.approx(whole, abs=1e-6)
+
+
+def test_a_folder_of_corrupt_records_never_stops_the_sweep_and_orphans_are_still_removed(user_dir):
+    now = time.time()
+    write_record(user_dir, "f0000000000f", status="interrupted", interrupted="yesterday", name={"x": 1})
+    write_record(user_dir, "a1000000000a", pid=10**30)  # os.kill would raise OverflowError
+    write_record(user_dir, "a2000000000a", pid=True, beat=[now], started="soon")
+    write_record(user_dir, "a3000000000a", status="interrupted", interrupted=now, name=["a", "b"], started={"t": 1})
+    write_record(user_dir, "a4000000000a", host=7, instance=None, owner=3, folder={"f": 1})
+    (user_dir / jobs.RECORDS / "folder.json").mkdir()  # not a file at all
+    (user_dir / jobs.RECORDS / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    orphan = user_dir / ".tmp-m-0123456789abcdef-33333333"
+    orphan.mkdir()
+    os.utime(orphan, (now - jobs.TMP_STALE_S - 10,) * 2)
+    jobs.sweep()  # raises nothing
+    jobs.janitor(now=time.monotonic())
+    assert not orphan.exists()
+    shown = jobs.interrupted(OWNER)
+    assert all(isinstance(r["name"], str) and "{" not in r["name"] and "[" not in r["name"] for r in shown)
+    assert all(r["started"] is None or isinstance(r["started"], float) for r in shown)
+    assert "a3000000000a" in {r["id"] for r in shown}  # its bad fields are dropped, the record itself is kept
+    assert not jobs._pid_alive(10**30) and not jobs._pid_alive(True) and not jobs._pid_alive("1")

@@ -255,6 +255,9 @@ def test_json_depth_counts_brackets_outside_strings_only():
     ("   ", (), "model"),
     ("\u202e", (), "model"),
     ("我的 模型", (), "我的 模型"),
+    ({"x": 1}, (), "model"),  # a damaged card's or record's name that is not text
+    (["a"], (), "model"),
+    (7, (), "model"),
     ("x" * 100, {"x" * 40}, "x" * 38 + "-2"),
 ])
 def test_clean_name(raw, taken, expected):
@@ -291,3 +294,48 @@ def test_the_browser_suites_hostile_files_are_refused_by_the_service_with_their_
             uploads.import_model(path.read_bytes(), path.name, path.stem, owner=VIEWER)
         assert message in str(info.value), (path.name, str(info.value))
     assert not user_dir.exists() or not any(user_dir.iterdir())
+
+
+def _safetensors_with_header(header: dict, data: bytes = b"") -> bytes:
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + data
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_refusals_name_the_problem_in_words_never_an_exception_class(lang, user_dir):
+    """A 4 TB tensor in a 16-byte file, a .pt whose pickle is cut short, a .pt that is a broken zip: each refused
+    with a reason a learner can read in their language, and never "UnpicklingError", "SafetensorError", ..."""
+    model = small_model()
+    config = {"__metadata__": {"config": model.cfg.to_json()}}
+    huge = _safetensors_with_header({**config, "decoder.embed.tok.weight": {
+        "dtype": "F32", "shape": [2**40], "data_offsets": [0, 2**42]}}, b"\0" * 16)
+    good = pt_bytes({"config": json.loads(model.cfg.to_json()), "state_dict": model.state_dict()})
+    cut = bytearray(good)
+    start = good.index(b"data.pkl") + 40
+    cut[start : start + 64] = b"\xff" * 64  # the pickle's bytes damaged in place: the zip's layout still reads
+    files = {"huge.safetensors": huge, "cut.pt": bytes(cut), "zip.pt": b"PK\x03\x04" + b"\0" * 200}
+    for name, raw in files.items():
+        with pytest.raises(ExplorerError) as info:
+            uploads.import_model(raw, name, "x", owner=VIEWER)
+        text = info.value.text(lang)
+        assert not re.search(r"[A-Z][a-z]+(Error|Exception|File)\b", text), (name, text)
+        assert "{" not in text, (name, text)
+    with pytest.raises(ExplorerError) as info:
+        uploads.import_model(huge, "huge.safetensors", "x", owner=VIEWER)
+    assert info.value.code == "upload_tensor_outside"  # not "a view that repeats or shares memory"
+
+
+def test_every_reason_reads_in_both_languages():
+    import pickle
+    import zipfile as zf
+
+    from transformer_core.errors import Reason, message, reason_of
+
+    cases = {ConnectionError(): "network", TimeoutError(): "timeout", pickle.UnpicklingError(): "damaged",
+             zf.BadZipFile(): "damaged", MemoryError(): "too_large", PermissionError(): "file",
+             KeyError("x"): "format", json.JSONDecodeError("x", "y", 0): "damaged", RuntimeError(): "unknown"}
+    for exc, reason in cases.items():
+        assert reason_of(exc) == reason, exc
+        for lang in ("en", "zh"):
+            text = message("checkpoint_refused", lang, reason=Reason(reason))
+            assert "{" not in text and "reason" not in text

@@ -178,3 +178,62 @@ def test_by_line_encoding_keeps_line_ends_apart_and_decodes_to_the_same_text():
     whole = tokenize("霜。\n举", "cl100k_base")
     by_line = tokenize("霜。\n举", "cl100k_base", by_line=True)
     assert "。\n" in [t.text for t in whole.tokens] and "。\n" not in [t.text for t in by_line.tokens]
+
+
+def test_a_download_that_never_answers_blocks_no_one_else_and_its_caller_gets_a_message(monkeypatch, tmp_path):
+    """A network that accepts and never answers: the learner asking for p50k_base gets a clear message after
+    DOWNLOAD_WAIT_S, everyone else's tokenizers load meanwhile, and the next request after the network
+    answers gets the encoding."""
+    import threading
+    import time
+
+    answer = threading.Event()
+    real = tiktoken.get_encoding
+    monkeypatch.setattr(tokmod, "_cache", {})
+    monkeypatch.setattr(tokmod, "_pending", {})
+    monkeypatch.setattr(tokmod, "DOWNLOAD_WAIT_S", 1.0)
+
+    def hanging(name):
+        answer.wait(30)  # the download hangs until the test lets it answer
+        return real("r50k_base") if name == "p50k_base" else real(name)
+    monkeypatch.setattr(tiktoken, "get_encoding", hanging)
+    errors = []
+
+    def ask():
+        try:
+            load_encoding("p50k_base")
+        except EncodingUnavailable as exc:
+            errors.append(exc)
+    waiting = threading.Thread(target=ask)
+    waiting.start()
+    time.sleep(0.1)
+    t0 = time.perf_counter()
+    assert load_encoding("cl100k_base").encode("hello world") == [15339, 1917]  # shipped: never waits
+    assert load_encoding("cl100k_8k").n_vocab > 8000
+    assert time.perf_counter() - t0 < 0.9
+    waiting.join(5)
+    assert len(errors) == 1 and errors[0].code == "encoding_unavailable"
+    for lang in ("en", "zh"):
+        text = errors[0].text(lang)
+        assert "p50k_base" in text and "Error" not in text and "{" not in text
+    assert "no answer in time" in errors[0].text("en") and "超时" in errors[0].text("zh")
+    answer.set()
+    time.sleep(0.2)
+    assert load_encoding("p50k_base").n_vocab == real("r50k_base").n_vocab  # the retry finds the finished load
+
+
+def test_a_failed_download_says_why_in_words_and_is_tried_again(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(tokmod, "_cache", {})
+    monkeypatch.setattr(tokmod, "_pending", {})
+
+    def refused(name):
+        calls.append(name)
+        raise ConnectionError("refused")
+    monkeypatch.setattr(tiktoken, "get_encoding", refused)
+    for _ in range(2):
+        with pytest.raises(EncodingUnavailable) as info:
+            load_encoding("p50k_base")
+        assert "no network connection" in info.value.text("en") and "没有网络连接" in info.value.text("zh")
+        assert "ConnectionError" not in info.value.text("en")
+    assert calls == ["p50k_base", "p50k_base"]  # the failure is not cached: the second request tries again

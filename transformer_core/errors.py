@@ -25,14 +25,46 @@ class _Keep(dict):
         return "{" + key + "}"
 
 
+class Reason(str):
+    """Why something failed, in the user's words: a key of errors.json's "reason.*" entries, shown translated.
+    Never an exception's class name (a learner cannot act on "UnpicklingError")."""
+
+
+# The first matching row wins: (words in the exception's module or class name, reason). Matched by name so this
+# module imports nothing heavy (safetensors, requests, urllib3 raise their own classes).
+_REASONS = (
+    (("timeout", "timedout"), "timeout"),
+    (("requests", "urllib", "http", "connection", "socket", "gaierror", "ssl"), "network"),
+    (("memoryerror", "overflowerror", "toolarge"), "too_large"),
+    (("unpickl", "safetensor", "badzip", "eoferror", "zlib", "headertoo", "jsondecode", "unicodedecode"), "damaged"),
+    (("valueerror", "keyerror", "typeerror", "indexerror", "attributeerror"), "format"),
+    (("permission", "filenotfound", "isadirectory", "notadirectory", "oserror"), "file"),
+)
+
+
+def reason_of(exc: BaseException) -> Reason:
+    """The cause of an exception as a Reason (network, timeout, too large, damaged, wrong format, file, unknown)."""
+    for cls in type(exc).__mro__:
+        name = f"{cls.__module__}.{cls.__name__}".lower()
+        for words, reason in _REASONS:
+            if any(w in name for w in words):
+                return Reason(reason)
+    return Reason("unknown")
+
+
 def message(code: str, lang: str = "en", **params) -> str:
-    """The text of an error code in a language (English when the language lacks it), filled with params."""
+    """The text of an error code in a language (English when the language lacks it), filled with params
+    (a Reason parameter is itself translated)."""
     entry = _messages().get(f"err.{code}") or _messages()["err.unexpected"]
+    for key, value in params.items():
+        if isinstance(value, Reason):
+            words = _messages().get(f"reason.{value}") or _messages()["reason.unknown"]
+            params[key] = words.get(lang) or words["en"]
     return (entry.get(lang) or entry["en"]).format_map(_Keep(params))
 
 
 def known_codes() -> set[str]:
-    return {k.removeprefix("err.") for k in _messages()}
+    return {k.removeprefix("err.") for k in _messages() if k.startswith("err.")}
 
 
 class ExplorerError(Exception):

@@ -1,4 +1,5 @@
-"""Process-wide caches: one model per key for all sessions, one trace per (model, text, masks, layer).
+"""Process-wide caches: one model per key for all sessions, one trace per (model, text, masks, layer); both
+bounded by bytes (TRANSFORMER_EXPLORER_MODEL_CACHE_MB, TRANSFORMER_EXPLORER_TRACE_CACHE_MB).
 
 Traces are shared by all sessions without copying: a Trace is immutable (its tensors are inference tensors
 that refuse in-place writes). They live in a byte-bounded LRU (a 1000-token trace of the base model holds
@@ -19,15 +20,17 @@ from service.settings import settings
 from transformer_core.errors import DeviceError
 from transformer_core.model.device import device_name, pick_device
 from transformer_core.model.hooks import layer_filter
+from transformer_core.model.memory import module_bytes
 from transformer_core.model.trace import Trace, run, run_with_trace
 from transformer_core.text.inputs import Prepared, prepare
 
 
-@st.cache_resource(show_spinner=False, max_entries=6)
 def get_model(key: str, device: str):
     """(model, card) for a catalog key, built once per server process and shared read-only. Who may open a
-    private model is checked before (ui.session.load_selected_model), not here: the cache is shared."""
-    return catalog.load_any(key, device)
+    private model is checked before (ui.session.load_selected_model), not here: the cache is shared. Models are
+    kept in a byte-bounded LRU shared by every session (MODELS): opening many models evicts the least recently
+    used, so one session cannot fill the server with them."""
+    return MODELS.get((key, device), lambda: catalog.load_any(key, device))
 
 
 @st.cache_resource(show_spinner=False)
@@ -84,6 +87,7 @@ class BoundedCache:
 
 
 TRACES = BoundedCache(settings().trace_cache_mb * 2**20, lambda value: trace_bytes(value[1]))
+MODELS = BoundedCache(settings().model_cache_mb * 2**20, lambda value: module_bytes(value[0]))
 
 
 def get_trace(key: str, device: str, text: str, tgt_text: str | None, masks: tuple, layer: int,

@@ -5,6 +5,8 @@ Data go to the browser as float32 arrays (plotly encodes them compactly). Token 
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import plotly.graph_objects as go
 
@@ -81,13 +83,38 @@ def scaled_weights(w: np.ndarray, scale: str) -> tuple[np.ndarray, dict]:
     return w, {"zmin": 0.0, "zmax": 1.0}
 
 
+WIDTH_PX = 800  # the width a chart may count on for its column labels (the page is at least this wide)
+
+
+def label_step(n: int, room_px: float, font_size: int) -> int:
+    """Label every token while one label per row (or column) fits in room_px; beyond, every k-th token, so the
+    labels never overlap (a label needs about font_size + 3 pixels across)."""
+    fits = max(1, int(room_px // (font_size + 3)))
+    return max(1, -(-n // fits))
+
+
+def block_max(z: np.ndarray, step: int) -> np.ndarray:
+    """A (Tq, Tk) map pooled into step × step blocks, each the largest value in it (NaN where a block is all NaN):
+    a 1000-token map drawn as 250 × 250 cells keeps a sharp pattern visible and stays light in the browser."""
+    if step <= 1:
+        return _f32(z)
+    n_q, n_k = z.shape
+    pad = np.full((-(-n_q // step) * step, -(-n_k // step) * step), np.nan, dtype=np.float32)
+    pad[:n_q, :n_k] = z
+    blocks = pad.reshape(pad.shape[0] // step, step, pad.shape[1] // step, step)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN (masked) block is NaN, on purpose
+        return np.nanmax(blocks, axis=(1, 3))
+
+
 def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL, zmin=None, zmax=None, zmid=None,
                   colorbar=None, customdata=None, names=None, hovertemplate=None, px_per_token=18, min_height=360,
-                  max_height=1400, font_size=None, x0: int = 0) -> go.Figure:
-    """A heatmap on integer axes with every row labelled (tokens), columns labelled too unless k_labels is None
-    (then numbered); tall enough for one label per row (zoom in for long inputs). Integer axes keep repeated
-    tokens apart. `customdata` (Tq, Tk, n) numbers and `names` (two (Tq, Tk) string arrays, %{text} and
-    %{hovertext}) feed a richer hover."""
+                  max_height=1400, font_size=None, x0: int = 0, step: int = 1) -> go.Figure:
+    """A heatmap on integer axes with its rows labelled (tokens), columns labelled too unless k_labels is None
+    (then numbered); tall enough for one label per row up to max_height, then every k-th label (label_step: labels
+    never overlap). Integer axes keep repeated tokens apart. `customdata` (Tq, Tk, n) numbers and `names` (two
+    (Tq, Tk) string arrays, %{text} and %{hovertext}) feed a richer hover. `step` > 1: each cell is a block of
+    step × step tokens (block_max), placed at its first token's position (hover and ticks read token indices)."""
     z = _f32(z)
     n_q, n_k = z.shape
     size = font_size or (12 if max(n_q, n_k) <= 30 else 10 if max(n_q, n_k) <= 64 else 9)
@@ -96,32 +123,37 @@ def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL
     longest = max(map(len, k_labels), default=0) if k_labels is not None else 0
     room = int(longest * size * 0.6 * abs(np.sin(np.radians(angle))))  # about 0.6 em per character
     height = int(min(max(min_height, 120 + px_per_token * n_q) + room, max_height))
+    every_q = label_step(n_q, height - 120 - room, size)
+    every_k = label_step(n_k, WIDTH_PX, size)
+    xs, ys = [x0 + i * step for i in range(n_k)], [i * step for i in range(n_q)]
     ticks = {"tickfont": {"size": size, "color": "#222"}, "showgrid": False, "zeroline": False}
     x_axis = dict(ticks) if k_labels is None else dict(  # numbered columns (e.g. embedding dimensions): plotly's ticks
-        ticks, tickmode="array", tickvals=list(range(x0, x0 + n_k)), ticktext=list(k_labels), tickangle=angle)
+        ticks, tickmode="array", tickvals=xs[::every_k], ticktext=list(k_labels)[::every_k], tickangle=angle)
     # one constructor call: each update_layout/update_xaxes re-validated the figure (3x the time to build)
     return go.Figure(go.Heatmap(
-        z=z, x=list(range(x0, x0 + n_k)), y=list(range(n_q)), colorscale=colorscale, zmin=zmin, zmax=zmax, zmid=zmid,
+        z=z, x=xs, y=ys, colorscale=colorscale, zmin=zmin, zmax=zmax, zmid=zmid,
         colorbar={"thickness": 12, **(colorbar or {})}, customdata=customdata, hoverongaps=False,
         text=None if names is None else names[0].tolist(), hovertext=None if names is None else names[1].tolist(),
         hoverinfo="skip" if hovertemplate == "skip" else None,
-        hovertemplate=None if hovertemplate == "skip" else hovertemplate or "%{z:.4f}<extra></extra>", name="values"),
+        hovertemplate=None if hovertemplate == "skip" else hovertemplate or "%{y} → %{x}: %{z:.4f}<extra></extra>",
+        name="values"),
         layout={"title": {"text": title}, "height": height, "margin": dict(l=10, r=10, t=40, b=10), "xaxis": x_axis,
-                "yaxis": dict(ticks, autorange="reversed", tickmode="array", tickvals=list(range(n_q)),
-                              ticktext=list(q_labels))})
+                "yaxis": dict(ticks, autorange="reversed", tickmode="array", tickvals=ys[::every_q],
+                              ticktext=list(q_labels)[::every_q])})
 
 
 def mark_cells(fig, masked, *, hovertemplate: str, value: float = 1.0, row=None, col=None,
-               marks: bool | None = None) -> None:
-    """Masked cells (the heatmap holds NaN there) in grey with an ✕, answering hover instead of the gap."""
+               marks: bool | None = None, step: int = 1) -> None:
+    """Masked cells (the heatmap holds NaN there) in grey with an ✕, answering hover instead of the gap (`step`:
+    cells of step × step tokens, as token_heatmap's)."""
     masked = np.asarray(masked, dtype=bool)
     if not masked.any():
         return
     marks = masked.size <= 64 * 64 if marks is None else marks
     n_q, n_k = masked.shape
     fig.add_trace(go.Heatmap(
-        z=np.where(masked, float(value), np.nan).astype(np.float32), x=list(range(n_k)), y=list(range(n_q)),
-        showscale=False, colorscale=[[0, MASK_COLOUR], [1, MASK_COLOUR]], hoverongaps=False,
+        z=np.where(masked, float(value), np.nan).astype(np.float32), x=list(range(0, n_k * step, step)),
+        y=list(range(0, n_q * step, step)), showscale=False, colorscale=[[0, MASK_COLOUR], [1, MASK_COLOUR]], hoverongaps=False,
         hovertemplate=hovertemplate + "<extra></extra>",
         text=np.where(masked, "✕", "").tolist() if marks else None, texttemplate="%{text}" if marks else None,
         textfont={"color": "#555"}, name="mask"), row=row, col=col)

@@ -56,6 +56,18 @@ def param_bytes(cfg: TransformerConfig, dtype_bytes: int = FLOAT) -> int:
     return (param_count(cfg) + table) * dtype_bytes
 
 
+def module_bytes(module) -> int:
+    """Bytes a built model holds, read from the model itself (any family, any dtype or device): its parameters
+    and buffers, each storage once (tied weights share one)."""
+    seen, total = set(), 0
+    for t in list(module.parameters()) + list(module.buffers()):
+        key = (t.device, t.untyped_storage().data_ptr())
+        if key not in seen:
+            seen.add(key)
+            total += t.untyped_storage().nbytes()
+    return total
+
+
 def _lengths(cfg: TransformerConfig, n_src: int, n_tgt: int | None) -> tuple[int, int | None]:
     """(source tokens, target tokens or None for decoder-only), each at least 1 and at most max_len."""
     n_src = max(1, min(int(n_src), cfg.max_len))

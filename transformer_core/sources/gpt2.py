@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import CheckpointError, ModelSourceError
+from ..errors import CheckpointError, ModelSourceError, reason_of
 from ..model.config import TransformerConfig
 from ..model.transformer import Transformer, build_model
 from ..train.checkpoint import MAX_CHECKPOINT_BYTES, load_state_into
@@ -57,7 +57,7 @@ def read_tensors(path: Path) -> dict[str, torch.Tensor]:
         else:
             state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # UnpicklingError for code or objects, SafetensorError / RuntimeError if corrupt
-        raise Gpt2LoadError("checkpoint_refused", reason=type(exc).__name__) from exc
+        raise Gpt2LoadError("checkpoint_refused", reason=reason_of(exc)) from exc
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise Gpt2LoadError("checkpoint_not_tensors")
     return state

@@ -11,7 +11,7 @@ from unittest import mock
 import tiktoken
 import tiktoken_ext.openai_public as openai_public
 
-from ..errors import EncodingUnavailable
+from ..errors import EncodingUnavailable, Reason, reason_of
 from .subset import subset_meta
 
 DEFAULT_ENCODING = "cl100k_base"
@@ -20,8 +20,11 @@ SUBSETS = tuple(sorted(p.stem for p in BUNDLED.glob("*.json")))  # shipped subse
 ENCODINGS = SUBSETS + tuple(tiktoken.list_encoding_names())  # the only names accepted (never a path)
 CHARS_PER_TOKEN_BOUND = 32  # encode at most this many characters per allowed token (bounded work)
 
-_lock = threading.Lock()
+DOWNLOAD_WAIT_S = 15.0  # a request waits this long for an encoding that is not shipped, then gets a message
+_locks_lock = threading.Lock()
+_locks: dict[str, threading.Lock] = {}  # one per encoding name: loading one never blocks another
 _cache: dict[str, tiktoken.Encoding] = {}
+_pending: dict[str, "_Fetch"] = {}  # downloads in flight
 
 
 def _bundled(name: str) -> tiktoken.Encoding | None:
@@ -50,18 +53,53 @@ def _bundled(name: str) -> tiktoken.Encoding | None:
 
 
 def load_encoding(name: str = DEFAULT_ENCODING) -> tiktoken.Encoding:
-    """Load (once per process) a tiktoken encoding: the shipped file, else tiktoken's cache or download."""
+    """Load (once per process) a tiktoken encoding: the shipped file, else tiktoken's cache or download.
+
+    Never blocks another encoding: one lock per name. A download runs on its own thread and is waited for at most
+    DOWNLOAD_WAIT_S seconds (tiktoken sets no timeout); a caller that gives up gets a message, and the next
+    request finds the result (or, after a failure, tries again)."""
     if name not in ENCODINGS and subset_meta(BUNDLED, str(name)) is None:  # (a subset written since start-up)
         raise EncodingUnavailable("encoding_unknown", name=str(name)[:40], choices=", ".join(ENCODINGS))
     if name in _cache:
         return _cache[name]
-    with _lock:
-        if name not in _cache:
-            try:
-                _cache[name] = _bundled(name) or tiktoken.get_encoding(name)
-            except Exception as exc:
-                raise EncodingUnavailable("encoding_unavailable", name=name, reason=type(exc).__name__) from exc
-        return _cache[name]
+    with _locks_lock:
+        lock = _locks.setdefault(name, threading.Lock())
+    if (BUNDLED / f"{name}.tiktoken").is_file():  # shipped: read here, never waits on a download
+        with lock:
+            if name not in _cache:
+                try:
+                    _cache[name] = _bundled(name)
+                except Exception as exc:
+                    raise EncodingUnavailable("encoding_unavailable", name=name, reason=reason_of(exc)) from exc
+            return _cache[name]
+    with lock:
+        pending = _pending.get(name)
+        if pending is None:
+            pending = _pending[name] = _Fetch(name)
+    if not pending.done.wait(DOWNLOAD_WAIT_S):
+        raise EncodingUnavailable("encoding_unavailable", name=name, reason=Reason("timeout"))
+    with lock:
+        if _pending.get(name) is pending:
+            del _pending[name]  # a failure is tried again by the next request
+    if pending.error is not None:
+        raise EncodingUnavailable("encoding_unavailable", name=name, reason=reason_of(pending.error))
+    return _cache[name]
+
+
+class _Fetch:
+    """tiktoken's own load (its cache, else a download) on a daemon thread, so a caller can stop waiting."""
+
+    def __init__(self, name: str) -> None:
+        self.done, self.error = threading.Event(), None
+        threading.Thread(target=self._run, args=(name,), name=f"encoding-{name}", daemon=True).start()
+
+    def _run(self, name: str) -> None:
+        try:
+            _cache[name] = tiktoken.get_encoding(name)
+        except Exception as exc:  # kept for the callers, who turn it into a message
+            self.error = exc
+        finally:
+            self.done.set()
 
 
 def available_encodings() -> list[str]:

@@ -16,7 +16,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from ..errors import CheckpointError, ConfigError
+from ..errors import CheckpointError, ConfigError, reason_of
 from ..model.config import TransformerConfig
 from ..model.transformer import Transformer, build_model
 
@@ -68,7 +68,7 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
         else:
             state = torch.load(path, map_location="cpu", weights_only=True)
     except (SafetensorError, Exception) as exc:
-        raise CheckpointError("checkpoint_refused", reason=type(exc).__name__) from exc
+        raise CheckpointError("checkpoint_refused", reason=reason_of(exc)) from exc
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError("checkpoint_not_tensors")
     return state
@@ -100,7 +100,7 @@ def read_config(folder: str | Path) -> TransformerConfig:
     except ConfigError:
         raise
     except (OSError, ValueError, TypeError) as exc:
-        raise CheckpointError("checkpoint_config", reason=type(exc).__name__) from exc
+        raise CheckpointError("checkpoint_config", reason=reason_of(exc)) from exc
 
 
 def read_card(folder: str | Path) -> dict:
@@ -111,7 +111,7 @@ def read_card(folder: str | Path) -> dict:
     try:
         card = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise CheckpointError("checkpoint_card", reason=type(exc).__name__) from exc
+        raise CheckpointError("checkpoint_card", reason=reason_of(exc)) from exc
     return card if isinstance(card, dict) else {}
 
 

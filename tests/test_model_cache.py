@@ -1,0 +1,50 @@
+"""The model cache is bounded by bytes, shared by every session: one session opening every preset on every shipped
+encoding cannot take the server past the cache's size (issue 27's many-models session)."""
+import gc
+import resource
+
+import pytest
+
+from transformer_core.model.config import PRESETS
+from transformer_core.model.memory import module_bytes, param_bytes
+from transformer_core.text.tokenizer import BUNDLED
+
+MB = 2**20
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def test_module_bytes_reads_the_model_itself_and_counts_tied_weights_once():
+    from transformer_core.model.transformer import build_model
+
+    for name in ("tiny", "tiny-gpt", "course-gpt"):
+        model = build_model(PRESETS[name], "cpu")
+        assert module_bytes(model) == param_bytes(PRESETS[name])
+    tied = build_model(PRESETS["tiny-gpt"].replace(tie_embeddings=True), "cpu")
+    assert module_bytes(tied) == param_bytes(PRESETS["tiny-gpt"].replace(tie_embeddings=True))
+
+
+def test_every_preset_on_every_shipped_encoding_stays_within_the_model_cache(monkeypatch):
+    from ui import cache
+
+    limit = 700 * MB
+    monkeypatch.setattr(cache, "MODELS", cache.BoundedCache(limit, lambda v: module_bytes(v[0])))
+    encodings = sorted(p.stem for p in BUNDLED.glob("*.tiktoken"))
+    gc.collect()
+    before, peak = rss(), 0
+    for name in PRESETS:
+        for enc in encodings:
+            model, _ = cache.get_model(f"preset:{name}@{enc}", "cpu")
+            del model
+            gc.collect()
+            assert cache.MODELS.total_bytes() <= max(limit, max(s for _, s in cache.MODELS._items.values()))
+            peak = max(peak, rss() - before)
+    assert len(encodings) >= 3 and len(cache.MODELS._items) < len(PRESETS) * len(encodings)  # some were evicted
+    largest = max(s for _, s in cache.MODELS._items.values())
+    # resident growth: the cache (one model may pass the limit alone) plus one model being built, plus slack
+    assert peak < limit + 2 * largest + 300 * MB, f"RSS grew by {peak / MB:.0f} MB"
+    hit = cache.get_model(f"preset:tiny@{encodings[0]}", "cpu")
+    assert cache.get_model(f"preset:tiny@{encodings[0]}", "cpu") is hit  # a cached model is shared, not rebuilt
