@@ -154,6 +154,9 @@ def labels_of(ctx, kind: str) -> tuple[list[str], list[str]]:
     return (src if kind == "enc_self" else dec), (dec if kind == "dec_self" else src)
 
 
+KL_SMALL = 0.01  # below this KL (nats) the next-token distribution "barely moves"
+
+
 def sinks(ctx) -> None:
     model = ctx.model
     st.header(t("sk_title"))
@@ -178,7 +181,7 @@ def sinks(ctx) -> None:
         }), "attention_sinks", formats={t("sk_col_weight"): "%.4f"})
     else:
         best = every[0].first_weight if every else 0.0
-        st.info(t("sk_none", thr=thr, best=f"{best:.3f}"), icon="ℹ️")
+        st.info(t("sk_none", thr=thr, best=f"{best:.3f}") + " " + t("sk_none_why"), icon="ℹ️")
     export_panel(found, "sinks", ctx, threshold=thr)
     choices = found or every[:8]
     if not choices:
@@ -198,9 +201,14 @@ def sinks(ctx) -> None:
     m1.metric(t("sk_top", tok=top), f"{eff.top_prob_edited:.4f}", f"{eff.top_prob_edited - eff.top_prob_intact:+.4f}")
     m2.metric(t("sk_kl"), f"{eff.kl:.4g}")
     m3.metric(t("sk_loss"), "—" if eff.loss_change is None else f"{eff.loss_change:+.4f}")
-    block_max = float(removal.block_change.max())
-    st.markdown(t("sk_verdict_small" if eff.kl < 0.01 else "sk_verdict_big", kl=f"{eff.kl:.2g}",
-                  block=f"{100 * block_max:.0f}", layer=f"{100 * float(removal.layer_change.max()):.0f}"))
+    changes = {"kl": f"{eff.kl:.2g}", "block": f"{100 * removal.largest_change('block'):.0f}",
+               "layer": f"{100 * removal.largest_change('layer'):.0f}", "thr": f"{thr:.2f}",
+               "weight": f"{s.first_weight:.3f}", "emptied": int(removal.emptied.sum())}
+    if s.first_weight <= thr:  # not a sink by the stated measure: no claim about parked weight
+        verdict = "sk_verdict_not_sink"
+    else:
+        verdict = "sk_verdict_small" if eff.kl < KL_SMALL else "sk_verdict_big"
+    st.markdown(t(verdict, **changes) + (" " + t("sk_emptied_note", **changes) if changes["emptied"] else ""))
     q_lab, k_lab = labels_of(ctx, s.kind)
     kw = {"zmin": 0.0, "zmax": 1.0, "px_per_token": 16, "min_height": 280, "max_height": 700,
           "hovertemplate": "%{y} → %{x}: %{z:.4f}<extra></extra>"}

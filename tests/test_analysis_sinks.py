@@ -65,3 +65,14 @@ def test_encoder_decoder_sinks_in_cross_attention_read_every_query():
     result = remove_sink(model, prep, "cross", 1, 0)
     assert torch.allclose(result.weights_after.sum(-1), torch.ones(4))
     assert result.layer_change.shape == (4,)
+
+
+def test_the_largest_change_leaves_out_the_rows_that_removal_empties(gpt):
+    """A causal head's query 0 can only read the first token: removal empties that row, whose change (100%)
+    says nothing about parked weight, so the page's "changes up to N%" leaves it out."""
+    prep = prepare(gpt, TEXT)
+    result = remove_sink(gpt, prep, "dec_self", 0, 1)
+    assert result.emptied.tolist() == [True] + [False] * (prep.src_ids.size(1) - 1)
+    assert result.largest_change("block") == pytest.approx(float(result.block_change[1:].max()))
+    assert result.largest_change("layer") == pytest.approx(float(result.layer_change[1:].max()))
+    assert result.largest_change("block") <= float(result.block_change.max())

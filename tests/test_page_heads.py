@@ -199,3 +199,27 @@ def test_what_to_look_for_says_so_when_no_head_has_a_pattern():
     assert (df[SCORE] == 0).all()
     look = next(m for m in messages(at) if m.startswith("What to look for: on this text no head"))
     assert f"({scores.max().max():.2f})" in look and "0.95" in look
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_sink_verdict_is_a_measured_claim_with_its_threshold(lang):
+    """Below the threshold no head is called a sink and the page says why none is expected; the verdict for the
+    picked head names its first-token weight and the threshold, and its % change leaves out emptied rows."""
+    from ui.i18n import strings as all_strings
+
+    text = "The weather was nice, so we walked to the park after lunch."
+    with harness_language(lang):
+        at = open_app(PAGE, model="shipped:everyday-gpt", text=text, lang=lang)
+    assert not at.exception
+    model, _ = load_model("everyday-gpt")
+    prep = prepare(model, text)
+    every = find_sinks(model, prep, threshold=0.0)
+    shown = " ".join(messages(at) + [m.value for m in at.markdown])
+    words = {k: v[lang] for k, v in all_strings().items()}
+    if every[0].first_weight <= 0.5:
+        assert words["sk_none_why"] in shown
+        assert words["sk_verdict_not_sink"].split("{")[0] in shown
+        assert words["sk_verdict_small"].split("}")[-1] not in shown  # "... a way for the head to do nothing."
+    removal = remove_sink(model, prep, every[0].kind, every[0].layer, every[0].head)
+    assert f"{100 * removal.largest_change('block'):.0f}%" in shown
+    assert f"{every[0].first_weight:.3f}" in shown

@@ -17,6 +17,7 @@ from .heads import first_token
 from .interventions import Effect, effect
 
 THRESHOLD = 0.5  # mean weight on key 0 (queries i >= 1; cross-attention: every query), as heads.first_token
+EMPTIED_BELOW = 1e-6  # a row with no more weight than this off the first key is emptied by the removal
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,18 @@ class SinkRemoval:
     block_change: torch.Tensor  # (Tq,) ‖Δ out‖ / ‖out‖ of the attention block's output per position
     layer_change: torch.Tensor  # (Tq,) the same for the layer's output (the residual stream after the layer)
     effect: Effect
+
+    @property
+    def emptied(self) -> torch.Tensor:
+        """(Tq,) bool: rows whose whole weight was on the first key (a causal head's first query can only read
+        it): removal leaves them with nothing, so their change says nothing about parked weight."""
+        return self.weights_before[:, 1:].sum(-1) <= EMPTIED_BELOW
+
+    def largest_change(self, which: str = "block") -> float:
+        """The largest relative change of the block's ("block") or layer's ("layer") output over the rows that
+        removal does not empty (0 when every row is emptied)."""
+        change = (self.block_change if which == "block" else self.layer_change)[~self.emptied]
+        return float(change.max()) if change.numel() else 0.0
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {**self.effect.arrays(), "weights_before": self.weights_before.numpy(),
