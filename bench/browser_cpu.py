@@ -28,9 +28,8 @@ def main(argv=None) -> int:
     p.add_argument("--model", default="shipped:everyday-gpt")
     args = p.parse_args(argv)
     env = setup_env(args.device)
-    from playwright.sync_api import sync_playwright
-
     from browser_bench import launch_browser, nav, root_url, server_env, start_app, wait_rendered
+    from playwright.sync_api import sync_playwright
 
     text = text_of_tokens(args.tokens, "The weather was nice, so we walked to the park after lunch. ")
     with sync_playwright() as pw, start_app(env={**env, **server_env()}) as (_proc, url):

@@ -9,7 +9,7 @@ from transformer_core.analysis.blocks import kinds
 from transformer_core.analysis.compare import compare
 from transformer_core.text.inputs import token_labels
 from ui.errors import show_error
-from ui.figures import DIVERGING, axis_labels, bars, ranked_labels, token_heatmap, visible
+from ui.figures import DIVERGING, axis_labels, bars, prob_text, ranked_labels, token_heatmap, visible
 from ui.guidance import try_these
 from ui.i18n import t
 from ui.session import page_context, through_app
@@ -89,7 +89,7 @@ def differences(model, comp) -> None:
     m2.metric(t("cmp_tv"), f"{d.total_variation:.4f}", help=t("cmp_tv_help"))
     m3.metric(t("cmp_kl_ab"), f"{d.kl_ab:.4g}")
     m4.metric(t("cmp_kl_ba"), f"{d.kl_ba:.4g}")
-    st.markdown(t("cmp_top_text", tok=top, pa=f"{d.top_prob_a:.4f}", pb=f"{d.top_prob_b:.4f}"))
+    st.markdown(t("cmp_top_text", tok=top, pa=prob_text(d.top_prob_a), pb=prob_text(d.top_prob_b)))
     if d.only_a or d.only_b:
         shown = ", ".join(f"‘{visible(x)}’" for x in d.only_a) or "—"
         st.markdown(t("cmp_only", a=shown, b=", ".join(f"‘{visible(x)}’" for x in d.only_b) or "—"))

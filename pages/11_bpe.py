@@ -89,7 +89,7 @@ def whole_text(tm, text: str, encoding: str) -> None:
     shown = tm.tokens[:CHART_CAP]
     chart(bars(axis_labels([x.label for x in shown]), [x.n_merges for x in shown], title=t("bpe_chart_title"),
                x_title=t("bpe_axis_merges"), y_title=t("bpe_axis_merges"), height=max(260, 22 * len(shown) + 100),
-               hover_format="d"), "bpe_merges")
+               hover_format="d", x_format="d"), "bpe_merges")
     if len(tm.tokens) > CHART_CAP:
         st.caption(t("bpe_chart_cap", n=CHART_CAP, total=len(tm.tokens)))
     export_panel(tm, "bpe_text", key="text", text=text, encoding=encoding)

@@ -2,8 +2,8 @@
 import pandas as pd
 import streamlit as st
 
-from transformer_core.text.inputs import missing_positions, padded_batch, unknown_id
 from transformer_core.text.compare import compare_counts
+from transformer_core.text.inputs import missing_positions, padded_batch, unknown_id
 from transformer_core.text.tokenizer import available_encodings, tokenize
 from ui.errors import show_error
 from ui.figures import visible

@@ -6,7 +6,7 @@ import streamlit as st
 
 from transformer_core.analysis.alignment import alignment_rows
 from transformer_core.analysis.attention_steps import query_steps, row_sums
-from transformer_core.analysis.heads import label_block
+from transformer_core.analysis.heads import PROBE_COUNT, default_length, label_block
 from transformer_core.model.masks import MASK_MODES
 from transformer_core.model.transformer import DEFAULT_MASKS
 from transformer_core.text.inputs import sequence_labels
@@ -33,7 +33,7 @@ through_app()
 HOVER_CAP = 96  # up to this many tokens, hover shows q·k, the scaled score and the weight of each cell
 CLICK_CAP = 128  # up to this many tokens, a click on a cell explains it (one invisible marker per cell)
 SIDE_CAP = 256  # the before/after pair shows a window of at most this many tokens
-MAIN_CAP = 256  # the large map shows at most this many rows and columns (longer: blocks of tokens, their largest weight)
+MAIN_CAP = 256  # the large map's most rows and columns (longer: blocks of tokens, each its largest weight)
 THUMB_CAP = 96  # thumbnails are pooled to at most this many rows and columns
 KIND_LABEL = {"enc_self": "block_enc_self", "dec_self": "block_dec_self", "cross": "block_cross"}
 ss = st.session_state
@@ -350,6 +350,8 @@ try:
     sums_and_pitfalls(stages, kind, ss.mask_mode)
     head_thumbnails(stages, model.cfg.n_heads, records)
     heads_table(records)
+    if kind != "cross" and records:
+        st.caption(t("att_probe_note", count=PROBE_COUNT, length=default_length(model)))
     st.subheader(t("att_before_after"))
     side_by_side(stages, head, q_lab, k_lab)
     one_query(stages, head, list(q_lab), list(k_lab))

@@ -6,7 +6,7 @@ import streamlit as st
 
 from transformer_core.analysis.logit_lens import EMBEDDINGS, lens_from_trace
 from ui.errors import show_error
-from ui.figures import axis_labels, token_heatmap, visible
+from ui.figures import axis_labels, prob_text, token_heatmap, visible
 from ui.guidance import lens_hint
 from ui.i18n import t
 from ui.session import page_context, through_app
@@ -67,7 +67,7 @@ if n > WINDOW:
 final = lens.tokens[-1][pos][0]
 formed = int(lens.settled_rows()[pos])  # the earliest row from which the final answer stays on top
 st.markdown(t("lens_formed", pos=pos_labels[pos], tok=visible(final), row=rows[formed],
-              p=float(lens.probs[-1, pos, 0])))
+              p=prob_text(lens.probs[-1, pos, 0])))
 
 st.subheader(t("lens_table_title", k=k, pos=pos_labels[pos]))
 table(pd.DataFrame({

@@ -6,7 +6,14 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from service import budget
-from transformer_core.analysis.heads import CROSS_PATTERNS, SELF_PATTERNS, THRESHOLD, detect_heads
+from transformer_core.analysis.heads import (
+    CROSS_PATTERNS,
+    PROBE_COUNT,
+    SELF_PATTERNS,
+    THRESHOLD,
+    default_length,
+    detect_heads,
+)
 from transformer_core.analysis.sinks import find_sinks, remove_sink
 from transformer_core.model.memory import KEEP_ALL
 from transformer_core.model.transformer import DEFAULT_MASKS
@@ -24,7 +31,6 @@ from ui.widgets import chart, clicked, count_text, explain, table
 through_app()
 ss = st.session_state
 NONE = "none"  # the label of a head with no pattern above the threshold
-COUNT = 8  # random sequences the induction score averages over
 
 
 @st.cache_data(show_spinner=False, max_entries=32, ttl=1800)
@@ -33,8 +39,8 @@ def heads_of(key, device, text, tgt, special, gen, length: int, threshold: float
     model, prep = prep_for(key, device, text, tgt, special, gen, KEEP_ALL)
     n = max(prep.longest, 2 * length)  # the text, or one random sequence repeated twice
     with budget.trace_reservation(model.cfg, n, n if model.is_encoder_decoder else None, keep=KEEP_ALL):
-        records = detect_heads(model, prep, threshold=threshold, length=length, count=COUNT,
-                               induction=cache.induction_by_block(key, device, length, COUNT))
+        records = detect_heads(model, prep, threshold=threshold, length=length, count=PROBE_COUNT,
+                               induction=cache.induction_by_block(key, device, length))
     return records, prep.longest, prep.cut_from
 
 
@@ -96,7 +102,7 @@ def catalogue(ctx) -> None:
     hi_len = min(cfg.max_len // 2, 64)
     with st.expander(t("hd_settings")):
         c1, c2 = st.columns(2)
-        default_len = min(hi_len, 4 if cfg.vocab_size < 1000 else 16)
+        default_len = min(hi_len, default_length(model))  # the probe of the Attention page and the model card
         length = int(c1.slider(t("hd_length"), 2, max(hi_len, 3), default_len, key=f"hd_length_{hi_len}",
                                help=t("hd_length_help"), disabled=hi_len < 3))
         length = min(length, hi_len)
@@ -134,7 +140,7 @@ def catalogue(ctx) -> None:
         **{t(f"hd_pat_{p}"): [r.scores.get(p) for r in keep] for p in present},
     })
     table(df, "head_catalogue", formats={c: "%.3f" for c in [t("hd_col_score"), *(t(f"hd_pat_{p}") for p in present)]})
-    st.caption(t("hd_sort_hint"))
+    st.caption(t("hd_sort_hint") + " " + t("hd_probe_note", count=PROBE_COUNT, length=length))
 
     c1, c2 = st.columns([3, 1])
     choice = c1.selectbox(t("hd_open_pick"), range(len(records)), key=f"hd_open_{len(records)}",
@@ -143,7 +149,7 @@ def catalogue(ctx) -> None:
     if c2.button(t("hd_open_button"), key="hd_open_button", icon=":material/visibility:"):
         r = records[choice]
         open_head(r.kind, r.layer, r.head)
-    export_panel(records, "heads", ctx, threshold=threshold, length=length, count=COUNT, seed=0)
+    export_panel(records, "heads", ctx, threshold=threshold, length=length, count=PROBE_COUNT, seed=0)
 
 
 def labels_of(ctx, kind: str) -> tuple[list[str], list[str]]:

@@ -104,3 +104,24 @@ def test_snippet_parameters_are_plain_data_only():
     assert err.value.code == "export_view" and "logit_lens" in str(err.value)
     code = notebook_snippet("surprise", text="__import__('os').system('x')")
     assert "prepare(model, \"__import__('os').system('x')\"" in code
+
+
+def test_exports_carry_tokenizer_ids_and_token_text_beside_the_models_ids():
+    """The pages show tokenizer ids and characters; an export of model ids carries both beside them."""
+    model, _ = load_model("dates-zh")  # a compacted vocabulary: model id != tokenizer id
+    prep = prepare(model, "12 March 2024", "=2024年3月12日")
+    result = surprise(model, prep)
+    with np.load(io.BytesIO(export_npz(result, model))) as got:
+        ids = got["ids"]
+        assert np.array_equal(got["ids_tokenizer"], np.array([model.cfg.vocab_map[i] for i in ids]))
+        assert not np.array_equal(got["ids_tokenizer"], ids)
+        text = got["ids_text"]
+        assert text.dtype.kind == "U" and "年" in "".join(text.tolist())
+    with np.load(io.BytesIO(export_npz(text_merges("Hello 世界"), model))) as got:
+        assert "ids_tokenizer" not in got.files  # BPE ids are the tokenizer's already
+
+
+def test_an_empty_sink_list_exports_its_fields_with_no_rows():
+    with np.load(io.BytesIO(export_npz([]))) as got:
+        assert set(got.files) == {"kind", "layer", "head", "first_weight"}
+        assert all(got[f].shape == (0,) for f in got.files) and got["kind"].dtype == np.int64

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from transformer_core.text.inputs import UNK, prepare
 from transformer_core.text.compare import compare_counts
+from transformer_core.text.inputs import UNK, prepare
 from transformer_core.text.subset import is_merge_closed, merge_parts
 from transformer_core.text.tokenizer import BUNDLED, decode, load_encoding, tokenize
 from transformer_core.train.build import DEFAULT_MODEL

@@ -3,8 +3,6 @@ encoding cannot take the server past the cache's size (issue 27's many-models se
 import gc
 import resource
 
-import pytest
-
 from transformer_core.model.config import PRESETS
 from transformer_core.model.memory import module_bytes, param_bytes
 from transformer_core.text.tokenizer import BUNDLED

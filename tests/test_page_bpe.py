@@ -42,6 +42,8 @@ def test_the_course_sentence_tokens_and_merge_counts_equal_tiktoken():
     ids = enc.encode_ordinary(COURSE)
     merges = [len(enc.decode_single_token_bytes(i)) - 1 for i in ids]
     np.testing.assert_array_equal(array(figure(at, "bpe_merges")["data"][0]["x"]), merges)
+    axis = figure(at, "bpe_merges")["layout"]["xaxis"]
+    assert axis["dtick"] >= 1 and float(axis["dtick"]).is_integer() and axis["tick0"] == 0  # no 0.5 ticks
     assert [m.value for m in at.metric][:2] == [str(len(ids)), str(sum(merges))]
     assert merges[5:8] == [0, 0, 0]  # 踩 stays three single bytes, as the caption says
     whole = at.html[-1].value  # the whole text's chips, each with its merge count

@@ -2,6 +2,7 @@
 the kind filter, opening a head on the attention page, attention sinks and removing one; bad input, Chinese."""
 import numpy as np
 import pytest
+import torch
 from apptest_support import (
     SMALL,
     array,
@@ -14,7 +15,7 @@ from apptest_support import (
 )
 
 from transformer_core import load_model, prepare
-from transformer_core.analysis.heads import detect_heads
+from transformer_core.analysis.heads import PROBE_COUNT, detect_heads
 from transformer_core.analysis.sinks import find_sinks, remove_sink
 from ui.i18n import strings
 
@@ -47,7 +48,7 @@ def test_reverse_catalogue_equals_detect_heads_and_layer_1_cross_attention_is_an
     at = open_app(PAGE, model="shipped:reverse", text="d a c b", tgt="= b c a", lang="en")
     assert_clean(at)
     model, _ = load_model("reverse")
-    records = detect_heads(model, prepare(model, "d a c b", "= b c a"), length=4, count=8)  # the toy default
+    records = detect_heads(model, prepare(model, "d a c b", "= b c a"), length=4, count=PROBE_COUNT)  # the toy default
     df = catalogue(at)
     assert len(df) == 3 * 2 * 4  # three kinds of attention, 2 layers, 4 heads
     np.testing.assert_allclose(df[SCORE], [r.strength for r in records], atol=1e-6)
@@ -119,7 +120,7 @@ def test_the_heads_snippet_recomputes_the_catalogue():
     at = open_app(PAGE, model="shipped:copy", text="d a c b", tgt="= d a c", lang="en")
     assert_clean(at)
     code = [c.value for c in at.code if "detect_heads" in c.value][0]
-    assert "length=4" in code and "count=8" in code
+    assert "length=4" in code and f"count={PROBE_COUNT}" in code
     scope: dict = {}
     exec(code, scope)
     df = catalogue(at)
@@ -223,3 +224,28 @@ def test_the_sink_verdict_is_a_measured_claim_with_its_threshold(lang):
     removal = remove_sink(model, prep, every[0].kind, every[0].layer, every[0].head)
     assert f"{100 * removal.largest_change('block'):.0f}%" in shown
     assert f"{every[0].first_weight:.3f}" in shown
+
+
+def test_one_induction_probe_gives_one_number_on_the_card_the_heads_page_and_the_attention_page():
+    """A head's induction score is measured once, on one probe (default_length random tokens written twice,
+    PROBE_COUNT sequences, seed 0): the model card, the Heads page's catalogue and the Attention page's labels
+    (ui.cache.induction_by_block) show the same number."""
+    import json
+
+    from transformer_core.analysis.heads import default_length, induction_scores
+    from ui import cache
+
+    model, card = load_model("everyday-gpt")
+    probe = induction_scores(model)
+    on_card = {(r["layer"], r["head"]): r["induction"] for r in card["heads"]}
+    for (_kind, layer), scores in probe.items():
+        for h, v in enumerate(scores.tolist()):
+            assert v == pytest.approx(on_card[layer, h], abs=5e-4), (layer, h)
+    shared = cache.induction_by_block("shipped:everyday-gpt", "cpu")
+    assert all(torch.equal(shared[k], probe[k]) for k in probe)
+    at = open_app(PAGE, model="shipped:everyday-gpt", text="the cat sat on the mat", lang="en")
+    df = catalogue(at)
+    ind = df[EN["hd_pat_induction"]].tolist()
+    assert ind == pytest.approx([round(v, 4) for k in sorted(probe) for v in probe[k].tolist()], abs=1e-6)
+    assert any(f"{PROBE_COUNT} random sequences of {default_length(model)} tokens" in c.value for c in at.caption)
+    assert json.dumps(card["heads"])  # (the card's rows are plain numbers)

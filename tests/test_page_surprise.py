@@ -130,7 +130,17 @@ def test_what_to_look_for_names_the_most_and_least_surprising_tokens_of_this_tex
     model, _ = load_model("count")
     labels = [visible(x) for x in token_labels(model, prepare(model, "4 7 10 13").src_ids[0].tolist())]
     worst, best = int(p.argmin()), int(p.argmax())
-    look = EN["look_surprise"].format(worst=f"‘{labels[worst + 1]}’", pw=p[worst], bw=-math.log2(p[worst]),
-                                      best=f"‘{labels[best + 1]}’", pb=p[best], loss=float(-np.log(p).mean()),
+    from ui.figures import prob_text
+
+    look = EN["look_surprise"].format(worst=f"‘{labels[worst + 1]}’", pw=prob_text(p[worst]),
+                                      bw=-math.log2(p[worst]), best=f"‘{labels[best + 1]}’", pb=prob_text(p[best]),
+                                      loss=float(-np.log(p).mean()),
                                       n=len(p))
     assert look in messages(at)
+
+
+def test_tiny_probabilities_never_read_as_zero():
+    from ui.figures import prob_text
+
+    assert prob_text(0.25) == "0.2500" and prob_text(3.2e-7) == "3.2e-07" and prob_text(4e-5) == "4.0e-05"
+    assert prob_text(0.0) == "0.0000" and prob_text(1e-4) == "0.0001"

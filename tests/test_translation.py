@@ -133,3 +133,23 @@ def test_translate_gives_a_string_for_any_text_and_stops_at_the_end_of_text(date
     for text in ("hello", "", "🙂", "<|endoftext|>", "x" * 500):
         out = translate(dates_model, text)
         assert isinstance(out, str) and "<|endoftext|>" not in out
+
+
+def test_round_numbers_are_sampled_often_enough_to_be_learned():
+    """Half the numbers of two or more digits are drawn with trailing zeros: 12,000-like values were 90 of 90,000
+    five-digit numbers and came out as "一万二千零"."""
+    rng = random.Random(3)
+    numbers = [e.src for e in (TASK.sample(rng) for _ in range(8000)) if e.src.isdigit()]
+    five = [n for n in numbers if len(n) == 5]
+    round_thousands = sum(n.endswith("000") for n in five) / len(five)
+    assert 0.15 < round_thousands < 0.35  # zeros 3 or 4 of 1..4, half the time: 0.25 (uniform by value: 0.001)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_round_numbers_and_padded_input_translate_exactly(dates_model):
+    values = [k * 1000 for k in range(1, 100)] + [k * 10_000 for k in range(1, 10)] + [k * 100 for k in range(1, 100)]
+    texts = [str(n) for n in values] + [english_number(n) for n in values]
+    got = translate_batch(dates_model, texts)
+    wrong = [(x, g) for x, g, n in zip(texts, got, values * 2) if g != chinese_number(n)]
+    assert not wrong, wrong[:10]
+    assert translate(dates_model, "  12  ") == "十二"  # spaces around the number are no part of it

@@ -145,14 +145,11 @@ def model_file(key: str, device: str) -> bytes:
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
-def induction_by_block(key: str, device: str, length: int | None = None, count: int | None = None) -> dict:
-    """(kind, layer) -> (nh,) induction scores of a model on `count` random sequences of `length` tokens repeated
-    twice: they do not depend on the learner's text, so each model is measured once per server (defaults: the
-    detector's length, and few sequences for a big model)."""
-    from transformer_core.analysis.heads import default_length, induction_scores
-    from transformer_core.model.memory import param_count
+def induction_by_block(key: str, device: str, length: int | None = None) -> dict:
+    """(kind, layer) -> (nh,) induction scores of a model on the detector's probe (PROBE_COUNT random sequences of
+    `length` tokens, default_length by default, each written twice): they do not depend on the learner's text, so
+    each model is measured once per server, and every page shows the same number as the model card."""
+    from transformer_core.analysis.heads import induction_scores
 
     model, _ = get_model(key, device)
-    if count is None:
-        count = 8 if param_count(model.cfg) < 20_000_000 else 2
-    return induction_scores(model, default_length(model) if length is None else length, count=count)
+    return induction_scores(model, length)

@@ -33,6 +33,12 @@ def ranked_labels(tokens: list[str]) -> list[str]:
     return [f"#{i + 1} ‘{visible(tok)}’" for i, tok in enumerate(tokens)]
 
 
+def prob_text(p: float) -> str:
+    """A probability as a learner reads it: 4 decimals, or 2 significant digits when that would show 0.0000."""
+    p = float(p)
+    return f"{p:.4f}" if p == 0 or p >= 5e-5 else f"{p:.1e}"
+
+
 def _f32(a) -> np.ndarray:
     return np.asarray(a, dtype=np.float32)
 
@@ -60,6 +66,8 @@ def bars(labels, values, *, title="", x_title="", y_title="", height=360, second
     fig.update_yaxes(autorange="reversed", type="category")
     if x_format:
         fig.update_xaxes(tickformat=x_format)
+    if x_format == "d":  # counts: whole-number ticks only (plotly's own spacing gave 0.5, 1.5, ...)
+        fig.update_xaxes(tick0=0, dtick=max(1, -(-int(np.nanmax(_f32(values), initial=0)) // 8)))
     if hover_format:
         fig.update_traces(hovertemplate=f"%{{y}}<br>%{{fullData.name}}: %{{x:{hover_format}}}<extra></extra>")
     return fig
@@ -153,7 +161,8 @@ def mark_cells(fig, masked, *, hovertemplate: str, value: float = 1.0, row=None,
     n_q, n_k = masked.shape
     fig.add_trace(go.Heatmap(
         z=np.where(masked, float(value), np.nan).astype(np.float32), x=list(range(0, n_k * step, step)),
-        y=list(range(0, n_q * step, step)), showscale=False, colorscale=[[0, MASK_COLOUR], [1, MASK_COLOUR]], hoverongaps=False,
+        y=list(range(0, n_q * step, step)), showscale=False, colorscale=[[0, MASK_COLOUR], [1, MASK_COLOUR]],
+        hoverongaps=False,
         hovertemplate=hovertemplate + "<extra></extra>",
         text=np.where(masked, "✕", "").tolist() if marks else None, texttemplate="%{text}" if marks else None,
         textfont={"color": "#555"}, name="mask"), row=row, col=col)

@@ -7,7 +7,7 @@ import streamlit as st
 
 from service import catalog
 
-from .figures import visible
+from .figures import prob_text, visible
 from .i18n import t
 from .session import try_example, viewer
 
@@ -82,8 +82,8 @@ def try_these(key: str, *examples: dict) -> None:
 def surprise_hint(sur) -> None:
     """The most and the least surprising token of this text, and what the mean loss averages."""
     worst, best = int(sur.bits.argmax()), int(sur.bits.argmin())
-    look_for("surprise", worst=_quoted(sur.labels[worst + 1]), pw=float(sur.prob[worst]),
-             bw=float(sur.bits[worst]), best=_quoted(sur.labels[best + 1]), pb=float(sur.prob[best]),
+    look_for("surprise", worst=_quoted(sur.labels[worst + 1]), pw=prob_text(sur.prob[worst]),
+             bw=float(sur.bits[worst]), best=_quoted(sur.labels[best + 1]), pb=prob_text(sur.prob[best]),
              loss=sur.mean_loss, n=len(sur.bits))
 
 

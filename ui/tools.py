@@ -13,7 +13,7 @@ from transformer_core.text.inputs import prepare
 
 from . import cache
 from .errors import show_error
-from .figures import visible
+from .figures import prob_text, visible
 from .i18n import t
 from .widgets import file_stem
 
@@ -31,7 +31,8 @@ def export_panel(result, view: str, ctx=None, *, key: str = "", **params) -> Non
                   "target": ss.get("tgt") if ctx.model.is_encoder_decoder else None, **params}
     with st.expander(t("xp_title")):
         try:
-            st.download_button(t("xp_npz"), export_npz(result), mime="application/octet-stream",
+            st.download_button(t("xp_npz"), export_npz(result, None if ctx is None else ctx.model),
+                               mime="application/octet-stream",
                                file_name=f"{file_stem('transformer-explorer', view, key)}.npz", key=f"xp_npz_{view}")
             code = notebook_snippet(view, **params)
         except ExplorerError:
@@ -152,7 +153,7 @@ def surprise_chips(labels: list[str], probs: list[float] | None, bits: list[floa
     for i, tok in enumerate(labels):
         p = None if i == 0 or probs is None else probs[i - 1]
         colour = "#eeeeee" if p is None else prob_colour(p)
-        tip = t("sur_chip_first") if p is None else t("sur_chip_hover", p=f"{p:.4f}", bits=f"{bits[i - 1]:.2f}")
+        tip = t("sur_chip_first") if p is None else t("sur_chip_hover", p=prob_text(p), bits=f"{bits[i - 1]:.2f}")
         border = "2px solid #c0392b" if i in mark else "1px solid #bbb"
         data = "" if p is None else f" data-p='{p!r}'"
         chips.append(f"<span{data} title='{html.escape(f'#{i} · {tip}', quote=True)}' style='background:{colour};"

@@ -127,6 +127,7 @@ class TokenMerges:
 class TextMerges:
     chunks: list[str]
     tokens: list[TokenMerges]
+    TOKENIZER_IDS = True  # its ids are the tokenizer's (export adds no mapping)
 
     @property
     def ids(self) -> list[int]:

@@ -15,7 +15,7 @@ import torch
 
 from ..errors import InputError
 from ..model.trace import AttentionStages
-from .heads import CROSS_PATTERNS, SELF_PATTERNS, HeadRecord
+from .heads import CROSS_PATTERNS, PROBE_COUNT, SELF_PATTERNS, HeadRecord
 from .next_token import Distribution
 from .sinks import Sink
 
@@ -23,17 +23,18 @@ KIND_CODES = {"enc_self": 0, "dec_self": 1, "cross": 2}
 
 
 def _array(x) -> np.ndarray:
-    """float32 for floating data, int64 for integers, bool kept."""
+    """float32 for floating data, int64 for integers, bool and text kept."""
     a = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
-    if a.dtype == np.bool_:
+    if a.dtype == np.bool_ or a.dtype.kind == "U":
         return a
     return a.astype(np.int64) if np.issubdtype(a.dtype, np.integer) else a.astype(np.float32)
 
 
 def arrays_of(result) -> dict[str, np.ndarray]:
     """name -> array of everything a view shows, for any analysis result (and attention stages, distributions)."""
-    if isinstance(result, list) and not result:  # nothing found (no sink above the threshold)
-        out = {}
+    if isinstance(result, list) and not result:  # nothing found (no sink above the threshold): the fields, empty
+        return {"kind": np.zeros(0, np.int64), "layer": np.zeros(0, np.int64), "head": np.zeros(0, np.int64),
+                "first_weight": np.zeros(0, np.float32)}
     elif hasattr(result, "arrays"):
         out = result.arrays()
     elif isinstance(result, AttentionStages):
@@ -61,9 +62,22 @@ def npz_bytes(arrays: Mapping[str, object]) -> bytes:
     return buf.getvalue()
 
 
-def export_npz(result) -> bytes:
-    """The .npz blob of one view's result."""
-    return npz_bytes(arrays_of(result))
+def export_npz(result, model=None) -> bytes:
+    """The .npz blob of one view's result. With the model: beside each array of the model's token ids
+    ("ids", "top_ids", ...), NAME_tokenizer (the tokenizer's ids, as the pages show them) and NAME_text (each
+    token's text, a part of a character shown with its character, as on the pages). The BPE views' ids are the
+    tokenizer's already."""
+    arrays = arrays_of(result)
+    if model is not None and not getattr(result, "TOKENIZER_IDS", False):
+        from ..text.inputs import UNK, real_ids, token_labels
+
+        for name, a in list(arrays.items()):
+            if (name == "ids" or name.endswith("_ids")) and a.dtype == np.int64 and a.size:
+                flat = a.ravel().tolist()
+                real = np.array(real_ids(model, flat), dtype=np.int64).reshape(a.shape)
+                arrays[f"{name}_tokenizer"] = np.where(real == UNK, -1, real)
+                arrays[f"{name}_text"] = np.array(token_labels(model, flat), dtype=str).reshape(a.shape)
+    return npz_bytes(arrays)
 
 
 # view -> (import line, setup, call with {placeholders}, defaults of the view's own parameters)
@@ -77,7 +91,7 @@ VIEWS: dict[str, tuple[str, str, str, dict]] = {
     "surprise": ("from transformer_core.analysis.surprise import surprise", "prep", "surprise(model, prep)", {}),
     "heads": ("from transformer_core.analysis.heads import detect_heads", "prep",
               "detect_heads(model, prep, threshold={threshold}, length={length}, count={count}, seed={seed})",
-              {"threshold": 0.5, "length": None, "count": 8, "seed": 0}),
+              {"threshold": 0.5, "length": None, "count": PROBE_COUNT, "seed": 0}),
     "ablate": ("from transformer_core.analysis.interventions import ablate", "prep",
                "ablate(model, prep, heads={heads}, ffn_layers={ffn_layers}, mode={mode}, top={top})",
                {"heads": [], "ffn_layers": [], "mode": "zero", "top": 10}),

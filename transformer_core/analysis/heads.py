@@ -27,6 +27,7 @@ from ..text.tokenizer import load_encoding
 from .blocks import KIND_ORDER, block_weights, check_fraction
 
 THRESHOLD = 0.5
+PROBE_COUNT = 16  # random sequences the induction score averages over: the same probe on every page and card
 SELF_PATTERNS = ("previous_token", "first_token", "self", "induction")
 CROSS_PATTERNS = ("first_token", "diagonal", "anti_diagonal")
 
@@ -120,10 +121,12 @@ def _value(x: torch.Tensor, h: int) -> float | None:
     return None if v != v else round(v, 4)
 
 
-def induction_scores(model: Transformer, length: int, count: int = 8,
+def induction_scores(model: Transformer, length: int | None = None, count: int = PROBE_COUNT,
                      seed: int = 0) -> dict[tuple[str, int], torch.Tensor]:
     """(kind, layer) -> (nh,) induction score of every self-attention block, one random sequence at a time
-    (bounded memory: one forward holds 2L positions of logits); the mean over sequences of each one's mean."""
+    (bounded memory: one forward holds 2L positions of logits); the mean over sequences of each one's mean.
+    The defaults (default_length, PROBE_COUNT, seed 0) are the one probe every page and every card shows."""
+    length = default_length(model) if length is None else length
     seqs = induction_batch(vocab_ids(model), length, count, seed)  # (count, 2L)
     total: dict[tuple[str, int], torch.Tensor] = {}
     for seq in seqs:
@@ -136,9 +139,11 @@ def induction_scores(model: Transformer, length: int, count: int = 8,
 
 def default_length(model: Transformer) -> int:
     """The random sequence's length: half the context, at most 64, and short enough for a small vocabulary
-    (at most 1/8 of it) that a span rarely repeats a token inside itself, as in the text a model learned."""
+    (at most 1/8 of it, but at least 4 tokens) that a span rarely repeats a token inside itself, as in the text a
+    model learned."""
     vocab = len(vocab_ids(model))
-    return max(2, min(model.cfg.max_len // 2, 64, vocab // 8))
+    half = model.cfg.max_len // 2
+    return max(min(4, half), min(half, 64, vocab // 8))  # at least 4 tokens: a toy vocabulary still gets a span
 
 
 def label_block(kind: str, layer: int, weights: torch.Tensor, induction_of_block: torch.Tensor | None = None,
@@ -161,7 +166,7 @@ def label_block(kind: str, layer: int, weights: torch.Tensor, induction_of_block
 
 
 def detect_heads(model: Transformer, prep: Prepared, *, threshold: float = THRESHOLD, length: int | None = None,
-                 count: int = 8, seed: int = 0, induction: dict | None = None) -> list[HeadRecord]:
+                 count: int = PROBE_COUNT, seed: int = 0, induction: dict | None = None) -> list[HeadRecord]:
     """Score and label every head: patterns on the learner's text, induction on `count` random sequences of
     `length` tokens (default: default_length) repeated twice (self-attention blocks; both stacks read them).
     `induction`: those scores already measured (induction_scores of the same length, count and seed): they do

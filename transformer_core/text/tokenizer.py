@@ -24,7 +24,7 @@ DOWNLOAD_WAIT_S = 15.0  # a request waits this long for an encoding that is not 
 _locks_lock = threading.Lock()
 _locks: dict[str, threading.Lock] = {}  # one per encoding name: loading one never blocks another
 _cache: dict[str, tiktoken.Encoding] = {}
-_pending: dict[str, "_Fetch"] = {}  # downloads in flight
+_pending: dict[str, _Fetch] = {}  # downloads in flight
 
 
 def _bundled(name: str) -> tiktoken.Encoding | None:
@@ -96,7 +96,7 @@ class _Fetch:
     def _run(self, name: str) -> None:
         try:
             _cache[name] = tiktoken.get_encoding(name)
-        except Exception as exc:  # kept for the callers, who turn it into a message
+        except Exception as exc:  # noqa: BLE001 - kept for the callers, who turn it into a message
             self.error = exc
         finally:
             self.done.set()

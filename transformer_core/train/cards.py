@@ -109,7 +109,7 @@ def card_heads(model, heldout: np.ndarray, context: int, n_windows: int = 64, le
     """Every self-attention head's previous-token and first-token scores over the first n_windows held-out windows,
     and its induction score on random sequences repeated twice (analysis.heads' detector), labelled with the
     strongest of those three."""
-    from ..analysis.heads import default_length, induction_scores, label, label_block
+    from ..analysis.heads import induction_scores, label, label_block
     from ..model.hooks import act_name
     from ..model.trace import run_with_trace
 
@@ -117,7 +117,7 @@ def card_heads(model, heldout: np.ndarray, context: int, n_windows: int = 64, le
     layers = range(model.cfg.n_layers)
     _, trace = run_with_trace(model, x[:n_windows], names=[act_name("weights", layer=i, block="dec_self")
                                                            for i in layers])
-    ind = induction_scores(model, length or default_length(model), count=16)
+    ind = induction_scores(model, length)  # the probe every page shows (analysis.heads: length, count, seed)
     rows = []
     for i in layers:
         for r in label_block("dec_self", i, trace.attention("dec_self", i).weights, ind["dec_self", i]):

@@ -224,17 +224,26 @@ class TranslationTask(Task):
         return self.vocab.index()
 
     def sample(self, rng: random.Random) -> TaskExample:
-        kind = rng.choice(KINDS)  # the four forms equally often; numbers by their count of digits, equally often
-        pool = self._train_by_kind[kind, rng.randint(1, 5) if kind in ("words", "digits") else 0]
+        """The four forms equally often; a number by its count of digits (equally often), then half the time a
+        round one (1 to digits-1 trailing zeros, equally often): 12,000 and 20,000 are 2 of 90,000 five-digit
+        numbers, and were missed ("二万零") while 99.8 % of the others were right."""
+        kind = rng.choice(KINDS)
+        digits = rng.randint(1, 5) if kind in ("words", "digits") else 0
+        zeros = rng.randint(1, digits - 1) if digits > 1 and rng.random() < 0.5 else 0
+        pool = self._train_by_kind[kind, digits, zeros]
         e = pool[rng.randrange(len(pool))]
         return TaskExample(e.src, e.tgt)
 
     @cached_property
-    def _train_by_kind(self) -> dict[tuple[str, int], list[Example]]:
-        """(kind, digits) -> training examples (digits 0 for dates)."""
-        pools: dict[tuple[str, int], list[Example]] = {}
+    def _train_by_kind(self) -> dict[tuple[str, int, int], list[Example]]:
+        """(kind, digits, trailing zeros) -> training examples (0, 0 for dates; zeros 0 holds every number)."""
+        pools: dict[tuple[str, int, int], list[Example]] = {}
         for e in self.splits[0]:
-            pools.setdefault((e.kind, len(e.key[4:]) if e.key.startswith("num:") else 0), []).append(e)
+            value = e.key[4:] if e.key.startswith("num:") else ""
+            zeros = len(value) - len(value.rstrip("0")) if value != "0" else 0
+            pools.setdefault((e.kind, len(value), 0), []).append(e)
+            if zeros:
+                pools.setdefault((e.kind, len(value), zeros), []).append(e)
         return pools
 
     def vocab_texts(self) -> list[str]:
@@ -330,6 +339,7 @@ def translate_batch(model: Transformer, texts: list[str], max_steps: int = 24, b
     vmap = model.cfg.vocab_map
     bos, eos = vmap.index(BOS_REAL_ID), vmap.index(EOS_REAL_ID)
     out = []
+    texts = [" ".join(str(t).split()) for t in texts]  # "  12 " reads as "12": spaces are no part of the domain
     for i in range(0, len(texts), batch_size):
         chunk = texts[i : i + batch_size]
         ids = [to_model_ids(tokenize(t or " ", model.cfg.encoding, max_tokens=model.cfg.max_len), model)[0]
