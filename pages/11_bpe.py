@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from transformer_core.analysis.bpe import text_merges, token_playback
-from transformer_core.text.tokenizer import display_bytes
+from transformer_core.text.tokenizer import character_labels, display_bytes
 from ui.errors import show_error
 from ui.figures import axis_labels, bars, visible
 from ui.i18n import t
@@ -84,10 +84,11 @@ def whole_text(tm, text: str, encoding: str) -> None:
     c1.metric(t("bpe_n_tokens"), len(tm.tokens))
     c2.metric(t("bpe_n_merges"), tm.n_merges)
     c3.metric(t("bpe_n_chunks"), len(tm.chunks))
-    chips([x.label for x in tm.tokens], subs=[str(x.n_merges) for x in tm.tokens])
+    labels = character_labels(tm.ids, encoding)  # a part of a character shown with its character, not bytes
+    chips(labels, subs=[str(x.n_merges) for x in tm.tokens])
     st.caption(t("bpe_chips_note"))
     shown = tm.tokens[:CHART_CAP]
-    chart(bars(axis_labels([x.label for x in shown]), [x.n_merges for x in shown], title=t("bpe_chart_title"),
+    chart(bars(axis_labels(labels[:CHART_CAP]), [x.n_merges for x in shown], title=t("bpe_chart_title"),
                x_title=t("bpe_axis_merges"), y_title=t("bpe_axis_merges"), height=max(260, 22 * len(shown) + 100),
                hover_format="d", x_format="d"), "bpe_merges")
     if len(tm.tokens) > CHART_CAP:

@@ -118,3 +118,13 @@ def test_chinese_page_has_no_english_labels():
         assert_clean(at)
         assert at.title[0].value == "BPE 合并过程"
         assert not [s for s in shown_texts(at) if s in ENGLISH_ONLY]
+
+
+def test_chinese_chips_and_bars_show_characters_not_bytes():
+    text = "我踩着地雷了"
+    at = open_app(PAGE, model=SMALL, text=text, lang="en")
+    assert_clean(at)
+    chips = re.findall(r">([^<>]+)<sub", at.html[-1].value)
+    assert chips == ["我", "踩\u00a01/3", "踩\u00a02/3", "踩\u00a03/3", "着\u00a01/2", "着\u00a02/2", "地", "雷", "了"]
+    labels = figure(at, "bpe_merges")["data"][0]["y"]
+    assert not any("<0x" in str(x) for x in labels) and any("踩\u00a02/3" in str(x) for x in labels)

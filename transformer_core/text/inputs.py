@@ -152,7 +152,7 @@ def token_labels(model: Transformer, ids) -> list[str]:
 def sequence_labels(model: Transformer, ids) -> list[str]:
     """token_labels for a sequence (adjacent tokens): a token that is only part of a character is shown with its
     character and which piece it is ("明 1/2", "明 2/2"), not as bytes; bytes stay on the Tokenizer page."""
-    from .tokenizer import _group_tokens, load_encoding
+    from .tokenizer import label_pieces, load_encoding
 
     labels, real = token_labels(model, ids), real_ids(model, ids)
     enc = load_encoding(model.cfg.encoding)
@@ -163,12 +163,7 @@ def sequence_labels(model: Transformer, ids) -> list[str]:
         except (KeyError, ValueError):
             return b""
 
-    raws = [raw(i) for i in real]
-    for chars, members in _group_tokens(raws)[1]:
-        if len(members) > 1 and any(labels[m].startswith("<0x") for m in members):
-            for k, m in enumerate(members, 1):
-                labels[m] = f"{chars} {k}/{len(members)}"
-    return labels
+    return label_pieces([raw(i) for i in real], labels)
 
 
 def trace_text(model: Transformer, text: str, tgt_text: str | None = None, *, masks=None, names=None,

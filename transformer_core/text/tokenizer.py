@@ -178,6 +178,24 @@ def _group_tokens(raws: list[bytes]) -> tuple[list[int], list[tuple[str, list[in
     return group_of, groups
 
 
+def label_pieces(raws: list[bytes], labels: list[str]) -> list[str]:
+    """Labels of adjacent tokens (their bytes `raws`) with each token that is only part of a character shown as
+    that character and which piece it is ("明 1/2", "明 2/2") instead of its bytes ("<0xE6><0x98>")."""
+    labels = list(labels)
+    for chars, members in _group_tokens(raws)[1]:
+        if len(members) > 1 and any(labels[m].startswith("<0x") for m in members):
+            for k, m in enumerate(members, 1):
+                labels[m] = f"{chars}\u00a0{k}/{len(members)}"  # a no-break space: not a token's own space (␣)
+    return labels
+
+
+def character_labels(ids: list[int], encoding: str = DEFAULT_ENCODING) -> list[str]:
+    """Display strings of a sequence of this encoding's ids, a part of a character shown with its character."""
+    enc = load_encoding(encoding)
+    raws = [enc.decode_single_token_bytes(i) for i in ids]
+    return label_pieces(raws, [display_bytes(r) for r in raws])
+
+
 def encode_by_line(enc, text: str, allowed_special: str | frozenset = frozenset()) -> list[int]:
     """Ids of a text encoded one line at a time with the id of "\\n" between lines (decodes to exactly `text`).
 
