@@ -25,7 +25,7 @@ from ui.figures import (
 )
 from ui.guidance import attention_hint
 from ui.i18n import t
-from ui.session import keep_view_in_model, load_selected_model, page_context, through_app
+from ui.session import generated, keep_view_in_model, load_selected_model, page_context, through_app
 from ui.widgets import chart, clicked, explain, table, tensor_frame
 
 through_app()
@@ -108,6 +108,10 @@ def main_map(stages, head: int, q_lab, k_lab) -> tuple[int, int] | None:
                         hovertemplate="skip" if clickable and custom is not None else hover)
     mark_cells(fig, ~mask, hovertemplate=f"{t('attn_queries')} %{{y}} · {t('attn_keys')} %{{x}}<br>"
                f"{t('att_masked_hover')} → 0", value=0.0)
+    n_gen = len(generated()) if ss.block != "enc_self" else 0  # generated tokens are the decoder's last rows
+    if 0 < n_gen < n_q:
+        mark_generated(fig, n_q, n_k, n_gen)
+        st.caption(t("att_generated_rows", n=n_gen, row=n_q - 1))
     if clickable:
         click_targets(fig, n_q, n_k, customdata=custom, names=names, hovertemplate=hover)
         fig.update_xaxes(title_text=t("attn_keys"))
@@ -122,6 +126,16 @@ def main_map(stages, head: int, q_lab, k_lab) -> tuple[int, int] | None:
         chart(fig, "att_main")
         st.caption(t("att_zoom_hint", n=max(n_q, n_k)))
     return ss.get("att_cell")
+
+
+def mark_generated(fig, n_q: int, n_k: int, n_gen: int) -> None:
+    """A dashed line above the first generated row and a red outline round the newest query's row (the one the
+    last generation step computed, with the cached keys and values of every row above it)."""
+    first = n_q - n_gen
+    fig.add_shape(type="line", x0=-0.5, x1=n_k - 0.5, y0=first - 0.5, y1=first - 0.5,
+                  line={"color": "#d62728", "width": 2, "dash": "dash"})
+    fig.add_shape(type="rect", x0=-0.5, x1=n_k - 0.5, y0=n_q - 1.5, y1=n_q - 0.5, line={"color": "#d62728", "width": 3},
+                  name="newest query")
 
 
 def side_by_side(stages, head, q_lab, k_lab) -> None:

@@ -2,12 +2,13 @@
 import pandas as pd
 import streamlit as st
 
+from transformer_core.analysis.kv_steps import cache_report
 from transformer_core.analysis.next_token import GREEDY, Sampling, distribution, generate
 from transformer_core.errors import SamplingError
 from transformer_core.text.inputs import end_of_text_id, real_ids, sequence_labels, token_labels
 from transformer_core.text.tokenizer import tokens_of
 from ui.errors import error_text, show_error
-from ui.figures import bars, ranked_labels, visible
+from ui.figures import bars, lines, ranked_labels, visible
 from ui.guidance import look_for
 from ui.i18n import t
 from ui.session import generated, page_context, set_generated, through_app
@@ -123,3 +124,44 @@ elif full:
     st.warning(t("log_full"), icon="🧱")
 elif ended:
     st.info(t("log_stopped_eot"), icon="🏁")
+
+
+@st.cache_data(show_spinner=False, max_entries=32, ttl=600)
+def kv_report(key: str, device: str, dec: tuple, src: tuple | None):
+    from ui import cache
+
+    model, _ = cache.get_model(key, device)
+    return cache_report(model, list(dec), None if src is None else list(src))
+
+
+def kv_section() -> None:
+    """The cache the last generation step left, its growth, and the work it saved (measured now)."""
+    st.subheader(t("kv_title"))
+    if not n_gen:
+        st.caption(t("kv_none"))
+        return
+    st.markdown(t("kv_intro"))
+    try:
+        rep = kv_report(ctx.key, ctx.device, tuple(dec), tuple(src) if model.is_encoder_decoder else None)
+    except Exception as exc:  # noqa: BLE001 - never a traceback
+        show_error(exc)
+        return
+    cross = model.is_encoder_decoder
+    table(pd.DataFrame({
+        t("kv_col_layer"): [x.layer for x in rep.layers],
+        t("kv_col_self"): [" × ".join(map(str, x.self_shape)) for x in rep.layers],
+        **({t("kv_col_cross"): [" × ".join(map(str, x.cross_shape)) for x in rep.layers]} if cross else {}),
+        t("kv_col_bytes"): [x.nbytes for x in rep.layers],
+    }), "kv_cache")
+    st.caption(t("kv_total", bytes=f"{rep.nbytes:,}", n=len(rep.layers), t=rep.length))
+    k1, k2, k3 = st.columns(3)
+    k1.metric(t("kv_cached"), f"{rep.cached_ms:.1f} ms")
+    k2.metric(t("kv_full"), f"{rep.full_ms:.1f} ms")
+    k3.metric(t("kv_positions", n=rep.length), f"1 / {rep.length}")
+    st.caption(t("kv_same", diff=f"{rep.max_abs_diff:.1e}"))
+    grown = rep.growth(len(dec) - n_gen)
+    chart(lines([g[0] for g in grown], {t("kv_axis_bytes"): [g[1] for g in grown]}, title=t("kv_growth_title"),
+                x_title=t("kv_axis_tokens"), y_title=t("kv_axis_bytes"), height=260), "kv_growth")
+
+
+kv_section()

@@ -322,3 +322,24 @@ def test_long_key_labels_get_height_of_their_own_so_rows_keep_their_room():
     numbered = token_heatmap(z, long, None).layout.height  # plotly's own short ticks: no room added
     assert token_heatmap(z, short, short).layout.height - numbered < 20
     assert token_heatmap(z, long, long).layout.height - numbered >= 16 * 12 * 0.6 * 0.86  # 0.6 em a char, at 60°
+
+
+def test_generated_rows_are_marked_and_the_newest_query_outlined():
+    from transformer_core import load_model
+    from transformer_core.analysis.next_token import generate
+    from transformer_core.text.inputs import prepare
+
+    text = "The weather was nice, so we walked"
+    model, _ = load_model("everyday-gpt")
+    prompt = prepare(model, text).src_ids[0].tolist()
+    gen = generate(model, prompt, 3)
+    at = open_app(PAGE, model="shipped:everyday-gpt", text=text, gen=",".join(map(str, gen)), lang="en")
+    assert_clean(at)
+    main = figure(at, "att_main")
+    n = len(prompt) + len(gen)
+    assert main_values(at).shape == (n, n)
+    shapes = main["layout"]["shapes"]
+    line = next(s for s in shapes if s["type"] == "line")
+    box = next(s for s in shapes if s["type"] == "rect")
+    assert line["y0"] == len(prompt) - 0.5 and (box["y0"], box["y1"]) == (n - 1.5, n - 0.5)
+    assert any("3 generated token" in c.value and f"row {n - 1}" in c.value for c in at.caption)

@@ -291,3 +291,47 @@ def test_encoder_decoder_generates_into_the_target():
     at.switch_page(page_file("model")).run()
     shapes = shapes_shown(at)
     assert shapes["src_ids"] == "(1, 13)" and shapes["tgt_ids"] == "(1, 8)"
+
+
+def kv_table(at):
+    return next(d.value for d in at.dataframe if EN["kv_col_self"] in d.value.columns)
+
+
+def test_the_generation_stepper_shows_the_cache_growing_and_the_work_it_saves():
+    from transformer_core import load_model, prepare
+    from transformer_core.analysis.kv_steps import cache_report
+
+    text = "The weather was nice, so we walked"
+    at = open_app("logits", model="shipped:everyday-gpt", text=text, lang="en")
+    assert not at.exception
+    assert any(EN["kv_none"] == c.value for c in at.caption)  # nothing generated yet: nothing cached to show
+    model, _ = load_model("everyday-gpt")
+    n = prepare(model, text).src_ids.size(1)
+    heads, d_k = model.cfg.n_heads, model.cfg.d_model // model.cfg.n_heads
+    for step in (1, 2):
+        at.button(key="log_next").click().run()
+        assert not at.exception
+        df = kv_table(at)
+        assert len(df) == model.cfg.n_layers
+        assert set(df[EN["kv_col_self"]]) == {f"1 × {heads} × {n + step} × {d_k}"}  # one more position per step
+        assert list(df[EN["kv_col_bytes"]]) == [2 * heads * (n + step) * d_k * 4] * model.cfg.n_layers
+        growth = json.loads(next(c for c in at.get("plotly_chart") if "kv_growth" in c.proto.id).proto.spec)
+        assert growth["data"][0]["x"][-1] == n + step
+    dec = prepare(model, text).src_ids[0].tolist() + at.session_state["gen_ids"]
+    rep = cache_report(model, dec)
+    assert rep.max_abs_diff < 1e-4 and rep.length == n + 2
+    assert metric(at, EN["kv_positions"].format(n=n + 2)) == f"1 / {n + 2}"
+
+
+def test_the_translation_stepper_stops_at_the_end_of_text_and_caches_the_encoder_once():
+    at = open_app("logits", model="shipped:dates-zh", text="23 November 2026", tgt="=", lang="en")
+    assert not at.exception
+    for _ in range(4):
+        if at.button(key="log_five").disabled:
+            break
+        at.button(key="log_five").click().run()
+    assert at.button(key="log_next").disabled  # it wrote the end of the text: nothing follows
+    assert any(EN["log_stopped_eot"] in m for m in messages(at))
+    df = kv_table(at)
+    cross = set(df[EN["kv_col_cross"]])
+    assert len(cross) == 1 and " × 5 × " in next(iter(cross))  # the five source tokens' keys, computed once
