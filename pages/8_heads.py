@@ -1,6 +1,7 @@
 """Head catalogue: every head of every layer labelled with what it mostly looks at (on the learner's text, and on a
 random sequence repeated twice for induction); a click opens its attention map. Then attention sinks: heads that
 park their weight on the first token, and what removing that weight does to the output."""
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
@@ -72,25 +73,36 @@ def open_head(kind: str, layer: int, head: int) -> None:
 
 
 def head_grid(records, model):
-    """Every head as a square: one row per block and layer, colour = its label's score, text = the label."""
+    """Every head as a cell of a grid (one row per block and layer): cells tile, so none hides another at any
+    head count. Colour = the head's best score; text = its label, or for a head with no pattern above the threshold
+    its best pattern in brackets with that score on hover. Invisible markers on the cells make them clickable."""
     rows = list(dict.fromkeys((r.kind, r.layer) for r in records))
-    y = [rows.index((r.kind, r.layer)) for r in records]
-    texts = [t(f"hd_short_{r.label or NONE}") for r in records]
+    n_heads = model.cfg.n_heads
+    z = np.full((len(rows), n_heads), np.nan, dtype=np.float32)
+    text = np.full((len(rows), n_heads), "", dtype=object)
+    for r in records:
+        best, score = r.best
+        z[rows.index((r.kind, r.layer)), r.head] = score
+        text[rows.index((r.kind, r.layer)), r.head] = (t(f"hd_short_{r.label}") if r.label
+                                                       else f"({t(f'hd_short_{best}')})" if best else "")
+    font = 11 if n_heads <= 8 else 9 if n_heads <= 12 else 8
     hover = [f"{head_name(r.kind, r.layer, r.head, model)}<br>{t('hd_col_label')}: {t(f'hd_pat_{r.label or NONE}')}"
-             f"<br>{t('hd_col_score')}: {r.strength:.3f}" for r in records]
-    fig = go.Figure(go.Scatter(
-        x=[r.head for r in records], y=y, mode="markers+text", text=texts, hovertext=hover,
-        hovertemplate="%{hovertext}<extra></extra>", customdata=list(range(len(records))), name="heads",
-        textfont={"size": 11, "color": ["#fff" if r.strength > 0.6 else "#111" for r in records]},
-        marker={"symbol": "square", "size": 46, "color": [r.strength for r in records], "cmin": 0.0, "cmax": 1.0,
-                "colorscale": "Blues", "showscale": True, "line": {"width": 1, "color": "#999"},
-                "colorbar": {"title": {"text": t("hd_col_score")}}}))
-    fig.update_xaxes(title_text=t("hd_col_head"), tickmode="array", tickvals=list(range(model.cfg.n_heads)),
-                     range=[-0.6, model.cfg.n_heads - 0.4], showgrid=False, zeroline=False)
+             f"<br>{t('hd_col_best')}: {t(f'hd_pat_{r.best[0]}') if r.best[0] else '—'} {r.best[1]:.3f}"
+             for r in records]
+    fig = go.Figure([
+        go.Heatmap(z=z, x=list(range(n_heads)), y=list(range(len(rows))), zmin=0.0, zmax=1.0, colorscale="Blues",
+                   text=text.tolist(), texttemplate="%{text}", textfont={"size": font}, xgap=2, ygap=2,
+                   hoverinfo="skip", colorbar={"title": {"text": t("hd_col_best")}, "thickness": 12}, name="cells"),
+        go.Scatter(x=[r.head for r in records], y=[rows.index((r.kind, r.layer)) for r in records], mode="markers",
+                   marker={"symbol": "square", "size": 24, "color": "rgba(0,0,0,0)"}, hovertext=hover,
+                   hovertemplate="%{hovertext}<extra></extra>", customdata=list(range(len(records))), name="heads",
+                   showlegend=False)])
+    fig.update_xaxes(title_text=t("hd_col_head"), tickmode="array", tickvals=list(range(n_heads)),
+                     range=[-0.5, n_heads - 0.5], showgrid=False, zeroline=False)
     ticks = [t("hd_row", block=kind_name(k, model), layer=layer) for k, layer in rows]
     fig.update_yaxes(tickmode="array", tickvals=list(range(len(rows))), ticktext=ticks, autorange="reversed",
-                     showgrid=False, zeroline=False)
-    fig.update_layout(title=t("hd_chart_title"), height=90 + 56 * len(rows), margin=dict(l=10, r=10, t=40, b=10),
+                     range=[len(rows) - 0.5, -0.5], showgrid=False, zeroline=False)
+    fig.update_layout(title=t("hd_chart_title"), height=120 + 44 * len(rows), margin=dict(l=10, r=10, t=40, b=10),
                       clickmode="event+select", dragmode=False)
     return fig
 
@@ -119,7 +131,7 @@ def catalogue(ctx) -> None:
     labelled = [r for r in records if r.label]
     st.markdown(t("hd_count", n=len(labelled), total=len(records), thr=threshold))
     heads_hint(records, threshold, lambda r: head_name(r.kind, r.layer, r.head, model))
-    picked = clicked(head_grid(records, model), "hd_grid")
+    picked = clicked(head_grid(records, model), "hd_grid", trace_name="heads")
     if picked is not None:
         r = records[int(picked)]
         open_head(r.kind, r.layer, r.head)
@@ -137,6 +149,7 @@ def catalogue(ctx) -> None:
         t("hd_col_head"): [r.head for r in keep],
         t("hd_col_label"): [t(f"hd_pat_{r.label or NONE}") for r in keep],
         t("hd_col_score"): [r.strength for r in keep],
+        t("hd_col_best"): [f"{t(f'hd_pat_{r.best[0]}')} {r.best[1]:.3f}" if r.best[0] else "—" for r in keep],
         **{t(f"hd_pat_{p}"): [r.scores.get(p) for r in keep] for p in present},
     })
     table(df, "head_catalogue", formats={c: "%.3f" for c in [t("hd_col_score"), *(t(f"hd_pat_{p}") for p in present)]})

@@ -57,9 +57,12 @@ def test_reverse_catalogue_equals_detect_heads_and_layer_1_cross_attention_is_an
     assert list(df[LABEL]) == [EN[f"hd_pat_{r.label or 'none'}"] for r in records]
     cross1 = df[(df[EN["hd_col_block"]] == EN["hd_kind_cross"]) & (df[EN["hd_col_layer"]] == 1)]
     assert set(cross1[LABEL]) == {EN["hd_pat_anti_diagonal"]}
-    grid = figure(at, "hd_grid_0")["data"][0]
-    assert len(grid["customdata"]) == 24 and grid["marker"]["cmax"] == 1
-    np.testing.assert_allclose(array(grid["marker"]["color"]), [r.strength for r in records], atol=1e-6)
+    cells, heads = figure(at, "hd_grid_0")["data"]
+    assert len(heads["customdata"]) == 24 and cells["zmax"] == 1 and array(cells["z"]).shape == (6, 4)  # 3 kinds × 2 layers
+    grid = array(cells["z"])  # each cell: the head's best score (its label's when it has one)
+    np.testing.assert_allclose([grid[i // 4, r.head] for i, r in enumerate(records)], [r.best[1] for r in records],
+                               atol=1e-6)
+    assert all(r.best[1] == r.strength for r in records if r.label)
 
 
 def test_repeat_has_induction_heads_in_layer_1_only():
@@ -249,3 +252,20 @@ def test_one_induction_probe_gives_one_number_on_the_card_the_heads_page_and_the
     assert ind == pytest.approx([round(v, 4) for k in sorted(probe) for v in probe[k].tolist()], abs=1e-6)
     assert any(f"{PROBE_COUNT} random sequences of {default_length(model)} tokens" in c.value for c in at.caption)
     assert json.dumps(card["heads"])  # (the card's rows are plain numbers)
+
+
+def test_the_head_grid_tiles_its_cells_and_an_unlabelled_head_shows_its_best_pattern():
+    at = open_app(PAGE, model="shipped:everyday-gpt", text="The weather was nice, so we walked to the park.",
+                  lang="en")
+    assert_clean(at)
+    cells, heads = figure(at, "hd_grid_0")["data"]
+    assert cells["type"] == "heatmap" and cells["xgap"] > 0 and cells["ygap"] > 0  # cells never overlap
+    model, _ = load_model("everyday-gpt")
+    assert array(cells["z"]).shape == (model.cfg.n_layers, model.cfg.n_heads)
+    df = catalogue(at)
+    for text_row, z_row in zip(cells["text"], array(cells["z"])):
+        for txt, z in zip(text_row, z_row):
+            assert txt and txt != "·"  # every cell says something: a label, or its best pattern in brackets
+            assert 0.0 <= z <= 1.0
+    unlabelled = df[df[LABEL] == EN["hd_pat_none"]]
+    assert (unlabelled[EN["hd_col_best"]] != "—").all()  # the best pattern and its score, not a lone 0.000

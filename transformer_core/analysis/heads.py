@@ -98,6 +98,13 @@ class HeadRecord:
     label: str | None = None  # the strongest pattern above the threshold, or None
 
     @property
+    def best(self) -> tuple[str | None, float]:
+        """(pattern, score) of the highest score whatever the threshold ((None, 0.0) when none is defined): what an
+        unlabelled head comes closest to."""
+        have = {k: v for k, v in self.scores.items() if v is not None}
+        return (max(have, key=have.get), have[max(have, key=have.get)]) if have else (None, 0.0)
+
+    @property
     def strength(self) -> float:
         """The label's score (0 when unlabelled): sort by it to list the clearest heads first."""
         return self.scores[self.label] if self.label else 0.0
