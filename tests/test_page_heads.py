@@ -57,8 +57,8 @@ def test_reverse_catalogue_equals_detect_heads_and_layer_1_cross_attention_is_an
     assert list(df[LABEL]) == [EN[f"hd_pat_{r.label or 'none'}"] for r in records]
     cross1 = df[(df[EN["hd_col_block"]] == EN["hd_kind_cross"]) & (df[EN["hd_col_layer"]] == 1)]
     assert set(cross1[LABEL]) == {EN["hd_pat_anti_diagonal"]}
-    cells, heads = figure(at, "hd_grid_0")["data"]
-    assert len(heads["customdata"]) == 24 and cells["zmax"] == 1 and array(cells["z"]).shape == (6, 4)  # 3 kinds × 2 layers
+    cells, heads = figure(at, "hd_grid_0")["data"]  # 3 kinds × 2 layers, 4 heads
+    assert len(heads["customdata"]) == 24 and cells["zmax"] == 1 and array(cells["z"]).shape == (6, 4)
     grid = array(cells["z"])  # each cell: the head's best score (its label's when it has one)
     np.testing.assert_allclose([grid[i // 4, r.head] for i, r in enumerate(records)], [r.best[1] for r in records],
                                atol=1e-6)
