@@ -51,8 +51,10 @@ def patch_of(key, device, text, tgt, special, gen, text_b, tgt_b, kind: str, lay
 # --- the page ---------------------------------------------------------------------------------------------------
 
 def head_option(option: str, model) -> str:
+    """A short name that fits a picker's chip whole ("L1 H3", "cross L1 H3"; the caption spells it out)."""
     kind, layer, head = option.split(":")
-    return t("hd_head_name", block=kind_name(kind, model), layer=layer, head=head)
+    short = t(f"iv_kind_short_{kind}") if model.is_encoder_decoder else ""
+    return t("iv_head_short", kind=short, layer=layer, head=head)
 
 
 def ffn_option(option: str, model) -> str:
@@ -122,6 +124,7 @@ def ablation(ctx) -> None:
                                   format_func=lambda o: head_option(o, model))
     picked_ffns = c2.multiselect(t("iv_ffns"), ffns, key=f"iv_ffns_{ctx.key}", placeholder=t("iv_pick"),
                                  format_func=lambda o: ffn_option(o, model))
+    c1.caption(t("iv_short_note", kinds=t("iv_short_kinds") if model.is_encoder_decoder else ""))
     mode = st.radio(t("iv_mode"), ABLATION_MODES, key="iv_mode", horizontal=True,
                     format_func=lambda m: t(f"iv_mode_{m}"))
     if not picked_heads and not picked_ffns:

@@ -145,7 +145,7 @@ def test_ablating_a_head_changes_the_loss(app, tab, tmp_path):
     before = [p["title"] for p in plots(tab)]
     box = tab.locator(MAIN).get_by_role("combobox", name=s("iv_heads"), exact=True)
     box.click()
-    tab.get_by_role("option", name=s("hd_head_name", block=s("hd_kind_gpt_self"), layer=1, head=0), exact=True).click()
+    tab.get_by_role("option", name=s("iv_head_short", kind="", layer=1, head=0), exact=True).click()
     tab.keyboard.press("Escape")
     rerun_settled(tab, charts=True)
     assert_clean(tab, app, "intervene, one head ablated")

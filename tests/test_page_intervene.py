@@ -160,3 +160,11 @@ def test_the_try_buttons_load_the_experiments_their_captions_describe():
     metric = next(m for m in at.metric if m.label.startswith("p(‘␣j’ | A)"))  # B's next token, read in A
     assert at.selectbox(key="iv_pt_layer_2").value == 1 and messages(at) == [], messages(at)
     assert round(float(metric.value), 2) == 0.66  # "B's next token ‘ j’ goes from 0.000 to 0.66 in A"
+
+
+def test_picked_heads_have_short_names_that_fit_their_chips():
+    at = open_app(PAGE, model="shipped:reverse", text="d a c b", tgt="= b c a", lang="en")
+    box = at.multiselect(key="iv_heads_shipped:reverse")
+    names = list(box.options)  # as the picker shows them
+    assert "cross L1 H3" in names and max(map(len, names)) <= 12
+    assert any("L = layer, H = head" in c.value for c in at.caption)
