@@ -30,6 +30,7 @@ from browser_support import (
     not_chinese,
     plot_index,
     plots,
+    press_button,
     press_slider,
     radio,
     require_browser,
@@ -232,6 +233,39 @@ def test_surprise_colours_each_token_and_gives_loss_and_perplexity(app, tab, tmp
 EXPORT_STEM = {"lens": "logit_lens", "intervene": "patch", "bpe": "bpe_token"}  # the page's first Export expander
 MAIN_CHART = {"lens": "lens_heat_title", "heads": "hd_chart_title", "intervene": "iv_moved_title",
               "compare": "cmp_delta_title", "bpe": "bpe_chart_title", "surprise": "sur_chart_title"}
+
+
+def test_the_generation_stepper_grows_the_cache_marks_the_new_row_and_stops_at_the_end(app, tab):
+    """Logits page, default model: each "next token" grows the key/value cache by one position (its caption and
+    growth chart), measured cached and full steps are shown; the Attention page then outlines the newest query
+    row; the translator stops at the end-of-text token with its buttons disabled."""
+    text = "The weather was nice, so we walked"
+    go(tab, app, "logits", model="shipped:everyday-gpt", text=text)
+    expect(tab.locator(MAIN).get_by_text(s("kv_none"))).to_be_visible()
+    sizes = []
+    for _ in range(2):
+        press_button(tab, s("log_next"), charts=True)
+        total = tab.locator(MAIN).get_by_text(re.compile(r"bytes in \d+ layers for \d+ tokens")).first.inner_text()
+        sizes.append(int(re.search(r"for (\d+) tokens", total).group(1)))
+        expect(tab.locator(MAIN).locator("[data-testid='stMetric']").filter(has_text=s("kv_cached"))).to_be_visible()
+    assert sizes[1] == sizes[0] + 1
+    growth = plots(tab)[plot_index(tab, s("kv_growth_title"))]
+    assert growth["title"] == s("kv_growth_title")
+    assert_clean(tab, app, "logits after two generated tokens")
+    screenshot(tab, SHOTS / "tool_kv_cache_en.png")
+    tab.goto(tab.url.replace("/logits", "/attention"))  # the link keeps the generated tokens
+    settle(tab, charts=True)
+    expect(tab.locator(MAIN).get_by_text(re.compile(r"Below the dashed line: the 2 generated token"))).to_be_visible()
+    assert_clean(tab, app, "attention with generated rows")
+    go(tab, app, "logits", model="shipped:dates-zh", text="23 November 2026", tgt="=")
+    for _ in range(5):
+        button = tab.locator(MAIN).get_by_role("button", name=s("log_steps"), exact=True).first
+        if button.is_disabled():
+            break
+        press_button(tab, s("log_steps"), charts=True)
+    expect(tab.locator(MAIN).get_by_text(s("log_stopped_eot")).first).to_be_visible()
+    assert tab.locator(MAIN).get_by_role("button", name=s("log_next"), exact=True).first.is_disabled()
+    assert_clean(tab, app, "translation stopped at the end of text")
 
 
 def test_every_tool_in_chinese(app, tab, tmp_path):
