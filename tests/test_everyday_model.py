@@ -45,10 +45,8 @@ def test_merge_parts_lists_the_tokens_bpe_builds_on_the_way():
     assert parts[-1] == b" hello" and all(p in ranks for p in parts) and len(parts) >= 2
 
 
-# kjv-tang-gpt and tang-gpt still ship from their older recipes (a compacted cl100k vocabulary with ⟨unk⟩): not yet
-# rebuilt on the byte-fallback vocabulary (see README, Models).
-@pytest.mark.parametrize("name", [n for n, r in SHIPPED_LMS.items() if "subset" in r])
-def test_the_default_language_model_has_no_unknown_token(name):
+@pytest.mark.parametrize("name", list(SHIPPED_LMS))
+def test_no_shipped_language_model_has_an_unknown_token(name):
     cfg = json.loads((ASSETS / name / "config.json").read_text())
     assert UNK not in cfg["vocab_map"] and cfg["encoding"] == SUBSET
     assert set(load_encoding(SUBSET)._mergeable_ranks.values()) <= set(cfg["vocab_map"])
