@@ -158,10 +158,14 @@ def kv_section() -> None:
     k1.metric(t("kv_cached"), f"{rep.cached_ms:.1f} ms")
     k2.metric(t("kv_full"), f"{rep.full_ms:.1f} ms")
     k3.metric(t("kv_positions", n=rep.length), f"1 / {rep.length}")
-    st.caption(t("kv_same", diff=f"{rep.max_abs_diff:.1e}"))
+    st.caption(t("kv_same", diff=f"{rep.max_abs_diff:.1e}")
+               + ("" if rep.cached_ms < 0.8 * rep.full_ms else " " + t("kv_small_note", n=rep.length)))
     grown = rep.growth(len(dec) - n_gen)
-    chart(lines([g[0] for g in grown], {t("kv_axis_bytes"): [g[1] for g in grown]}, title=t("kv_growth_title"),
-                x_title=t("kv_axis_tokens"), y_title=t("kv_axis_bytes"), height=260), "kv_growth")
+    fig = lines([g[0] for g in grown], {t("kv_axis_bytes"): [g[1] for g in grown]}, title=t("kv_growth_title"),
+                x_title=t("kv_axis_tokens"), y_title=t("kv_axis_bytes"), height=260)
+    fig.update_traces(mode="lines+markers")
+    fig.update_xaxes(tickformat="d", dtick=max(1, -(-len(grown) // 10)))  # whole tokens only
+    chart(fig, "kv_growth")
 
 
 kv_section()
