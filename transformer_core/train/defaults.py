@@ -93,14 +93,6 @@ SHIPPED_LMS = {
                   "English and Chinese. Look for previous-token and induction heads on the Attention page.",
             "zh": "一个小 GPT（课程里的解码器），在钦定版圣经和唐诗上训练：英文和中文都能读。可以在“注意力”页找"
                   "前一个词元头和归纳头。"}},
-    "tang-gpt": {
-        "config": replace(_LM, corpus=("tang",), vocab_k=None, encoding="cl100k_8k"),
-        "order": 2, "example": "床前明月光，",
-        "description": {
-            "en": "A small GPT trained on 44,000 Tang poems (simplified characters): type the first line of a poem "
-                  "and see it expect the comma, the line break and a second line of the same length.",
-            "zh": "在 44,000 首唐诗（简体）上训练的小 GPT：输入一首诗的第一句，"
-                  "看它怎样预期逗号、换行和同样长度的第二句。"}},
 }
 # English dates and numbers -> Chinese (encoder-decoder), 3 + 3 layers of d_model 128 (the course's post-norm
 # architecture, untied). Numbers are sampled by their count of digits (translation.py), so "12" is as common as
