@@ -2,7 +2,7 @@
 import pandas as pd
 import streamlit as st
 
-from transformer_core.analysis.kv_steps import cache_report
+from transformer_core.analysis.kv_steps import cache_layout, cache_report
 from transformer_core.analysis.next_token import GREEDY, Sampling, distribution, generate
 from transformer_core.errors import SamplingError
 from transformer_core.text.inputs import end_of_text_id, real_ids, sequence_labels, token_labels
@@ -135,37 +135,42 @@ def kv_report(key: str, device: str, dec: tuple, src: tuple | None):
 
 
 def kv_section() -> None:
-    """The cache the last generation step left, its growth, and the work it saved (measured now)."""
+    """The cache the last generation step left (its layout read from the config: no forward), its growth, and, on
+    request, a cached step against a full recompute measured now (a few forwards: not on every rerun of a room)."""
     st.subheader(t("kv_title"))
     if not n_gen:
         st.caption(t("kv_none"))
         return
     st.markdown(t("kv_intro"))
+    cross = model.is_encoder_decoder
+    layout = cache_layout(model, len(dec), len(src) if cross else None)
+    table(pd.DataFrame({
+        t("kv_col_layer"): [x.layer for x in layout],
+        t("kv_col_self"): [" × ".join(map(str, x.self_shape)) for x in layout],
+        **({t("kv_col_cross"): [" × ".join(map(str, x.cross_shape)) for x in layout]} if cross else {}),
+        t("kv_col_bytes"): [x.nbytes for x in layout],
+    }), "kv_cache")
+    st.caption(t("kv_total", bytes=f"{sum(x.nbytes for x in layout):,}", n=len(layout), t=len(dec)))
+    start, per_token = len(dec) - n_gen, layout[0].self_nbytes * len(layout) // max(1, len(dec))
+    fig = lines(list(range(max(1, start), len(dec) + 1)),
+                {t("kv_axis_bytes"): [n * per_token for n in range(max(1, start), len(dec) + 1)]},
+                title=t("kv_growth_title"), x_title=t("kv_axis_tokens"), y_title=t("kv_axis_bytes"), height=260)
+    fig.update_traces(mode="lines+markers")
+    fig.update_xaxes(tickformat="d", dtick=max(1, -(-(len(dec) - start + 1) // 10)))  # whole tokens only
+    chart(fig, "kv_growth")
+    if not st.toggle(t("kv_measure"), key="kv_measure"):
+        return
     try:
-        rep = kv_report(ctx.key, ctx.device, tuple(dec), tuple(src) if model.is_encoder_decoder else None)
+        rep = kv_report(ctx.key, ctx.device, tuple(dec), tuple(src) if cross else None)
     except Exception as exc:  # noqa: BLE001 - never a traceback
         show_error(exc)
         return
-    cross = model.is_encoder_decoder
-    table(pd.DataFrame({
-        t("kv_col_layer"): [x.layer for x in rep.layers],
-        t("kv_col_self"): [" × ".join(map(str, x.self_shape)) for x in rep.layers],
-        **({t("kv_col_cross"): [" × ".join(map(str, x.cross_shape)) for x in rep.layers]} if cross else {}),
-        t("kv_col_bytes"): [x.nbytes for x in rep.layers],
-    }), "kv_cache")
-    st.caption(t("kv_total", bytes=f"{rep.nbytes:,}", n=len(rep.layers), t=rep.length))
     k1, k2, k3 = st.columns(3)
     k1.metric(t("kv_cached"), f"{rep.cached_ms:.1f} ms")
     k2.metric(t("kv_full"), f"{rep.full_ms:.1f} ms")
     k3.metric(t("kv_positions", n=rep.length), f"1 / {rep.length}")
     st.caption(t("kv_same", diff=f"{rep.max_abs_diff:.1e}")
                + ("" if rep.cached_ms < 0.8 * rep.full_ms else " " + t("kv_small_note", n=rep.length)))
-    grown = rep.growth(len(dec) - n_gen)
-    fig = lines([g[0] for g in grown], {t("kv_axis_bytes"): [g[1] for g in grown]}, title=t("kv_growth_title"),
-                x_title=t("kv_axis_tokens"), y_title=t("kv_axis_bytes"), height=260)
-    fig.update_traces(mode="lines+markers")
-    fig.update_xaxes(tickformat="d", dtick=max(1, -(-len(grown) // 10)))  # whole tokens only
-    chart(fig, "kv_growth")
 
 
 kv_section()

@@ -299,7 +299,7 @@ def kv_table(at):
 
 def test_the_generation_stepper_shows_the_cache_growing_and_the_work_it_saves():
     from transformer_core import load_model, prepare
-    from transformer_core.analysis.kv_steps import cache_report
+    from transformer_core.analysis.kv_steps import cache_layout, cache_report
 
     text = "The weather was nice, so we walked"
     at = open_app("logits", model="shipped:everyday-gpt", text=text, lang="en")
@@ -320,7 +320,11 @@ def test_the_generation_stepper_shows_the_cache_growing_and_the_work_it_saves():
     dec = prepare(model, text).src_ids[0].tolist() + at.session_state["gen_ids"]
     rep = cache_report(model, dec)
     assert rep.max_abs_diff < 1e-4 and rep.length == n + 2
+    assert rep.layers == cache_layout(model, n + 2)  # the page's layout (from the config) is the real cache's
+    assert not [m for m in at.metric if m.label == EN["kv_cached"]]  # timing only on request (a room of learners)
+    at.toggle(key="kv_measure").set_value(True).run()
     assert metric(at, EN["kv_positions"].format(n=n + 2)) == f"1 / {n + 2}"
+    assert float(metric(at, EN["kv_cached"]).split()[0]) > 0
 
 
 def test_the_translation_stepper_stops_at_the_end_of_text_and_caches_the_encoder_once():
@@ -335,3 +339,10 @@ def test_the_translation_stepper_stops_at_the_end_of_text_and_caches_the_encoder
     df = kv_table(at)
     cross = set(df[EN["kv_col_cross"]])
     assert len(cross) == 1 and " × 5 × " in next(iter(cross))  # the five source tokens' keys, computed once
+    from transformer_core import load_model, prepare
+    from transformer_core.analysis.kv_steps import cache_layout, cache_report
+
+    model, _ = load_model("dates-zh")
+    prep = prepare(model, "23 November 2026", "=")
+    dec = prep.tgt_ids[0].tolist() + at.session_state["gen_ids"]
+    assert cache_report(model, dec, prep.src_ids[0].tolist()).layers == cache_layout(model, len(dec), 5)

@@ -59,6 +59,19 @@ class CacheReport:
                 "full_ms": np.array(self.full_ms, dtype=np.float32)}
 
 
+def cache_layout(model: Transformer, length: int, src_length: int | None = None) -> list[CacheLayer]:
+    """What the cache holds after `length` decoder tokens, from the config alone (no forward): per decoder layer the
+    self-attention K and V (1, heads, length, d_k) and, for an encoder-decoder, the cross-attention K and V of the
+    source (1, heads, src_length, d_k), float32. cache_report reads the same from a real cache (a test compares)."""
+    cfg = model.cfg
+    d_k, item = cfg.d_model // cfg.n_heads, next(model.parameters()).element_size()
+    self_shape = (1, cfg.n_heads, int(length), d_k)
+    cross_shape = (1, cfg.n_heads, int(src_length), d_k) if model.is_encoder_decoder and src_length else None
+    self_bytes = 2 * int(np.prod(self_shape)) * item
+    cross_bytes = 2 * int(np.prod(cross_shape)) * item if cross_shape else 0
+    return [CacheLayer(i, self_shape, cross_shape, self_bytes + cross_bytes, self_bytes) for i in range(cfg.n_layers)]
+
+
 def _median_ms(fn, repeats: int, setup=lambda: None) -> float:
     """Median wall time of fn(setup()) over `repeats` runs after a warm-up; setup's own time is not counted."""
     times = []
