@@ -36,13 +36,15 @@ NONE = "none"  # the label of a head with no pattern above the threshold
 
 @st.cache_data(show_spinner=False, max_entries=32, ttl=1800)
 def heads_of(key, device, text, tgt, special, gen, length: int, threshold: float):
-    """(records, tokens read, tokens before a cut or None)."""
+    """(records, tokens read, tokens before a cut or None, the probe's length used). A big model on a small
+    memory budget gets a shorter probe (what one task may trace; the caption says which length was used)."""
     model, prep = prep_for(key, device, text, tgt, special, gen, KEEP_ALL)
+    length = max(2, min(length, budget.trace_tokens(model.cfg, 2 * length, keep=KEEP_ALL) // 2))
     n = max(prep.longest, 2 * length)  # the text, or one random sequence repeated twice
     with budget.trace_reservation(model.cfg, n, n if model.is_encoder_decoder else None, keep=KEEP_ALL):
         records = detect_heads(model, prep, threshold=threshold, length=length, count=PROBE_COUNT,
                                induction=cache.induction_by_block(key, device, length))
-    return records, prep.longest, prep.cut_from
+    return records, prep.longest, prep.cut_from, length
 
 
 @st.cache_data(show_spinner=False, max_entries=32, ttl=1800)
@@ -126,8 +128,8 @@ def catalogue(ctx) -> None:
     except Exception as exc:  # noqa: BLE001 - a message, never a traceback
         show_error(exc)
         return
-    cut_note(found, ctx)
-    records = found[0]
+    cut_note(found[:3], ctx)
+    records, length = found[0], found[3]
     labelled = [r for r in records if r.label]
     st.markdown(t("hd_count", n=len(labelled), total=len(records), thr=threshold))
     heads_hint(records, threshold, lambda r: head_name(r.kind, r.layer, r.head, model))
