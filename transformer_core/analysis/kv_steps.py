@@ -39,18 +39,6 @@ class CacheReport:
     def nbytes(self) -> int:
         return sum(layer.nbytes for layer in self.layers)
 
-    def growth(self, start: int) -> list[tuple[int, int]]:
-        """(tokens, bytes of the self-attention cache) from `start` tokens to now: it grows by the same amount
-        per token (2 × layers × d_model numbers), the cross-attention part stays as it was."""
-        per_token = sum(2 * int(np.prod(x.self_shape)) // max(1, x.self_shape[2]) for x in self.layers)  # numbers
-        itemsize = self.self_nbytes // max(1, per_token * self.length)
-        return [(n, n * per_token * itemsize) for n in range(max(1, start), self.length + 1)]
-
-    @property
-    def self_nbytes(self) -> int:
-        """Bytes of the self-attention keys and values (the part that grows with every token)."""
-        return sum(x.self_nbytes for x in self.layers)
-
     def arrays(self) -> dict[str, np.ndarray]:
         return {"layer": np.array([x.layer for x in self.layers], dtype=np.int64),
                 "self_shape": np.array([x.self_shape for x in self.layers], dtype=np.int64),
