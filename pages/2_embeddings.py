@@ -2,7 +2,13 @@
 import pandas as pd
 import streamlit as st
 
-from transformer_core.analysis.positions import position_table, scale_balance, similarity
+from transformer_core.analysis.positions import (
+    position_table,
+    rope_offset_scores,
+    rope_table,
+    scale_balance,
+    similarity,
+)
 from transformer_core.model.positional import sinusoid_table
 from transformer_core.text.inputs import sequence_labels
 from ui.errors import show_error
@@ -62,30 +68,76 @@ def dims_map(z, rows, key: str, title_y: str) -> None:
 st.subheader(t("emb_tok"))
 dims_map(tok[:, lo:hi + 1], labels, "emb_tok", t("col_token"))
 
-st.subheader(t("emb_pe"))
-explain("emb_pe_text", PE_LATEX)
-if cfg.positional == "sinusoidal":
-    look_for("embeddings")
-sinusoidal = cfg.positional == "sinusoidal"
-if not sinusoidal:
-    st.info(t(f"emb_note_{cfg.positional}"), icon="ℹ️")
+rotary = cfg.positional == "rope"
 cap = min(cfg.max_len, MAX_POSITIONS)
-more = st.checkbox(t("emb_pos_more"), key="emb_pos_more")
-n_pos = st.slider(t("emb_pos_n"), 1, cap, min(max(n_tok, 32), cap), key=f"emb_pos_n_{cap}") if more else min(n_tok, cap)
-if not more and n_tok > cap:
-    st.caption(t("emb_pos_capped", n=cap, total=n_tok))
-table_pe = position_table(ctx.model, n_pos, side)  # (n_pos, d)
-pos_labels = [str(p) for p in range(n_pos)]
-dims_map(table_pe[:, lo:hi + 1], pos_labels, "emb_pe", t("col_position"))
 
-st.subheader(t("emb_pe_curves"))
-default_dims = sorted({i for i in (0, 1, 4, 5, d // 2, d - 2) if i < d})
-chosen = st.multiselect(t("emb_pe_dims"), list(range(d)), default=default_dims, max_selections=8,
-                        placeholder=t("iv_pick"),
-                        key=f"emb_curve_dims_{d}", format_func=lambda i: dim_name(i, sinusoidal))
-if chosen:
-    series = {dim_name(i, sinusoidal): table_pe[:, i].tolist() for i in chosen}
-    chart(lines(range(n_pos), series, x_title=t("col_position"), y_title="PE"), "emb_curves")
+
+def rope_section() -> None:
+    """RoPE adds nothing here: it turns each pair of a head's q and k dimensions by an angle that grows with the
+    position. The angle table is the sine/cosine table's counterpart; q·k of two fixed vectors depends on the
+    offset between their positions only."""
+    hs, theta = cfg.head_dim, cfg.rope_theta
+    st.subheader(t("emb_rope"))
+    explain("emb_rope_text", r"\theta_i = b^{-2i/d_{head}},\quad \begin{pmatrix} q_i \\ q_{i+d_{head}/2} \end{pmatrix}"
+            r"\mapsto \begin{pmatrix} \cos p\theta_i & -\sin p\theta_i \\ \sin p\theta_i & \cos p\theta_i "
+            r"\end{pmatrix} \begin{pmatrix} q_i \\ q_{i+d_{head}/2} \end{pmatrix}")
+    st.caption(t("emb_rope_sizes", base=f"{theta:,.0f}", hs=hs, pairs=hs // 2))
+    n_pos = min(max(n_tok, 32), cap)
+    angles = rope_table(n_pos, hs, theta)  # (n, hs/2)
+    fig = token_heatmap(angles.cos(), [str(p) for p in range(n_pos)], None, colorscale=DIVERGING, zmid=0,
+                        px_per_token=10, max_height=700, customdata=angles.unsqueeze(-1).numpy(),
+                        hovertemplate=f"{t('col_position')} %{{y}} · {t('emb_rope_pair')} %{{x}}<br>"
+                                      "cos %{z:.3f} · %{customdata[0]:.3f} rad<extra></extra>")
+    fig.update_xaxes(title_text=t("emb_rope_pair"))
+    fig.update_yaxes(title_text=t("col_position"))
+    chart(fig, "emb_rope_angles")
+    st.subheader(t("emb_rope_offset"))
+    stages = ctx.trace.attention("dec_self" if side == "decoder" else "enc_self", ctx.layer)
+    if stages is None or stages.q is None:
+        return
+    c1, c2, c3 = st.columns(3)
+    head = c1.selectbox(t("att_head"), range(cfg.n_heads), key=f"emb_rope_head_{cfg.n_heads}")
+    qi = c2.selectbox(t("emb_rope_q"), range(n_tok), index=n_tok - 1, format_func=lambda i: labels[i],
+                      key=f"emb_rope_q_{n_tok}")
+    ki = c3.selectbox(t("emb_rope_k"), range(n_tok), format_func=lambda i: labels[i], key=f"emb_rope_k_{n_tok}")
+    q, k = stages.head("q", head)[qi], stages.head("k", head)[ki]  # (hs,) before the rotation
+    starts = tuple(sorted({0, min(16, cfg.max_len // 4), min(64, cfg.max_len // 2)}))  # where the key sits
+    offsets = range(0, max(1, min(64, cfg.max_len - max(starts))))
+    curves = rope_offset_scores(q, k, theta, offsets, starts)
+    spread = max(abs(a - b) for c in curves.values() for a, b in zip(c, curves[starts[0]], strict=True))
+    st.markdown(t("emb_rope_offset_text", layer=ctx.layer, head=head, q=labels[qi], k=labels[ki], spread=spread))
+    chart(lines(offsets, {t("emb_rope_start", p=p): v for p, v in curves.items()}, x_title=t("emb_rope_offset_axis"),
+                y_title="q·k"), "emb_rope_offsets")
+
+
+if rotary:
+    st.info(t("emb_note_rope"), icon="ℹ️")
+    rope_section()
+else:
+    st.subheader(t("emb_pe"))
+    explain("emb_pe_text", PE_LATEX)
+    if cfg.positional == "sinusoidal":
+        look_for("embeddings")
+    sinusoidal = cfg.positional == "sinusoidal"
+    if not sinusoidal:
+        st.info(t(f"emb_note_{cfg.positional}"), icon="ℹ️")
+    more = st.checkbox(t("emb_pos_more"), key="emb_pos_more")
+    n_pos = (st.slider(t("emb_pos_n"), 1, cap, min(max(n_tok, 32), cap), key=f"emb_pos_n_{cap}") if more
+             else min(n_tok, cap))
+    if not more and n_tok > cap:
+        st.caption(t("emb_pos_capped", n=cap, total=n_tok))
+    table_pe = position_table(ctx.model, n_pos, side)  # (n_pos, d)
+    pos_labels = [str(p) for p in range(n_pos)]
+    dims_map(table_pe[:, lo:hi + 1], pos_labels, "emb_pe", t("col_position"))
+
+    st.subheader(t("emb_pe_curves"))
+    default_dims = sorted({i for i in (0, 1, 4, 5, d // 2, d - 2) if i < d})
+    chosen = st.multiselect(t("emb_pe_dims"), list(range(d)), default=default_dims, max_selections=8,
+                            placeholder=t("iv_pick"),
+                            key=f"emb_curve_dims_{d}", format_func=lambda i: dim_name(i, sinusoidal))
+    if chosen:
+        series = {dim_name(i, sinusoidal): table_pe[:, i].tolist() for i in chosen}
+        chart(lines(range(n_pos), series, x_title=t("col_position"), y_title="PE"), "emb_curves")
 
 st.subheader(t("emb_sum"))
 dims_map(summed[:, lo:hi + 1], labels, "emb_sum", t("col_token"))
@@ -105,14 +157,15 @@ try:
 except Exception as exc:  # noqa: BLE001 - shown as a message, never a traceback
     show_error(exc)
 
-st.subheader(t("emb_sim"))
-explain("emb_sim_text", r"PE_p\cdot PE_q = \sum_{i} \cos\!\big(\omega_i\,(p-q)\big),\qquad "
-        r"\omega_i = 10000^{-2i/d_{\text{model}}}" if sinusoidal else None)
-sim = token_heatmap(similarity(table_pe), pos_labels, pos_labels, colorscale=SEQUENTIAL, px_per_token=10,
-                    max_height=800, hovertemplate="%{y} · %{x}: %{z:.3f}<extra></extra>")
-sim.update_xaxes(title_text=t("col_position"))
-sim.update_yaxes(title_text=t("col_position"))
-chart(sim, "emb_sim")
+if not rotary:
+    st.subheader(t("emb_sim"))
+    explain("emb_sim_text", r"PE_p\cdot PE_q = \sum_{i} \cos\!\big(\omega_i\,(p-q)\big),\qquad "
+            r"\omega_i = 10000^{-2i/d_{\text{model}}}" if sinusoidal else None)
+    sim = token_heatmap(similarity(table_pe), pos_labels, pos_labels, colorscale=SEQUENTIAL, px_per_token=10,
+                        max_height=800, hovertemplate="%{y} · %{x}: %{z:.3f}<extra></extra>")
+    sim.update_xaxes(title_text=t("col_position"))
+    sim.update_yaxes(title_text=t("col_position"))
+    chart(sim, "emb_sim")
 
 st.subheader(t("emb_small"))
 st.markdown(t("emb_small_text"))

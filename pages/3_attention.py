@@ -278,6 +278,15 @@ def one_query(stages, head, q_lab, k_lab) -> None:
 
 def qkv(stages, head, q_lab, k_lab) -> None:
     st.subheader(t("att_qkv"))
+    n_heads, n_kv = stages.weights.size(1), stages.weights.size(1) // stages.group
+    if n_kv < n_heads:  # grouped-query attention: this head reads a K/V head it shares with its group
+        kv = stages.kv_head(head)
+        st.markdown(t("att_gqa", head=head, kv=kv, n=n_heads, n_kv=n_kv, g=stages.group,
+                      shared=", ".join(str(h) for h in range(n_heads) if stages.kv_head(h) == kv)))
+        table(pd.DataFrame({t("att_gqa_kv"): list(range(n_kv)), t("att_gqa_queries"): [
+            ", ".join(str(h) for h in range(n_heads) if stages.kv_head(h) == k) for k in range(n_kv)]}), "att_gqa")
+    if stages.q_rot is not None:
+        st.caption(t("att_rope_qk"))
     mats = {s: stages.head(s, head).numpy() for s in ("q", "k", "v")}
     labels = {"q": q_lab, "k": k_lab, "v": k_lab}
     for col, (s, m) in zip(st.columns(3), mats.items(), strict=True):

@@ -5,7 +5,15 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from transformer_core.analysis.residual import active_fraction, layer_norm_effect, stream, top_neurons
+from transformer_core.analysis.residual import (
+    active_fraction,
+    gate_up,
+    layer_norm_effect,
+    norm_pair,
+    norm_weight,
+    stream,
+    top_neurons,
+)
 from transformer_core.text.inputs import sequence_labels
 from ui.figures import axis_labels, bars, token_heatmap
 from ui.guidance import look_for
@@ -17,10 +25,13 @@ through_app()
 ss = st.session_state
 
 st.title(t("nav_ffn"))
-explain("ffn_intro", r"x \leftarrow \mathrm{LayerNorm}\big(x + \mathrm{Sublayer}(x)\big),\qquad "
-        r"\mathrm{FFN}(x) = W_2\,\max(0,\, W_1 x + b_1) + b_2")
 ctx = page_context()
 model, cfg, trace = ctx.model, ctx.model.cfg, ctx.trace
+gated = cfg.ffn == "gated"
+explain("ffn_intro", (r"x \leftarrow x + \mathrm{Sublayer}\big(\mathrm{RMSNorm}(x)\big),\qquad "
+                      r"\mathrm{FFN}(x) = W_{down}\big(\mathrm{SiLU}(W_{gate}\,x) \odot W_{up}\,x\big)") if gated else
+        (r"x \leftarrow \mathrm{LayerNorm}\big(x + \mathrm{Sublayer}(x)\big),\qquad "
+         r"\mathrm{FFN}(x) = W_2\,\max(0,\, W_1 x + b_1) + b_2"))
 side = "decoder"
 if model.is_encoder_decoder:
     side = st.radio(t("ffn_side"), ["encoder", "decoder"], horizontal=True, key="ffn_side",
@@ -65,15 +76,45 @@ position = c1.selectbox(t("ffn_token"), range(len(labels)), index=len(labels) - 
 layer = c2.selectbox(t("att_layer"), range(cfg.n_layers), key="ffn_layer")
 ffn_step = next(s for s in steps if s.layer == layer and s.sublayer.endswith("ffn"))
 effect = layer_norm_effect(ffn_step, position)
+norm_name = "RMSNorm" if cfg.norm == "rmsnorm" else "LayerNorm"
 if effect is not None:
     st.markdown(t("ffn_ln_text", mi=effect.mean_in, si=effect.std_in, ni=effect.norm_in, mo=effect.mean_out,
-                  so=effect.std_out, no=effect.norm_out))
-    before, after = ffn_step.ln_in[position].numpy(), ffn_step.ln_out[position].numpy()
-    hist = go.Figure([go.Histogram(x=before, name=t("ffn_ln_before"), opacity=0.6, nbinsx=40),
-                      go.Histogram(x=after, name=t("ffn_ln_after"), opacity=0.6, nbinsx=40)])
-    hist.update_layout(barmode="overlay", height=280, margin=dict(l=10, r=10, t=30, b=10),
-                       xaxis_title=t("ffn_feature_value"), yaxis_title=t("ffn_count"))
-    chart(hist, "ffn_ln_hist")
+                  so=effect.std_out, no=effect.norm_out, norm=norm_name))
+    pair = norm_pair(ffn_step.ln_in[position], cfg.layer_norm_eps)
+    gain = norm_weight(model, side, layer, ffn_step.sublayer)
+    mine = pair.rms_norm if cfg.norm == "rmsnorm" else pair.layer_norm
+    if not cfg.norm_first:  # post-norm: the stream is the norm's output, a LayerNorm with a bias too
+        gap = None
+    else:
+        gap = float((ffn_step.ln_out[position] - gain * mine).abs().max())
+    st.markdown(t("ffn_two_norms", mean=pair.mean, std=pair.std, rms=pair.rms, norm=norm_name,
+                  diff=float((pair.layer_norm - pair.rms_norm).abs().max())))
+    if gap is not None:
+        st.caption(t("ffn_two_norms_check", norm=norm_name, gap=gap))
+    n_show = min(64, pair.x.numel())
+    dims = list(range(n_show))
+    fig = go.Figure([go.Scatter(x=dims, y=pair.x[:n_show].tolist(), mode="lines+markers", name=t("ffn_ln_before")),
+                     go.Scatter(x=dims, y=pair.layer_norm[:n_show].tolist(), mode="lines+markers", name="LayerNorm"),
+                     go.Scatter(x=dims, y=pair.rms_norm[:n_show].tolist(), mode="lines+markers", name="RMSNorm")])
+    fig.update_layout(height=300, margin=dict(l=10, r=10, t=30, b=10), xaxis_title=t("emb_axis_dim"),
+                      yaxis_title=t("ffn_feature_value"))
+    chart(fig, "ffn_two_norms")
+if gated:
+    st.subheader(t("ffn_swiglu"))
+    g, u, h = gate_up(trace, side, layer, position)
+    st.markdown(t("ffn_swiglu_text", n=g.numel(), open=float((g.abs() > 0.1).float().mean()) * 100))
+    top = h.abs().topk(min(12, h.numel())).indices.tolist()
+    fig = go.Figure([go.Scatter(x=g.tolist(), y=u.tolist(), mode="markers", marker=dict(
+        size=5, color=h.tolist(), colorscale="RdBu", cmid=0, colorbar=dict(title="gate·up")),
+        customdata=list(range(g.numel())),
+        hovertemplate="#%{customdata}<br>gate %{x:.3f} · up %{y:.3f}<extra></extra>")])
+    fig.update_layout(height=380, margin=dict(l=10, r=10, t=30, b=10), xaxis_title=t("ffn_gate_axis"),
+                      yaxis_title=t("ffn_up_axis"))
+    chart(fig, "ffn_gate_up")
+    table(pd.DataFrame({t("ffn_col_neuron"): top, t("ffn_col_gate"): [float(g[i]) for i in top],
+                        t("ffn_col_up"): [float(u[i]) for i in top], t("ffn_col_product"): [float(h[i]) for i in top]}),
+          f"ffn_swiglu_{layer}_{position}", formats={t("ffn_col_gate"): "%.4f", t("ffn_col_up"): "%.4f",
+                                                     t("ffn_col_product"): "%.4f"})
 neurons = top_neurons(trace, side, layer, position, k=12)
 frac = active_fraction(trace, side, layer)
 st.markdown(t("ffn_neurons_text", d_ffn=cfg.d_ffn, act=cfg.activation, frac=(frac or 0.0) * 100))

@@ -4,12 +4,14 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
+from transformer_core.analysis.architecture import architecture_rows
 from transformer_core.model.transformer import COMPONENTS, param_counts
 from ui import cache
 from ui.cards import show_card
 from ui.errors import show_error
 from ui.figures import bars
 from ui.i18n import t
+from ui.nav import link
 from ui.session import page_context, through_app
 from ui.widgets import chart, explain, file_stem, table
 
@@ -18,7 +20,9 @@ through_app()
 AUTO_MEASURE_TOKENS = 64  # longer inputs, and big models, are timed on request only (a first visit stays fast)
 AUTO_MEASURE_PARAMS = 10_000_000
 EXPORT_MAX_PARAMS = 20_000_000  # the exported file (float32) stays under the upload limit of 80 MB unpacked
-POSITION_CLASSES = {"sinusoidal": "PositionalEncoding", "learned": "LearnedPositions", "none": "NoPositions"}
+POSITION_CLASSES = {"sinusoidal": "PositionalEncoding", "learned": "LearnedPositions", "none": "NoPositions",
+                    "rope": "RoPE"}
+NORM_CLASSES = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}
 
 st.title(t("nav_model"))
 explain("mdl_intro")
@@ -36,10 +40,26 @@ if param_counts(ctx.model)["total"] <= EXPORT_MAX_PARAMS:
 
 st.subheader(t("mdl_arch"))
 arch = "encdec" if ctx.model.is_encoder_decoder else "dec"
-st.code(t(f"mdl_arch_{arch}", n=cfg.n_layers, h=cfg.n_heads, hd=cfg.head_dim, d=cfg.d_model, ffn=cfg.d_ffn,
-          vocab=cfg.vocab_size, pos=POSITION_CLASSES[cfg.positional],
-          scale=" × √d_model" if cfg.scale_embedding else "", norm="pre-norm" if cfg.norm_first else "post-norm",
-          final=" → LayerNorm" if cfg.final_norm else ""), language="text")
+hd = str(cfg.head_dim) + (t("mdl_gqa", kv=cfg.kv_heads, g=cfg.n_heads // cfg.kv_heads) if cfg.kv_heads < cfg.n_heads
+                          else "") + (t("mdl_rope") if cfg.positional == "rope" else "")
+st.code(t(f"mdl_arch_{arch}", n=cfg.n_layers, h=cfg.n_heads, hd=hd, d=cfg.d_model,
+          ffn=f"{cfg.d_ffn}{t('mdl_swiglu') if cfg.ffn == 'gated' else ''}", vocab=cfg.vocab_size,
+          pos=POSITION_CLASSES[cfg.positional], scale=" × √d_model" if cfg.scale_embedding else "",
+          norm=("pre-norm" if cfg.norm_first else "post-norm") + f" {NORM_CLASSES[cfg.norm]}",
+          final=f" → {NORM_CLASSES[cfg.norm]}" if cfg.final_norm else ""), language="text")
+
+st.subheader(t("mdl_vs_course"))
+st.markdown(t("mdl_vs_course_text"))
+head = st.columns([2, 3, 3, 2])
+for col, key in zip(head, ("mdl_vs_part", "mdl_vs_course_col", "mdl_vs_this", "mdl_vs_where"), strict=True):
+    col.markdown(f"**{t(key)}**")
+for row in architecture_rows(cfg):
+    cols = st.columns([2, 3, 3, 2])
+    cols[0].markdown(t(f"mdl_row_{row.part}"))
+    cols[1].markdown(row.course)
+    cols[2].markdown(("**" + row.this + "**") if row.changed else row.this)
+    with cols[3]:
+        link(row.page)
 
 st.subheader(t("mdl_config"))
 fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}

@@ -2,11 +2,14 @@
 layer, softmax), so a learner sees at which layer the answer forms. Read from the page's cached trace."""
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
+from transformer_core.analysis.attribution import direct_logit_attribution
 from transformer_core.analysis.logit_lens import EMBEDDINGS, lens_from_trace
+from transformer_core.text.inputs import token_labels
 from ui.errors import show_error
-from ui.figures import axis_labels, prob_text, token_heatmap, visible
+from ui.figures import axis_labels, lines, prob_text, token_heatmap, visible
 from ui.guidance import lens_hint
 from ui.i18n import t
 from ui.session import page_context, through_app
@@ -17,6 +20,39 @@ through_app()
 ss = st.session_state
 WINDOW = 48  # the heatmap shows at most this many positions (around the chosen one); the table has them all
 TEXT_CAP = 40  # up to this many positions, each cell is written with its top token
+
+
+def attribution_section(pos: int) -> None:
+    """Direct logit attribution: which heads and FFNs wrote the chosen token's logit at this position."""
+    st.subheader(t("dla_title"))
+    explain("dla_intro", r"\text{logit}_t = W_U[t]\cdot \mathrm{norm}\Big(x_{emb} + \sum_{\ell}\big(\sum_h W_O^{h}"
+            r" z^{h}_{\ell} + b_O + \mathrm{FFN}_\ell\big)\Big) + b_t")
+    choices = lens.ids[-1, pos].tolist()  # the model's own top tokens at this position
+    token = st.selectbox(t("dla_token"), choices, format_func=lambda i: visible(token_labels(model, [i])[0]),
+                         key=f"dla_token_{pos}_{choices[0]}")
+    try:
+        a = direct_logit_attribution(model, ctx.trace, pos, int(token))
+    except Exception as exc:  # noqa: BLE001 - shown as a message (a post-norm model), never a traceback
+        show_error(exc)
+        return
+    layers = [t("lens_row_layer", layer=layer) for layer in range(model.cfg.n_layers)]
+    fig = go.Figure([go.Bar(x=layers, y=a.heads[:, h].tolist(), name=t("dla_head", h=h))
+                     for h in range(model.cfg.n_heads)])
+    fig.add_bar(x=layers, y=a.attn_bias.tolist(), name=t("dla_bias"))
+    fig.add_bar(x=layers, y=a.ffn.tolist(), name="FFN")
+    fig.add_bar(x=[t("lens_row_embed")], y=[a.embed], name=t("lens_row_embed"))
+    fig.add_bar(x=[t("dla_const")], y=[a.constant], name=t("dla_const"))  # so the bars add up to the logit
+    fig.add_scatter(x=layers, y=a.per_layer().tolist(), mode="markers", marker=dict(symbol="diamond", size=10,
+                    color="black"), name=t("dla_layer_sum"))
+    fig.update_layout(barmode="relative", height=380, margin=dict(l=10, r=10, t=30, b=10),
+                      yaxis_title=t("dla_axis"))
+    chart(fig, "dla_bars")
+    top = np.unravel_index(np.abs(a.heads).argmax(), a.heads.shape)
+    st.markdown(t("dla_sum", tok=visible(token_labels(model, [a.token])[0]), logit=a.logit, total=a.total,
+                  residue=a.residue, const=a.constant, layer=int(top[0]), head=int(top[1]),
+                  value=float(a.heads[top]), ffn=int(np.abs(a.ffn).argmax()), fv=float(a.ffn[np.abs(a.ffn).argmax()])))
+    st.caption(t("dla_scale_" + a.norm, scale=a.scale))
+    export_panel(a, "attribution", ctx, position=pos, token=int(token))
 
 
 def row_name(layer: int) -> str:
@@ -69,13 +105,26 @@ formed = int(lens.settled_rows()[pos])  # the earliest row from which the final 
 st.markdown(t("lens_formed", pos=pos_labels[pos], tok=visible(final), row=rows[formed],
               p=prob_text(lens.probs[-1, pos, 0])))
 
+c_rank, c_kl = st.columns(2)
+with c_rank:  # how each layer's reading ranks the final answer, and how far its whole distribution is from the end
+    chart(lines(rows, {t("lens_rank_series", tok=visible(final)): lens.final_rank[:, pos].tolist()},
+                title=t("lens_rank_title"), x_title=t("lens_col_layer"), y_title=t("lens_rank_axis"), height=280)
+          .update_yaxes(type="log", autorange="reversed"), "lens_rank")
+with c_kl:
+    chart(lines(rows, {"KL": lens.kl[:, pos].tolist()}, title=t("lens_kl_title"), x_title=t("lens_col_layer"),
+                y_title=t("lens_kl_axis"), height=280), "lens_kl")
+
+attribution_section(pos)
+
 st.subheader(t("lens_table_title", k=k, pos=pos_labels[pos]))
 table(pd.DataFrame({
     t("lens_col_layer"): [rows[r] for r in range(len(rows)) for _ in range(k)],
     t("lens_col_rank"): [i + 1 for _ in rows for i in range(k)],
     t("lens_col_token"): [visible(lens.tokens[r][pos][i]) for r in range(len(rows)) for i in range(k)],
     t("lens_col_prob"): [float(lens.probs[r, pos, i]) for r in range(len(rows)) for i in range(k)],
-}), f"logit_lens_{pos}", formats={t("lens_col_prob"): "%.4f"})
+    t("lens_col_final_rank"): [int(lens.final_rank[r, pos]) for r in range(len(rows)) for _ in range(k)],
+    t("lens_col_kl"): [float(lens.kl[r, pos]) for r in range(len(rows)) for _ in range(k)],
+}), f"logit_lens_{pos}", formats={t("lens_col_prob"): "%.4f", t("lens_col_kl"): "%.4f"})
 with st.expander(t("lens_all_title")):
     table(pd.DataFrame({
         t("lens_col_layer"): [rows[r] for r in range(len(rows)) for _ in range(n)],

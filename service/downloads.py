@@ -1,4 +1,5 @@
-"""Downloading GPT-2 small once for the whole server, in the background, with progress the page can show."""
+"""Downloading a hub model (GPT-2 small, SmolLM2, Qwen2.5) once for the whole server, in the background, with
+progress the page can show. One download per model key; the model's source knows what to fetch (`download`)."""
 from __future__ import annotations
 
 import io
@@ -7,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from transformer_core.errors import ModelSourceError, reason_of
-from transformer_core.sources.gpt2 import hub_file
+from transformer_core.sources import sources
 
 from . import catalog
 
@@ -32,12 +33,13 @@ class Download:
 
 
 _lock = threading.Lock()
-_current: Download | None = None
+_current: dict[str, Download] = {}  # model key -> its download
+GPT2 = "gpt2:small"
 
 
-def current() -> Download | None:
-    """The server's GPT-2 download (running or finished), if one was started."""
-    return _current
+def current(key: str = GPT2) -> Download | None:
+    """The server's download of a model (running or finished), if one was started."""
+    return _current.get(key)
 
 
 def _progress_class(dl: Download):
@@ -59,25 +61,36 @@ def _progress_class(dl: Download):
     return Progress
 
 
-def start_gpt2() -> Download:
-    """Start downloading GPT-2 small into the Hugging Face cache, unless a download is already running."""
-    global _current
+def start(key: str) -> Download:
+    """Start downloading a hub model into the Hugging Face cache, unless its download is already running."""
+    kind, _, ref = str(key).partition(":")
+    source = sources().get(kind)
+    if source is None or not hasattr(source, "download"):
+        raise ModelSourceError("model_unknown")
     with _lock:
-        if _current is not None and _current.status == "running":
-            return _current
+        running = _current.get(key)
+        if running is not None and running.status == "running":
+            return running
         dl = Download()
 
         def run() -> None:
             try:
-                hub_file(offline=False, progress=_progress_class(dl))
+                source.download(ref, progress=_progress_class(dl))
                 dl.status = "done"
             except Exception as exc:  # noqa: BLE001 - shown to the learner as a message
-                dl.error = ModelSourceError("gpt2_download_failed", reason=reason_of(exc))
+                label = next((e.label for e in catalog.entries() if e.key == key), ref)
+                dl.error = (ModelSourceError("gpt2_download_failed", reason=reason_of(exc)) if kind == "gpt2" else
+                            ModelSourceError("hf_download_failed", model=label, reason=reason_of(exc)))
                 dl.status = "error"
             finally:
                 catalog.refresh()
 
-        dl.thread = threading.Thread(target=run, name="gpt2-download", daemon=True)
-        _current = dl
+        dl.thread = threading.Thread(target=run, name=f"download-{kind}-{ref}"[:60], daemon=True)
+        _current[key] = dl
         dl.thread.start()
         return dl
+
+
+def start_gpt2() -> Download:
+    """Start downloading GPT-2 small (the first model this server could fetch; kept for its callers)."""
+    return start(GPT2)

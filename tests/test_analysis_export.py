@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from transformer_core import InputError, distribution, load_model, prepare, trace_text
+from transformer_core.analysis.attribution import direct_logit_attribution
 from transformer_core.analysis.bpe import text_merges, token_playback
 from transformer_core.analysis.compare import compare
 from transformer_core.analysis.export import VIEWS, arrays_of, export_npz, notebook_snippet, npz_bytes
@@ -42,6 +43,10 @@ def direct(view: str):
         }
         params, call = calls[view]
         return {**inputs, **params}, call()
+    if view == "attribution":  # a pre-norm decoder (the default model)
+        model, _ = load_model("everyday-gpt")
+        return ({"model": "everyday-gpt", "text": TEXT, "target": None, "position": 2, "token": 11},
+                direct_logit_attribution(model, trace_text(model, TEXT)[1], 2, 11))
     model, _ = load_model(GPT)
     prep, prep_b = prepare(model, TEXT), prepare(model, OTHER)
     inputs = {"model": GPT, "text": TEXT, "target": None}

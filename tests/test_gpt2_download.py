@@ -35,12 +35,16 @@ def tiny_gpt2_files() -> dict[str, bytes]:
 
 
 class FakeHub(BaseHTTPRequestHandler):
-    files: dict[str, bytes] = {}
+    files: dict[str, bytes] = {}  # GPT-2's
+    repos: dict[str, dict[str, bytes]] = {}  # other repositories' files
     requests: list[str] = []
 
     def _file(self) -> bytes | None:
-        prefix = "/openai-community/gpt2/resolve/main/"
-        return self.files.get(self.path[len(prefix):]) if self.path.startswith(prefix) else None
+        for repo, files in {"openai-community/gpt2": self.files, **self.repos}.items():
+            prefix = f"/{repo}/resolve/main/"
+            if self.path.startswith(prefix):
+                return files.get(self.path[len(prefix):])
+        return None
 
     def _headers(self, body: bytes) -> None:
         self.send_header("X-Repo-Commit", "0" * 40)
@@ -73,7 +77,7 @@ class FakeHub(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def hub():
-    FakeHub.files, FakeHub.requests = tiny_gpt2_files(), []
+    FakeHub.files, FakeHub.repos, FakeHub.requests = tiny_gpt2_files(), {}, []
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeHub)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -135,3 +139,56 @@ def test_a_failed_download_is_a_clear_message(hub, tmp_path):
     env = {"HF_ENDPOINT": hub, "HF_HOME": str(tmp_path / "hf")}
     got = run_python(DOWNLOAD, env)
     assert got["status"] == "error" and "could not be downloaded" in got["error"]
+
+
+HF_DOWNLOAD = """
+import json
+from service import catalog, downloads
+from transformer_core.errors import ModelSourceError
+try:
+    catalog.load("hf:qwen2.5-0.5b", "cpu")
+    before = "loaded"
+except ModelSourceError as exc:
+    before = exc.code
+dl = downloads.start("hf:qwen2.5-0.5b")
+dl.wait()
+print(json.dumps({"before": before, "status": dl.status, "error": str(dl.error), "fraction": dl.fraction}))
+"""
+
+HF_OFFLINE = """
+import json
+from service import catalog
+from transformer_core import trace_text, next_tokens
+from transformer_core.text.tokenizer import tokenize
+model, card = catalog.load("hf:qwen2.5-0.5b", "cpu")
+prep, trace = trace_text(model, "我今天去超市 and the park 123")
+stages = trace.attention("dec_self", 0)
+print(json.dumps({"kv": model.cfg.kv_heads, "heads": model.cfg.n_heads, "encoding": card["encoding"],
+                  "weights": list(stages.weights.shape), "k": list(stages.k.shape),
+                  "ids": prep.src_ids[0].tolist()[:4], "top": len(next_tokens(model, "我", top=3))}))
+"""
+
+
+def test_a_modern_hub_model_downloads_with_progress_then_loads_offline_from_the_cache(hub, tmp_path):
+    """Qwen2.5-0.5B's repository stood in for by a tiny random Qwen2 with a trained byte-level tokenizer."""
+    from test_hf_decoder import save_tiny
+
+    save_tiny(tmp_path / "tiny", "qwen2-gqa-tied")
+    FakeHub.repos = {"Qwen/Qwen2.5-0.5B": {f: (tmp_path / "tiny" / f).read_bytes()
+                                           for f in ("config.json", "model.safetensors", "tokenizer.json")}}
+    env = {"HF_ENDPOINT": hub, "HF_HOME": str(tmp_path / "hf")}
+    got = run_python(HF_DOWNLOAD, env)
+    assert got == {"before": "hf_not_downloaded", "status": "done", "error": "None", "fraction": 1.0}, got
+    assert "GET /Qwen/Qwen2.5-0.5B/resolve/main/tokenizer.json" in FakeHub.requests
+    FakeHub.requests.clear()
+    got = run_python(HF_OFFLINE, env | {"HF_HUB_OFFLINE": "1"})
+    T = got["weights"][-1]
+    assert got["encoding"] == "hf-qwen2.5-0.5b" and got["top"] == 3 and (got["kv"], got["heads"]) == (2, 4)
+    assert got["weights"] == [1, 4, T, T] and got["k"][:2] == [1, 2]
+    assert FakeHub.requests == []
+
+
+def test_a_failed_modern_download_names_the_model(hub, tmp_path):
+    FakeHub.repos = {}
+    got = run_python(HF_DOWNLOAD, {"HF_ENDPOINT": hub, "HF_HOME": str(tmp_path / "hf")})
+    assert got["status"] == "error" and "Qwen2.5-0.5B could not be downloaded" in got["error"], got

@@ -273,36 +273,38 @@ def load_selected_model():
             raise ModelSourceError("model_unknown")  # another browser's private model, or gone
         model, meta = cache.get_model(key, device)
     except Exception as exc:  # noqa: BLE001 - shown to the learner as a message
-        if getattr(exc, "code", "") == "gpt2_not_downloaded":
-            gpt2_download_panel()
+        if getattr(exc, "code", "") in ("gpt2_not_downloaded", "hf_not_downloaded"):
+            download_panel(key, exc)
         else:
             show_error(exc)
         st.stop()
     return key, model, meta, device
 
 
-def gpt2_download_panel() -> None:
-    """GPT-2 small is not on this server yet: one click downloads it (once, for everyone), with progress."""
-    st.info(t("err.gpt2_not_downloaded"), icon="📦")
-    dl = downloads.current()
+def download_panel(key: str, exc: Exception) -> None:
+    """A hub model (GPT-2 small, SmolLM2, Qwen2.5) is not on this server yet: one click downloads it (once, for
+    everyone), with progress."""
+    st.info(error_text(exc), icon="📦")
+    dl = downloads.current(key)
     if dl is None or dl.status == "error":
         if dl is not None:
             show_error(dl.error)
         if not settings().hf_offline:
-            st.button(t("gpt2_download"), on_click=downloads.start_gpt2, key="gpt2_download", type="primary",
+            label = t("gpt2_download") if key == downloads.GPT2 else t("hf_download", model=exc.params.get("model"))
+            st.button(label, on_click=downloads.start, args=(key,), key="gpt2_download", type="primary",
                       icon=":material/download:")
         return
-    st.fragment(run_every=1.0)(_download_progress)()
+    st.fragment(run_every=1.0)(_download_progress)(key)
 
 
-def _download_progress() -> None:
-    dl = downloads.current()
+def _download_progress(key: str) -> None:
+    dl = downloads.current(key)
     if dl is None:
         return
     if dl.status == "done":
         st.rerun()  # the whole page: the model loads now
     total = f"{dl.total / 2**20:,.0f}" if dl.total else "?"
-    st.progress(dl.fraction, text=t("gpt2_progress", done=f"{dl.done / 2**20:,.0f}", total=total))
+    st.progress(dl.fraction, text=t("hf_progress", done=f"{dl.done / 2**20:,.0f}", total=total))
 
 
 def page_context(layer: int | None = None, masks: dict | None = None) -> PageContext:

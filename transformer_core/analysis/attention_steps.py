@@ -37,8 +37,9 @@ class QuerySteps:
 
 def query_steps(stages: AttentionStages, head: int, query: int) -> QuerySteps:
     """Every stage for one query token of one head (batch item 0), computed by the model's attention()."""
-    q = stages.q[0, head, query : query + 1].float()  # (1, hs)
-    k, v = stages.k[0, head].float(), stages.v[0, head].float()  # (Tk, hs)
+    rotary = stages.q_rot is not None  # RoPE: the scores read the rotated q and k
+    q = (stages.q_rot if rotary else stages.q)[0, head, query : query + 1].float()  # (1, hs)
+    k, v = stages.head("k_rot" if rotary else "k", head), stages.head("v", head)  # (Tk, hs) its K/V head's
     mask = stages.mask[0, head, query : query + 1].bool()  # (1, Tk)
     seen: dict[str, torch.Tensor] = {}
 

@@ -88,6 +88,8 @@ VIEWS: dict[str, tuple[str, str, str, dict]] = {
                    "distribution(trace.logits[0, -1], top={top})", {"top": 10}),
     "logit_lens": ("from transformer_core.analysis.logit_lens import logit_lens", "prep",
                    "logit_lens(model, prep, k={k})", {"k": 5}),
+    "attribution": ("from transformer_core.analysis.attribution import direct_logit_attribution", "trace",
+                    "direct_logit_attribution(model, trace, {position}, {token})", {"position": 0, "token": 0}),
     "surprise": ("from transformer_core.analysis.surprise import surprise", "prep", "surprise(model, prep)", {}),
     "heads": ("from transformer_core.analysis.heads import detect_heads", "prep",
               "detect_heads(model, prep, threshold={threshold}, length={length}, count={count}, seed={seed})",

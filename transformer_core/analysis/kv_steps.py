@@ -49,12 +49,13 @@ class CacheReport:
 
 def cache_layout(model: Transformer, length: int, src_length: int | None = None) -> list[CacheLayer]:
     """What the cache holds after `length` decoder tokens, from the config alone (no forward): per decoder layer the
-    self-attention K and V (1, heads, length, d_k) and, for an encoder-decoder, the cross-attention K and V of the
-    source (1, heads, src_length, d_k), float32. cache_report reads the same from a real cache (a test compares)."""
+    self-attention K and V (1, kv_heads, length, d_k) and, for an encoder-decoder, the cross-attention K and V of the
+    source (1, kv_heads, src_length, d_k), float32; kv_heads = n_heads, or fewer with grouped-query attention (that
+    is its saving). cache_report reads the same from a real cache (a test compares)."""
     cfg = model.cfg
-    d_k, item = cfg.d_model // cfg.n_heads, next(model.parameters()).element_size()
-    self_shape = (1, cfg.n_heads, int(length), d_k)
-    cross_shape = (1, cfg.n_heads, int(src_length), d_k) if model.is_encoder_decoder and src_length else None
+    d_k, item = cfg.head_dim, next(model.parameters()).element_size()
+    self_shape = (1, cfg.kv_heads, int(length), d_k)
+    cross_shape = (1, cfg.kv_heads, int(src_length), d_k) if model.is_encoder_decoder and src_length else None
     self_bytes = 2 * int(np.prod(self_shape)) * item
     cross_bytes = 2 * int(np.prod(cross_shape)) * item if cross_shape else 0
     return [CacheLayer(i, self_shape, cross_shape, self_bytes + cross_bytes, self_bytes) for i in range(cfg.n_layers)]

@@ -45,6 +45,8 @@ class LogitLens:
     probs: torch.Tensor  # (R, T, k) float32 softmax probabilities
     tokens: list[list[list[str]]]  # (R, T, k) how the tokenizer shows ids
     final_prob: torch.Tensor  # (R, T) float32: each row's probability of the model's own top token (last row's)
+    final_rank: torch.Tensor  # (R, T) int64: that token's rank in each row (1 = the row's top token)
+    kl: torch.Tensor  # (R, T) float32: KL(final ‖ row) in nats, how far each row's whole distribution is from the end
 
     def table(self) -> list[dict]:
         """One row per (layer, position, rank)."""
@@ -62,7 +64,8 @@ class LogitLens:
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {"layers": np.array(self.layers, dtype=np.int64), "ids": self.ids.numpy(),
-                "probs": self.probs.numpy(), "final_prob": self.final_prob.numpy()}
+                "probs": self.probs.numpy(), "final_prob": self.final_prob.numpy(),
+                "final_rank": self.final_rank.numpy(), "kl": self.kl.numpy()}
 
 
 def lens_from_trace(model: Transformer, trace: Trace, k: int = 5) -> LogitLens:
@@ -77,7 +80,7 @@ def lens_from_trace(model: Transformer, trace: Trace, k: int = 5) -> LogitLens:
 
 
 def _lens(model: Transformer, trace: Trace, names: list[str], k: int) -> LogitLens:
-    ids, probs, final, own = [], [], [], None
+    ids, probs, final, ranks, kls, own, last = [], [], [], [], [], None, None
     for name in reversed(names):  # the last layer first: its top token is the model's own prediction
         if own is None and "hook_logits" in trace:  # the last layer's lens is the model's own logits
             logits = trace.logits[0].float()  # (T, vocab)
@@ -89,12 +92,18 @@ def _lens(model: Transformer, trace: Trace, names: list[str], k: int) -> LogitLe
         top = torch.topk(logits, min(k, logits.size(-1)))  # (T, k)
         ids.insert(0, top.indices)
         probs.insert(0, (top.values - norm).exp())
-        final.insert(0, (logits.gather(-1, own[:, None]) - norm)[:, 0].exp())  # (T,)
+        own_logit = logits.gather(-1, own[:, None])  # (T, 1)
+        final.insert(0, (own_logit - norm)[:, 0].exp())  # (T,)
+        ranks.insert(0, (logits > own_logit).sum(-1) + 1)  # (T,)
+        logp = logits - norm  # (T, vocab) log-softmax
+        last = logp if last is None else last  # the model's own distribution
+        kls.insert(0, (last.exp() * (last - logp)).sum(-1).clamp_min(0.0))  # (T,) KL(final ‖ this row)
     ids_t = torch.stack(ids)  # (R, T, k)
     tokens = [[token_labels(model, row.tolist()) for row in layer] for layer in ids_t]
     return LogitLens(layers=[EMBEDDINGS, *range(model.cfg.n_layers)],
                      labels=sequence_labels(model, trace.decoder_ids.tolist()), ids=ids_t,
-                     probs=torch.stack(probs), tokens=tokens, final_prob=torch.stack(final))
+                     probs=torch.stack(probs), tokens=tokens, final_prob=torch.stack(final),
+                     final_rank=torch.stack(ranks), kl=torch.stack(kls).float())
 
 
 def logit_lens(model: Transformer, prep: Prepared, k: int = 5) -> LogitLens:

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from ..model.positional import LearnedPositions, PositionalEncoding, sinusoid_table
+from ..model.positional import LearnedPositions, PositionalEncoding, RotaryEmbedding, rope_angles, sinusoid_table
 
 
 def similarity(table: torch.Tensor) -> torch.Tensor:
@@ -42,3 +42,22 @@ def scale_balance(tok: torch.Tensor, scaled: torch.Tensor, pe: torch.Tensor) -> 
         "pe": float(pe.abs().mean()),
         "factor": factor,
     }
+
+
+def rope_table(n_positions: int, head_dim: int, theta: float) -> torch.Tensor:
+    """(n, head_dim/2) RoPE's angle, in radians, for each position and dimension pair: the sine/cosine table's
+    counterpart (the table's columns are sin and cos of these angles with θ = 10000)."""
+    return rope_angles(torch.arange(max(0, int(n_positions))), head_dim, theta)
+
+
+def rope_offset_scores(q: torch.Tensor, k: torch.Tensor, theta: float, offsets: range,
+                       starts: tuple[int, ...] = (0, 10, 50)) -> dict[int, list[float]]:
+    """q·k after RoPE for one fixed query vector q and key vector k (hs,), the query at position start + offset
+    and the key at `start`: one curve per start. The curves coincide: the score depends on the offset only."""
+    hs = q.numel()
+    rot, out = RotaryEmbedding(hs, theta), {}  # the model's own rotation
+    for start in starts:
+        keys = rot(k.reshape(1, 1, 1, hs).double(), start)[0, 0, 0]  # (hs,) the key at `start`
+        scores = [float(rot(q.reshape(1, 1, 1, hs).double(), start + o)[0, 0, 0] @ keys) for o in offsets]
+        out[start] = scores
+    return out

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..model.hooks import act_name
+from ..model.hooks import act_name, addnorm_index
 from ..model.trace import Trace
 
 SUBLAYERS = {"encoder": ("enc_self", "enc_ffn"), "decoder": ("dec_self", "cross", "dec_ffn")}
@@ -20,8 +20,9 @@ class Step:
     sublayer: str  # "embed", "enc_self", "dec_self", "cross", "enc_ffn", "dec_ffn"
     norm: torch.Tensor  # (T,) L2 norm of the stream at each position
     added: torch.Tensor | None  # (T,) norm of what the sub-layer wrote (attention's W_o output, the FFN's output)
-    ln_in: torch.Tensor | None = None  # (T, d) the LayerNorm's input (post-norm: x + sublayer(x))
-    ln_out: torch.Tensor | None = None  # (T, d) after the Add & Norm
+    ln_in: torch.Tensor | None = None  # (T, d) the norm's input (post-norm: x + sublayer(x); pre-norm: x)
+    ln_out: torch.Tensor | None = None  # (T, d) the norm's output (post-norm: the stream; pre-norm: what the
+    #                                     sub-layer reads)
 
 
 def sublayers(trace: Trace, side: str) -> list[str]:
@@ -35,10 +36,11 @@ def stream(trace: Trace, side: str, n_layers: int) -> list[Step]:
     steps = [Step(None, "embed", trace.embeddings(side).sum[0].float().norm(dim=-1), None)]
     for layer in range(n_layers):
         for sub in sublayers(trace, side):
-            ln_in, ln_out = trace.addnorm(layer, sub)
-            if ln_out is None:
+            out = trace.addnorm(layer, sub)[1]  # the stream after this sub-layer
+            if out is None:
                 continue
-            steps.append(Step(layer, sub, ln_out[0].float().norm(dim=-1), added_norm(trace, side, layer, sub),
+            ln_in, ln_out = trace.norm_io(layer, sub)
+            steps.append(Step(layer, sub, out[0].float().norm(dim=-1), added_norm(trace, side, layer, sub),
                               ln_in[0].float() if ln_in is not None else None, ln_out[0].float()))
     return steps
 
@@ -87,3 +89,44 @@ def active_fraction(trace: Trace, side: str, layer: int) -> float | None:
     """Share of FFN hidden units above zero, over all positions (ReLU: the ones that fire)."""
     hidden = trace.ffn(layer, side)[0]
     return None if hidden is None else float((hidden[0] > 0).float().mean())
+
+
+@dataclass(frozen=True)
+class NormPair:
+    """One vector through LayerNorm and through RMSNorm (no gain: the model's own gain is shown beside them)."""
+
+    x: torch.Tensor  # (d,) the norm's input
+    layer_norm: torch.Tensor  # (d,) (x − mean) / sqrt(var + eps)
+    rms_norm: torch.Tensor  # (d,) x / sqrt(mean(x²) + eps)
+    mean: float  # of x: LayerNorm subtracts it, RMSNorm keeps it
+    std: float
+    rms: float  # sqrt(mean(x²)) = sqrt(std² + mean²)
+    model_out: torch.Tensor | None = None  # (d,) the model's own norm output (its gain applied)
+    model_norm: str = "layernorm"
+
+
+def norm_pair(x: torch.Tensor, eps: float, model_out: torch.Tensor | None = None,
+              model_norm: str = "layernorm") -> NormPair:
+    """Both norms of one vector, computed here in float64 from their formulas (the model's own output beside)."""
+    x64 = x.double()
+    mean, var = x64.mean(), x64.var(unbiased=False)
+    ms = (x64 * x64).mean()
+    return NormPair(x.float(), ((x64 - mean) / torch.sqrt(var + eps)).float(), (x64 / torch.sqrt(ms + eps)).float(),
+                    float(mean), float(var.sqrt()), float(ms.sqrt()), model_out, model_norm)
+
+
+def gate_up(trace: Trace, side: str, layer: int, position: int) -> tuple[torch.Tensor, torch.Tensor,
+                                                                          torch.Tensor] | None:
+    """(gate, up, product), each (d_ffn,), of a gated FFN at one position; None for the course's FFN."""
+    gate, up = trace.gated(layer, side)
+    if gate is None or up is None:
+        return None
+    g, u = gate[0, position].float(), up[0, position].float()
+    return g, u, g * u
+
+
+def norm_weight(model, side: str, layer: int, sublayer: str) -> torch.Tensor:
+    """(d,) the gain g of the norm in the Add & Norm around a sub-layer (enc_self, dec_self, cross, *_ffn)."""
+    stack = model.encoder if side == "encoder" else model.decoder
+    addnorm = getattr(stack.layers[layer], f"addnorm{addnorm_index(sublayer, model.is_encoder_decoder)}")
+    return addnorm.ln.weight.detach().float().cpu()

@@ -9,6 +9,7 @@ from torch import nn
 
 from .config import TransformerConfig
 from .hooks import HookPoint
+from .positional import RotaryEmbedding
 
 
 def _unchanged(stage: str, x: torch.Tensor) -> torch.Tensor:
@@ -36,22 +37,34 @@ def attention(q, k, v, mask=None, *, hook: Callable[[str, torch.Tensor], torch.T
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention: self-attention (kv = x) or cross-attention (kv = encoder memory)."""
+    """Multi-head attention: self-attention (kv = x) or cross-attention (kv = encoder memory).
 
-    def __init__(self, cfg: TransformerConfig) -> None:
+    Today's decoders change two things, both config choices: grouped-query attention (cfg.kv_heads < n_heads K/V
+    heads, query head h reads K/V head h // group) and RoPE (q and k turned by their positions before QKᵀ).
+    """
+
+    def __init__(self, cfg: TransformerConfig, rotary: bool = False) -> None:
         super().__init__()
-        self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
-        self.W_q = nn.Linear(cfg.d_model, cfg.d_model)
-        self.W_k = nn.Linear(cfg.d_model, cfg.d_model)
-        self.W_v = nn.Linear(cfg.d_model, cfg.d_model)
-        self.W_o = nn.Linear(cfg.d_model, cfg.d_model)
+        self.n_heads, self.n_kv, self.head_dim = cfg.n_heads, cfg.kv_heads, cfg.head_dim
+        kv_width = self.n_kv * self.head_dim
+        self.W_q = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.qkv_bias)
+        self.W_k = nn.Linear(cfg.d_model, kv_width, bias=cfg.qkv_bias)
+        self.W_v = nn.Linear(cfg.d_model, kv_width, bias=cfg.qkv_bias)
+        self.W_o = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.linear_bias)
+        self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta) if rotary and cfg.positional == "rope" else None
         self.dropout = nn.Dropout(cfg.dropout)
-        for stage in ("q", "k", "v", "scores", "scaled", "mask", "masked", "weights", "z", "concat", "out"):
+        rot = ("q_rot", "k_rot") if self.rotary is not None else ()  # hook points only where the model has them
+        for stage in ("q", "k", "v", *rot, "scores", "scaled", "mask", "masked", "weights", "z", "concat", "out"):
             setattr(self, f"hook_{stage}", HookPoint())
 
-    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+    @property
+    def group(self) -> int:
+        """Query heads per K/V head (1: the course's attention)."""
+        return self.n_heads // self.n_kv
+
+    def split_heads(self, x: torch.Tensor, heads: int | None = None) -> torch.Tensor:
         B, T, _ = x.shape
-        return x.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
+        return x.view(B, T, heads or self.n_heads, self.head_dim).transpose(1, 2)  # (B, heads, T, hs)
 
     def stage(self, name: str, x: torch.Tensor) -> torch.Tensor:
         return getattr(self, f"hook_{name}")(x)
@@ -65,14 +78,20 @@ class MultiHeadAttention(nn.Module):
         kv = x if kv is None else kv
         q = self.hook_q(self.split_heads(self.W_q(x)))  # (B, nh, Tq, hs)
         if cache is not None and static and "k" in cache:
-            k, v = cache["k"], cache["v"]  # (B, nh, Tk, hs) the memory's, computed at the first step
+            k, v = cache["k"], cache["v"]  # (B, n_kv, Tk, hs) the memory's, computed at the first step
         else:
-            k = self.hook_k(self.split_heads(self.W_k(kv)))  # (B, nh, Tk, hs)
-            v = self.hook_v(self.split_heads(self.W_v(kv)))  # (B, nh, Tk, hs)
+            k = self.hook_k(self.split_heads(self.W_k(kv), self.n_kv))  # (B, n_kv, Tk, hs)
+            v = self.hook_v(self.split_heads(self.W_v(kv), self.n_kv))  # (B, n_kv, Tk, hs)
+            if self.rotary is not None:  # positions so far: what the cache already holds
+                offset = cache["k"].size(2) if cache is not None and "k" in cache else 0
+                q = self.hook_q_rot(self.rotary(q, offset))  # (B, nh, Tq, hs)
+                k = self.hook_k_rot(self.rotary(k, offset))  # (B, n_kv, Tk, hs)
             if cache is not None and not static and "k" in cache:
-                k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)  # (B, nh, T, hs)
+                k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)  # (B, n_kv, T, hs)
             if cache is not None:
                 cache["k"], cache["v"] = k, v
+        if self.group > 1:  # grouped-query attention: each K/V head serves `group` query heads in a row
+            k, v = k.repeat_interleave(self.group, dim=1), v.repeat_interleave(self.group, dim=1)  # (B, nh, Tk, hs)
         if mask is not None:
             mask = mask.expand(-1, self.n_heads, -1, -1)  # (B, nh, Tq, Tk) True = attend
         z, _ = attention(q, k, v, mask, hook=self.stage, dropout=self.dropout)  # (B, nh, Tq, hs)

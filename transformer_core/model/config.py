@@ -7,8 +7,10 @@ from dataclasses import asdict, dataclass, fields, replace
 from ..errors import ConfigError
 
 ARCHS = ("encoder_decoder", "decoder_only")
-POSITIONALS = ("sinusoidal", "learned", "none")
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+POSITIONALS = ("sinusoidal", "learned", "none", "rope")  # rope: q and k rotated inside attention, nothing added
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+NORMS = ("layernorm", "rmsnorm")
+FFNS = ("mlp", "gated")  # gated: down(act(gate(x)) ⊙ up(x)); with activation "silu" that is SwiGLU
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,14 @@ class TransformerConfig:
     activation: str = "relu"
     tie_embeddings: bool = False  # output layer shares the token-embedding matrix (GPT-2)
     output_bias: bool = True
-    layer_norm_eps: float = 1e-5
+    layer_norm_eps: float = 1e-5  # also RMSNorm's eps
+    # today's decoders (Llama, Qwen2): each a choice here, the course's value the default
+    norm: str = "layernorm"  # rmsnorm: x / rms(x) · g, no mean subtracted, no bias
+    ffn: str = "mlp"
+    n_kv_heads: int = 0  # grouped-query attention: fewer K/V heads, each shared by a group of query heads; 0 = n_heads
+    rope_theta: float = 10000.0  # RoPE's base: pair i turns by θ^(-2i/head_dim) radians per position
+    qkv_bias: bool = True  # biases of W_q, W_k, W_v (Llama: none; Qwen2: these only)
+    linear_bias: bool = True  # biases of W_o and the FFN's linears
     seed: int = 42
     embed_std: float = 0.0  # token embedding init N(0, embed_std²); 0 keeps PyTorch's N(0, 1)
     # compacted vocabulary: model id -> real tokenizer id (empty = identity; -1 = the unknown token)
@@ -42,6 +51,11 @@ class TransformerConfig:
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
+    @property
+    def kv_heads(self) -> int:
+        """K/V heads: n_heads (the course's multi-head attention) or fewer (grouped-query attention)."""
+        return self.n_kv_heads or self.n_heads
+
     def validate(self) -> None:
         """Raise ConfigError with a clear message for impossible settings."""
         checks = [
@@ -50,6 +64,12 @@ class TransformerConfig:
              {"field": "positional", "choices": ", ".join(POSITIONALS)}),
             (self.activation in ACTIVATIONS, "config_choice",
              {"field": "activation", "choices": ", ".join(ACTIVATIONS)}),
+            (self.norm in NORMS, "config_choice", {"field": "norm", "choices": ", ".join(NORMS)}),
+            (self.ffn in FFNS, "config_choice", {"field": "ffn", "choices": ", ".join(FFNS)}),
+            (0 <= self.n_kv_heads <= self.n_heads and self.n_heads % max(self.n_kv_heads, 1) == 0, "config_kv_heads",
+             {"heads": self.n_heads, "kv": self.n_kv_heads}),
+            (1 < self.rope_theta <= 1e9, "config_range", {"field": "rope_theta", "lo": "> 1", "hi": "1e9"}),
+            (self.positional != "rope" or self.head_dim % 2 == 0, "config_even", {"field": "head_dim"}),
             (1 <= self.vocab_size <= 1_000_000, "config_range", {"field": "vocab_size", "lo": 1, "hi": 1_000_000}),
             (2 <= self.d_model <= 16_384, "config_range", {"field": "d_model", "lo": 2, "hi": 16_384}),
             (self.d_model % 2 == 0, "config_even", {"field": "d_model"}),
@@ -109,6 +129,13 @@ PRESETS: dict[str, TransformerConfig] = {
     # course doc 003: the small GPT (batch 4, context 16, d_model 64, 4 heads, 8 layers)
     "course-gpt": TransformerConfig(
         arch="decoder_only", d_model=64, n_heads=4, n_layers=8, d_ffn=256, max_len=16
+    ),
+    # after the course: the small GPT with today's decoder parts (Llama / Qwen2): RoPE, RMSNorm, SwiGLU (d_ffn ⅔ of
+    # 256 keeps the FFN's parameters), grouped-query attention (2 K/V heads for 4 query heads), no biases, pre-norm
+    "modern-gpt": TransformerConfig(
+        arch="decoder_only", d_model=64, n_heads=4, n_kv_heads=2, n_layers=8, d_ffn=172, max_len=64,
+        positional="rope", norm="rmsnorm", ffn="gated", activation="silu", qkv_bias=False, linear_bias=False,
+        norm_first=True, final_norm=True, tie_embeddings=True, output_bias=False,
     ),
     # a tiny model for tests
     "tiny": TransformerConfig(d_model=16, n_heads=2, n_layers=2, d_ffn=32, max_len=64, dropout=0.0),

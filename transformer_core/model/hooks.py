@@ -140,14 +140,18 @@ def editing() -> bool:
 # Which stack and module an attention block lives in; the course's three kinds of attention.
 BLOCKS = {"enc_self": ("encoder", "self_attn"), "dec_self": ("decoder", "self_attn"),
           "cross": ("decoder", "cross_attn")}
-ATTENTION_STAGES = ("q", "k", "v", "scores", "scaled", "mask", "masked", "weights", "z", "concat", "out")
-PER_HEAD_STAGES = ("q", "k", "v", "scores", "scaled", "mask", "masked", "weights", "z")
+# q_rot / k_rot: after RoPE's rotation (rotary models only); k, v, k_rot have cfg.kv_heads heads (fewer with GQA)
+ATTENTION_STAGES = ("q", "k", "v", "q_rot", "k_rot", "scores", "scaled", "mask", "masked", "weights", "z", "concat",
+                    "out")
+PER_HEAD_STAGES = ("q", "k", "v", "q_rot", "k_rot", "scores", "scaled", "mask", "masked", "weights", "z")
 SIDE_STAGES = {  # stage -> path below a stack ("encoder" or "decoder")
     "embed_tok": "embed.hook_tok", "embed_scaled": "embed.hook_scaled", "pe": "embed.pos.hook_pe",
     "embed": "embed.hook_sum", "stack_out": "hook_out",
 }
-LAYER_STAGES = {"ffn_hidden": "ffn.hook_hidden", "ffn_out": "ffn.hook_out", "addnorm_in": "{addnorm}.hook_in",
+LAYER_STAGES = {"ffn_hidden": "ffn.hook_hidden", "ffn_out": "ffn.hook_out", "ffn_gate": "ffn.hook_gate",
+                "ffn_up": "ffn.hook_up", "addnorm_in": "{addnorm}.hook_in", "addnorm_normed": "{addnorm}.hook_normed",
                 "addnorm_out": "{addnorm}.hook_out"}
+NORM_STAGES = ("addnorm_in", "addnorm_normed", "addnorm_out")  # addnorm_normed: the norm's output (pre-norm only)
 SUBLAYERS = ("enc_self", "dec_self", "cross", "enc_ffn", "dec_ffn")  # what an Add & Norm wraps
 
 
@@ -162,7 +166,8 @@ def act_name(stage: str, layer: int | None = None, block: str | None = None, sid
     'decoder.layers.2.cross_attn.hook_weights'.
 
     Attention stages take `block` (enc_self, dec_self, cross); embeddings and stack outputs take `side`;
-    ffn_hidden / ffn_out take `side` and `layer`; addnorm_in / addnorm_out take `layer` and the sub-layer they wrap
+    ffn_hidden / ffn_out (ffn_gate / ffn_up: gated FFNs) take `side` and `layer`; addnorm_in / addnorm_normed /
+    addnorm_out take `layer` and the sub-layer they wrap
     as `block` (enc_self, dec_self, cross, enc_ffn, dec_ffn; `cross` says whether the decoder has cross-attention).
     """
     if stage == "logits":
@@ -172,7 +177,7 @@ def act_name(stage: str, layer: int | None = None, block: str | None = None, sid
         return f"{stack}.layers.{int(layer)}.{module}.hook_{stage}"
     if stage in SIDE_STAGES:
         return f"{side}.{SIDE_STAGES[stage]}"
-    if stage in ("addnorm_in", "addnorm_out"):
+    if stage in NORM_STAGES:
         stack = "encoder" if block.startswith("enc") else "decoder"
         path = LAYER_STAGES[stage].format(addnorm=f"addnorm{addnorm_index(block, cross)}")
         return f"{stack}.layers.{int(layer)}.{path}"

@@ -9,6 +9,7 @@ from torch import nn
 from .attention import MultiHeadAttention
 from .config import TransformerConfig
 from .hooks import HookPoint
+from .norms import make_norm
 from .positional import POSITIONS
 
 
@@ -32,19 +33,31 @@ class Embeddings(nn.Module):
         return self.dropout(self.hook_sum(self.pos(x, offset)))  # (B, T, d)
 
 
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "gelu_tanh": lambda: nn.GELU(approximate="tanh"), "silu": nn.SiLU}
+
+
 class PositionWiseFFN(nn.Module):
-    """linear2(act(linear1(x))), applied to every position independently."""
+    """linear2(act(linear1(x))) (the course), or gated: linear2(act(gate(x)) ⊙ linear1(x)) (SwiGLU with SiLU,
+    Llama's down(silu(gate) ⊙ up)); applied to every position independently."""
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
-        self.linear1 = nn.Linear(cfg.d_model, cfg.d_ffn)
-        self.act = {"relu": nn.ReLU(), "gelu": nn.GELU(), "gelu_tanh": nn.GELU(approximate="tanh")}[cfg.activation]
-        self.linear2 = nn.Linear(cfg.d_ffn, cfg.d_model)
+        bias = cfg.linear_bias
+        self.linear1 = nn.Linear(cfg.d_model, cfg.d_ffn, bias=bias)  # the up-projection
+        self.gate = nn.Linear(cfg.d_model, cfg.d_ffn, bias=bias) if cfg.ffn == "gated" else None
+        self.act = ACTIVATIONS[cfg.activation]()
+        self.linear2 = nn.Linear(cfg.d_ffn, cfg.d_model, bias=bias)  # the down-projection
         self.dropout = nn.Dropout(cfg.dropout)
+        if self.gate is not None:  # hook points only where the model has them
+            self.hook_gate, self.hook_up = HookPoint(), HookPoint()
         self.hook_hidden, self.hook_out = HookPoint(), HookPoint()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.hook_hidden(self.act(self.linear1(x)))  # (B, T, d_ffn)
+        if self.gate is None:
+            h = self.hook_hidden(self.act(self.linear1(x)))  # (B, T, d_ffn)
+        else:  # each hidden unit: the up-projection scaled by its own gate
+            gate, up = self.hook_gate(self.act(self.gate(x))), self.hook_up(self.linear1(x))  # (B, T, d_ffn) each
+            h = self.hook_hidden(gate * up)  # (B, T, d_ffn)
         return self.hook_out(self.linear2(self.dropout(h)))  # (B, T, d)
 
 
@@ -53,14 +66,16 @@ class AddNorm(nn.Module):
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
-        self.ln = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.ln = make_norm(cfg)  # LayerNorm, or RMSNorm (the name stays the course's)
         self.dropout = nn.Dropout(cfg.dropout)
         self.norm_first = cfg.norm_first
         self.hook_in, self.hook_out = HookPoint(), HookPoint()
+        if self.norm_first:  # post-norm's norm output is hook_out itself
+            self.hook_normed = HookPoint()
 
     def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:
-        if self.norm_first:
-            return self.hook_out(x + self.dropout(sublayer(self.ln(self.hook_in(x)))))  # (B, T, d)
+        if self.norm_first:  # hook_normed: the norm's output, what the sub-layer reads
+            return self.hook_out(x + self.dropout(sublayer(self.hook_normed(self.ln(self.hook_in(x))))))  # (B, T, d)
         return self.hook_out(self.ln(self.hook_in(x + self.dropout(sublayer(x)))))  # (B, T, d)
 
 
@@ -69,7 +84,7 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
-        self.self_attn, self.addnorm1 = MultiHeadAttention(cfg), AddNorm(cfg)
+        self.self_attn, self.addnorm1 = MultiHeadAttention(cfg, rotary=True), AddNorm(cfg)
         self.ffn, self.addnorm2 = PositionWiseFFN(cfg), AddNorm(cfg)
 
     def forward(self, x, mask=None):
@@ -82,7 +97,7 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: TransformerConfig, cross: bool) -> None:
         super().__init__()
-        self.self_attn, self.addnorm1 = MultiHeadAttention(cfg), AddNorm(cfg)
+        self.self_attn, self.addnorm1 = MultiHeadAttention(cfg, rotary=True), AddNorm(cfg)
         if cross:  # the course's norm1 / norm2 / norm3
             self.cross_attn, self.addnorm2 = MultiHeadAttention(cfg), AddNorm(cfg)
         self.ffn = PositionWiseFFN(cfg)
@@ -106,7 +121,7 @@ class Encoder(nn.Module):
         super().__init__()
         self.embed = Embeddings(cfg)
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.final_norm else nn.Identity()
+        self.norm = make_norm(cfg) if cfg.final_norm else nn.Identity()
         self.hook_out = HookPoint()
 
     def forward(self, ids, mask=None):
@@ -123,7 +138,7 @@ class Decoder(nn.Module):
         super().__init__()
         self.embed = Embeddings(cfg)
         self.layers = nn.ModuleList(DecoderLayer(cfg, cross) for _ in range(cfg.n_layers))
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.final_norm else nn.Identity()
+        self.norm = make_norm(cfg) if cfg.final_norm else nn.Identity()
         self.hook_out = HookPoint()
 
     def forward(self, ids, memory=None, self_mask=None, cross_mask=None, cache=None, offset: int = 0):

@@ -35,9 +35,11 @@ TRAIN_ACTIVATION_FACTOR = 1.5
 def param_count(cfg: TransformerConfig) -> int:
     """Parameters a config builds (tied weights once), by formula: equals sum(p.numel()) of Transformer(cfg)."""
     d, f, v = cfg.d_model, cfg.d_ffn, cfg.vocab_size
-    attn = 4 * (d * d + d)  # W_q, W_k, W_v, W_o with biases
-    ffn = d * f + f + f * d + d
-    norm = 2 * d
+    kv = cfg.kv_heads * cfg.head_dim  # width of W_k and W_v (narrower with grouped-query attention)
+    attn = d * d + 2 * d * kv + d * d + (d + 2 * kv if cfg.qkv_bias else 0) + (d if cfg.linear_bias else 0)
+    linears = 3 if cfg.ffn == "gated" else 2  # gate, up, down
+    ffn = linears * d * f + ((linears - 1) * f + d if cfg.linear_bias else 0)
+    norm = d if cfg.norm == "rmsnorm" else 2 * d
     embed = v * d + (cfg.max_len * d if cfg.positional == "learned" else 0)
     final = norm if cfg.final_norm else 0
     total = embed + cfg.n_layers * (attn + ffn + 3 * norm + attn) + final  # decoder: self, cross, 3 norms
@@ -103,8 +105,10 @@ def _attention_block(cfg: TransformerConfig, B: int, Tq: int, Tk: int, heads_kep
     if not traced:
         return 0, TRANSIENT_MAPS * maps * FLOAT + 2 * maps * BOOL + 4 * B * max(Tq, Tk) * d * FLOAT
     kept = 2 * B * Tq * d * FLOAT  # concat, out
+    rotary = 2 if cfg.positional == "rope" else 1  # RoPE keeps q and k once more, rotated
     if heads_kept:  # q, z (B, Tq, d); k, v (B, Tk, d); the maps; the expanded mask, copied as bool
-        kept += (2 * B * Tq * d + 2 * B * Tk * d) * FLOAT + PER_HEAD_MAPS * maps * FLOAT + maps * BOOL
+        kept += ((rotary + 1) * B * Tq * d + (rotary + 1) * B * Tk * d) * FLOAT
+        kept += PER_HEAD_MAPS * maps * FLOAT + maps * BOOL
         transient = maps * FLOAT + maps * BOOL  # softmax before its fully-masked-row fill; ~mask
     else:
         transient = TRANSIENT_MAPS * maps * FLOAT + 2 * maps * BOOL + 4 * B * max(Tq, Tk) * d * FLOAT
@@ -126,8 +130,9 @@ def _stack(cfg: TransformerConfig, B: int, T: int, T_mem: int | None, keep, trac
         if T_mem is not None:
             k, t = _attention_block(cfg, B, T, T_mem, heads, traced)
             kept, transient = kept + k, max(transient, t)
-        if traced:
-            kept += B * T * f * FLOAT + vec + norms * 2 * vec  # FFN hidden and out; each Add & Norm's in and out
+        if traced:  # FFN hidden (and a gated FFN's gate and up) and out; each Add & Norm's in, out (and normed)
+            kept += (3 if cfg.ffn == "gated" else 1) * B * T * f * FLOAT + vec
+            kept += norms * (3 if cfg.norm_first else 2) * vec
         transient = max(transient, (1 if traced else 2) * B * T * f * FLOAT + 2 * vec)
     return kept, transient
 

@@ -12,6 +12,9 @@ import torch
 from .hooks import ATTENTION_STAGES, BLOCKS, CaptureDone, act_name, capture_all
 from .transformer import DEFAULT_MASKS, Transformer
 
+KV_STAGES = ("k", "v", "k_rot")  # one per K/V head
+VECTOR_STAGES = ("q", "k", "v", "q_rot", "k_rot", "z")  # (T, hs) per head, not maps
+
 
 @dataclass(frozen=True)
 class AttentionStages:
@@ -22,8 +25,10 @@ class AttentionStages:
     weights: torch.Tensor  # softmax rows
     mask: torch.Tensor  # bool, True = may attend (all True when the block had no mask)
     q: torch.Tensor | None = None  # the other stages are None when the trace did not keep them
-    k: torch.Tensor | None = None
+    k: torch.Tensor | None = None  # (B, kv_heads, Tk, hs): fewer heads than q with grouped-query attention
     v: torch.Tensor | None = None
+    q_rot: torch.Tensor | None = None  # after RoPE's rotation (rotary models)
+    k_rot: torch.Tensor | None = None
     scores: torch.Tensor | None = None  # raw QKᵀ
     scaled: torch.Tensor | None = None  # / √d_k
     masked: torch.Tensor | None = None  # scaled with −∞ where masked
@@ -34,13 +39,22 @@ class AttentionStages:
     def __getitem__(self, stage: str) -> torch.Tensor:
         return getattr(self, stage)
 
+    @property
+    def group(self) -> int:
+        """Query heads per K/V head: 1, or more with grouped-query attention."""
+        return self.weights.size(1) // (self.k.size(1) if self.k is not None else self.weights.size(1))
+
+    def kv_head(self, head: int) -> int:
+        """The K/V head query head `head` reads (query heads share K/V heads in consecutive groups)."""
+        return int(head) // self.group
+
     def head(self, stage: str, head: int | None = None, limit: int | None = None) -> torch.Tensor:
         """One stage of batch item 0, float32: (nh, Tq, Tk) or (Tq, Tk) for one head; cropped to `limit` tokens."""
         x = getattr(self, stage)[0]
         x = x.float() if x.dtype != torch.bool else x
-        x = x if head is None else x[head]
+        x = x if head is None else x[self.kv_head(head) if stage in KV_STAGES else head]
         if limit is not None:
-            x = x[..., :limit, :limit] if stage not in ("q", "k", "v", "z") else x[..., :limit, :]
+            x = x[..., :limit, :limit] if stage not in VECTOR_STAGES else x[..., :limit, :]
         return x
 
 
@@ -164,6 +178,18 @@ class Trace:
         """
         return (self._get("addnorm_in", layer=layer, block=sublayer),
                 self._get("addnorm_out", layer=layer, block=sublayer))
+
+    def norm_io(self, layer: int, sublayer: str) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(input, output) of the norm itself in the Add & Norm around a sub-layer: post-norm x + sublayer(x) and
+        LN of it; pre-norm the stream x and LN(x), what the sub-layer reads."""
+        normed = self._get("addnorm_normed", layer=layer, block=sublayer)
+        ln_in, ln_out = self.addnorm(layer, sublayer)
+        return ln_in, (normed if normed is not None else ln_out)
+
+    def gated(self, layer: int, side: str = "decoder") -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(gate after its activation, up-projection), each (B, T, d_ffn), of a gated FFN (SwiGLU); None otherwise.
+        Their product is the hidden layer (`ffn`)."""
+        return self._get("ffn_gate", layer=layer, side=side), self._get("ffn_up", layer=layer, side=side)
 
     def stack_out(self, side: str) -> torch.Tensor | None:
         """(B, T, d) a stack's output (after its final LayerNorm when it has one): the encoder's is the memory."""

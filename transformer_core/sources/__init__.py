@@ -34,7 +34,7 @@ class Places:
 class ModelEntry:
     key: str
     label: str
-    kind: str  # the source's kind: preset, shipped, user, gpt2
+    kind: str  # the source's kind: preset, shipped, user, gpt2, hf
     card: dict = field(default_factory=dict, compare=False)  # arch, encoding, description, examples, figures
 
     @property
@@ -65,7 +65,7 @@ def sources() -> dict[str, ModelSource]:
 
 def list_entries(places: Places = Places()) -> list[ModelEntry]:
     """Every model every source offers, in the sources' order of preference (shipped first)."""
-    order = {"shipped": 0, "user": 1, "gpt2": 2, "preset": 3}
+    order = {"shipped": 0, "user": 1, "gpt2": 2, "hf": 3, "preset": 4}
     kinds = sorted(sources(), key=lambda k: order.get(k, 9))
     return [e for k in kinds for e in sources()[k].entries(places)]
 

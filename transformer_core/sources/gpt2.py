@@ -203,6 +203,12 @@ class Gpt2Source:
                                           {"arch": "decoder_only", "encoding": "r50k_base"}))
         return out
 
+    def download(self, ref: str, progress=None) -> None:
+        """Fetch GPT-2 small into the Hugging Face cache (the server's one download of it)."""
+        if ref != "small":
+            raise Gpt2LoadError("model_unknown")
+        hub_file(offline=False, progress=progress)
+
     def load(self, ref: str, places: Places, device=None):
         if ref == "small":
             path = weights_file(places)

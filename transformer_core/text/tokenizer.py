@@ -58,6 +58,8 @@ def load_encoding(name: str = DEFAULT_ENCODING) -> tiktoken.Encoding:
     Never blocks another encoding: one lock per name. A download runs on its own thread and is waited for at most
     DOWNLOAD_WAIT_S seconds (tiktoken sets no timeout); a caller that gives up gets a message, and the next
     request finds the result (or, after a failure, tries again)."""
+    if name in _cache:  # (also an encoding a model family registered: register_encoding)
+        return _cache[name]
     if name not in ENCODINGS and subset_meta(BUNDLED, str(name)) is None:  # (a subset written since start-up)
         raise EncodingUnavailable("encoding_unknown", name=str(name)[:40], choices=", ".join(ENCODINGS))
     if name in _cache:
@@ -84,6 +86,13 @@ def load_encoding(name: str = DEFAULT_ENCODING) -> tiktoken.Encoding:
     if pending.error is not None:
         raise EncodingUnavailable("encoding_unavailable", name=name, reason=reason_of(pending.error))
     return _cache[name]
+
+
+def register_encoding(enc: tiktoken.Encoding) -> None:
+    """Make an encoding a model brought with it (a converted tokenizer.json) loadable by its name, like the others."""
+    if enc.name in ENCODINGS:
+        raise EncodingUnavailable("encoding_unknown", name=enc.name[:40], choices=", ".join(ENCODINGS))
+    _cache[enc.name] = enc
 
 
 class _Fetch:

@@ -62,6 +62,12 @@ EVERYDAY = replace(_LM, context=128, d_model=256, n_heads=8, n_layers=4, d_ffn=1
                    lr=2e-3, warmup=100, embed_std=256 ** -0.5, synthetic_first=400, synthetic_fraction=0.15,
                    norm_first=True, corpus=("brown", "reviews", "peoples-daily", "kjv", "tang"),
                    corpus_weights=(0.40, 0.22, 0.22, 0.08, 0.08), vocab_k=None)
+# Today's decoder on the same data and budget as the default (same steps, batch, context, corpora, vocabulary, tied
+# and scaled embeddings, learning rate): only the parts Llama and Qwen2 changed differ. RoPE instead of sinusoidal
+# positions, RMSNorm instead of LayerNorm, a SwiGLU FFN (three matrices, so d_ffn 688 ≈ ⅔ × 1024 keeps its
+# parameters), grouped-query attention with 2 K/V heads for the 8 query heads, no biases.
+MODERN = replace(EVERYDAY, positional="rope", norm="rmsnorm", ffn="gated", activation="silu", d_ffn=688, n_kv_heads=2,
+                 bias=False, encoding="cl100k_8k")
 SHIPPED_LMS = {
     "everyday-gpt": {
         "config": EVERYDAY,
@@ -85,9 +91,19 @@ SHIPPED_LMS = {
             "zh": "默认模型：由课程里的解码器块组成（4 层，d_model 256，8 个头，前置归一化），在现代英文（布朗语料库）"
                   "和中文（评论与人民日报）上训练，另有少量钦定版圣经和唐诗。"
                   "词表带字节回退：任何文本都能读，没有 ⟨unk⟩。"}},
+    "modern-gpt": {
+        "config": MODERN,
+        "order": 1, "example": "The weather was nice, so we walked to the park after lunch.",
+        "description": {
+            "en": "Today's decoder (Llama's and Qwen2's parts: RoPE, RMSNorm, SwiGLU, grouped-query attention with 2 "
+                  "K/V heads for 8 query heads, no biases) trained on exactly the default model's data and budget "
+                  "(4 layers, d_model 256, the same steps and vocabulary): compare the two cards and pages.",
+            "zh": "今天的解码器（Llama 和 Qwen2 的部件：RoPE、RMSNorm、SwiGLU、分组查询注意力——8 个查询头共用 2 个"
+                  "键/值头，没有偏置），训练数据和预算与默认模型完全相同（4 层，d_model 256，同样的步数和词表）："
+                  "可以对比两张模型卡和各个页面。"}},
     "kjv-tang-gpt": {
         "config": replace(_LM, corpus=("kjv", "tang"), vocab_k=None, encoding="cl100k_8k"),
-        "order": 1, "example": "In the beginning God created the heaven and the earth.",
+        "order": 2, "example": "In the beginning God created the heaven and the earth.",
         "description": {
             "en": "A small GPT (the course's decoder) trained on the King James Bible and on Tang poems: it reads "
                   "English and Chinese. Look for previous-token and induction heads on the Attention page.",

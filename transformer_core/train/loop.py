@@ -62,6 +62,13 @@ class TrainConfig:
     tie_embeddings: bool = False
     scale_embedding: bool = False
     embed_std: float = 0.0
+    # today's decoders (see TransformerConfig): RMSNorm, a gated FFN (SwiGLU with silu), grouped-query attention, RoPE
+    norm: str = "layernorm"
+    ffn: str = "mlp"
+    activation: str = "relu"
+    n_kv_heads: int = 0
+    rope_theta: float = 10000.0
+    bias: bool = True  # False: no biases in attention and FFN linears (Llama)
     cache_dir: str = ""  # where corpus archives are kept (a rebuild is then offline)
 
     def validate(self) -> None:
@@ -159,7 +166,9 @@ def model_config(tc: TrainConfig, data: TaskData | TextData) -> TransformerConfi
     sizes = dict(d_model=tc.d_model, n_heads=tc.n_heads, n_layers=tc.n_layers, d_ffn=tc.d_ffn or 4 * tc.d_model,
                  dropout=tc.dropout, positional=tc.positional, norm_first=tc.norm_first, final_norm=tc.final_norm,
                  seed=tc.seed,
-                 tie_embeddings=tc.tie_embeddings, scale_embedding=tc.scale_embedding, embed_std=tc.embed_std)
+                 tie_embeddings=tc.tie_embeddings, scale_embedding=tc.scale_embedding, embed_std=tc.embed_std,
+                 norm=tc.norm, ffn=tc.ffn, activation=tc.activation, n_kv_heads=tc.n_kv_heads,
+                 rope_theta=tc.rope_theta, qkv_bias=tc.bias, linear_bias=tc.bias)
     if isinstance(data, TaskData):
         return data.task.model_config(**sizes)
     return preset("course-gpt", vocab_size=data.vocab_size, vocab_map=data.vocab_map, max_len=tc.context,

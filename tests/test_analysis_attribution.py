@@ -1,0 +1,128 @@
+"""Direct logit attribution and the lens's rank / KL, recomputed here through an independent path: forward hooks
+written in this test on the modules (not the model's hook points), a plain forward, and the formulas by hand."""
+import numpy as np
+import pytest
+import torch
+from apptest_support import figure, no_pages_dir_mode, open_app
+
+from service import catalog
+from transformer_core import trace_text
+from transformer_core.analysis.attribution import direct_logit_attribution
+from transformer_core.analysis.logit_lens import lens_from_trace
+from transformer_core.errors import InputError
+
+TEXT = "The weather was nice, so we walked to the park and"
+MODELS = ["shipped:everyday-gpt", "preset:modern-gpt@cl100k_base", "preset:modern-gpt@cl100k_base|layernorm"]
+
+
+def load(key: str):
+    key, _, variant = key.partition("|")
+    model = catalog.load(key, "cpu")[0]
+    if variant == "layernorm":  # the same modern model with a final LayerNorm (GPT-2's): centred parts
+        from transformer_core.model.transformer import build_model
+
+        model = build_model(model.cfg.replace(norm="layernorm"), "cpu")
+        with torch.no_grad():
+            model.decoder.norm.bias.normal_(0, 0.5)
+            model.decoder.norm.weight.normal_(1, 0.3)
+    return model
+
+
+def parts_by_hooks(model, ids: torch.Tensor, pos: int) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """What each module wrote at `pos`, captured by plain PyTorch forward hooks, and the final residual and logits."""
+    seen, handles = {}, []
+
+    def keep(name, what):
+        def hook(module, inputs, output):
+            seen[name] = (inputs[0] if what == "in" else output)[0, pos].detach().double()
+        return hook
+
+    handles.append(model.decoder.embed.register_forward_hook(keep("embed", "out")))
+    for i, layer in enumerate(model.decoder.layers):
+        handles.append(layer.self_attn.W_o.register_forward_hook(keep(f"concat{i}", "in")))
+        handles.append(layer.ffn.register_forward_hook(keep(f"ffn{i}", "out")))
+        handles.append(layer.register_forward_hook(keep(f"resid{i}", "out")))
+    with torch.no_grad():
+        logits = model(ids)
+    for h in handles:
+        h.remove()
+    return seen, seen[f"resid{model.cfg.n_layers - 1}"], logits[0, pos].double()
+
+
+@pytest.mark.parametrize("key", MODELS)
+def test_direct_logit_attribution_equals_hand_computed_shares_and_sums_to_the_logit(key):
+    model = load(key)
+    prep, trace = trace_text(model, TEXT)
+    ids, pos = prep.src_ids, prep.src_ids.size(1) - 2
+    token = int(trace.logits[0, pos].argmax())
+    got = direct_logit_attribution(model, trace, pos, token)
+    seen, final, logits = parts_by_hooks(model, ids, pos)
+    w = model.out.weight[token].detach().double()
+    norm = model.decoder.norm
+    if isinstance(norm, torch.nn.Identity):
+        def share(x):
+            return float(w @ x)
+    elif isinstance(norm, torch.nn.LayerNorm):
+        sigma = torch.sqrt(final.var(unbiased=False) + norm.eps)
+
+        def share(x):
+            return float(w @ (norm.weight.detach().double() * (x - x.mean()))) / float(sigma)
+    else:
+        rms = torch.sqrt((final * final).mean() + norm.eps)
+
+        def share(x):
+            return float(w @ (norm.weight.detach().double() * x)) / float(rms)
+    hs = model.cfg.head_dim
+    for i, layer in enumerate(model.decoder.layers):
+        W_o = layer.self_attn.W_o.weight.detach().double()
+        for h in range(model.cfg.n_heads):
+            z = seen[f"concat{i}"][h * hs:(h + 1) * hs]
+            assert got.heads[i, h] == pytest.approx(share(W_o[:, h * hs:(h + 1) * hs] @ z), abs=1e-4)
+        assert got.ffn[i] == pytest.approx(share(seen[f"ffn{i}"]), abs=1e-4)
+    assert got.embed == pytest.approx(share(seen["embed"]), abs=1e-4)
+    assert got.logit == pytest.approx(float(logits[token]), abs=1e-4)
+    assert abs(got.residue) < 1e-3 and got.total == pytest.approx(float(logits[token]), abs=1e-3)
+
+
+def test_direct_logit_attribution_refuses_a_post_norm_model_with_a_message():
+    model = catalog.load("preset:course-gpt@cl100k_base", "cpu")[0]
+    _, trace = trace_text(model, TEXT)
+    with pytest.raises(InputError) as info:
+        direct_logit_attribution(model, trace, 0, 5)
+    assert info.value.code == "dla_post_norm"
+
+
+@pytest.mark.parametrize("key", MODELS[:2])
+def test_lens_rank_and_kl_to_final_match_a_full_softmax_of_each_layer(key):
+    model = load(key)
+    prep, trace = trace_text(model, TEXT)
+    lens = lens_from_trace(model, trace, k=3)
+    pos = prep.src_ids.size(1) - 1
+    seen, _, logits = parts_by_hooks(model, prep.src_ids, pos)
+    final = torch.log_softmax(logits, -1)
+    own = int(logits.argmax())
+    for row, name in enumerate(["embed"] + [f"resid{i}" for i in range(model.cfg.n_layers)]):
+        with torch.no_grad():
+            layer_logits = model.out(model.decoder.norm(seen[name].float())).double()
+        logp = torch.log_softmax(layer_logits, -1)
+        assert int(lens.final_rank[row, pos]) == int((layer_logits > layer_logits[own]).sum()) + 1
+        kl = float((final.exp() * (final - logp)).sum())
+        assert float(lens.kl[row, pos]) == pytest.approx(kl, abs=1e-3 + 1e-3 * kl)
+    assert int(lens.final_rank[-1, pos]) == 1 and float(lens.kl[-1, pos]) < 1e-5
+
+
+def test_lens_page_draws_the_attribution_bars_and_the_rank_and_kl_curves():
+    with no_pages_dir_mode():
+        at = open_app("lens", model="shipped:everyday-gpt", text=TEXT)
+        assert not at.exception and not at.error
+        bars = figure(at, "dla_bars")["data"]
+        model = load(MODELS[0])
+        assert len([b for b in bars if b["type"] == "bar"]) == model.cfg.n_heads + 4  # + W_O bias, FFN, embed, const
+        total = sum(np.sum(b["y"]) for b in bars if b["type"] == "bar")
+        _, trace = trace_text(model, TEXT)
+        pos = trace.decoder_ids.numel() - 1
+        logit = float(trace.logits[0, pos].max())  # the default token: the model's top choice at the last position
+        assert abs(total - logit) < 1e-3  # the bars add up to the logit
+        assert figure(at, "lens_rank")["data"][0]["y"][-1] == 1
+        course = open_app("lens", model="preset:course-gpt@cl100k_base", text=TEXT)
+        assert not course.exception and any("pre-norm" in m for m in [w.value for w in course.warning])

@@ -1,0 +1,112 @@
+"""Today's decoder family on every page, through the real app: a random-init modern preset (RoPE, RMSNorm, SwiGLU,
+grouped-query attention) renders every page in English and Chinese with no error, and the pages that show what
+changed show it with numbers recomputed here."""
+import numpy as np
+import pytest
+import torch
+from apptest_support import array, figure, harness_language, no_pages_dir_mode, open_app, page_names
+
+from service import catalog
+from transformer_core.analysis.positions import rope_offset_scores
+
+MODERN = "preset:modern-gpt@cl100k_base"
+TEXT = "The cat sat on the mat. 我今天去超市买了一些水果。"
+
+
+@pytest.fixture(autouse=True)
+def _through_app_py():
+    with no_pages_dir_mode():
+        yield
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("page", [p for p in page_names() if p != "train"])
+def test_every_page_renders_for_the_modern_decoder(page, lang):
+    with harness_language(lang):
+        at = open_app(page, model=MODERN, text=TEXT, lang=lang)
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+
+
+def test_positions_page_shows_rope_angles_and_offset_only_scores():
+    at = open_app("embeddings", model=MODERN, text=TEXT)
+    angles = array(figure(at, "emb_rope_angles")["data"][0]["z"])
+    model = catalog.load(MODERN, "cpu")[0]
+    hs, theta = model.cfg.head_dim, model.cfg.rope_theta
+    p, i = 5, 3
+    assert abs(angles[p, i] - np.cos(p * theta ** (-2 * i / hs))) < 1e-5
+    curves = figure(at, "emb_rope_offsets")["data"]
+    assert len(curves) == 3
+    first = array(curves[0]["y"])
+    assert all(np.abs(array(c["y"]) - first).max() < 1e-3 for c in curves[1:])  # the offset only
+
+
+def test_rope_scores_equal_the_attention_page_scores_of_the_model():
+    """The offset demo's rotation is the model's: q·k at the real positions equals the traced raw score."""
+    from transformer_core import trace_text
+
+    model = catalog.load(MODERN, "cpu")[0]
+    prep, trace = trace_text(model, TEXT)
+    stages = trace.attention("dec_self", 0)
+    qi, ki, head = 7, 2, 1
+    curve = rope_offset_scores(stages.head("q", head)[qi], stages.head("k", head)[ki], model.cfg.rope_theta,
+                               range(qi - ki, qi - ki + 1), (ki,))[ki]
+    assert abs(curve[0] - float(stages.head("scores", head)[qi, ki])) < 1e-4
+    assert torch.equal(stages.head("k", 0), stages.head("k", 1))  # heads 0 and 1 share K/V head 0
+
+
+def test_ffn_page_shows_swiglu_gate_up_product_and_both_norms():
+    from transformer_core import trace_text
+    from transformer_core.analysis.residual import norm_pair
+    from transformer_core.model.hooks import act_name
+
+    at = open_app("ffn", model=MODERN, text=TEXT)
+    model = catalog.load(MODERN, "cpu")[0]
+    _, trace = trace_text(model, TEXT)
+    pos = trace.src_ids.size(1) - 1  # the page's default token: the last
+    gate = trace[act_name("ffn_gate", layer=0)][0, pos]
+    up = trace[act_name("ffn_up", layer=0)][0, pos]
+    hidden = trace[act_name("ffn_hidden", layer=0)][0, pos]
+    assert torch.allclose(gate * up, hidden, atol=1e-6)
+    dots = figure(at, "ffn_gate_up")["data"][0]
+    assert np.abs(array(dots["x"]) - gate.numpy()).max() < 1e-5 and np.abs(array(dots["y"]) - up.numpy()).max() < 1e-5
+    # both norms of the FFN's input, against torch's own modules (an independent path)
+    x = trace[act_name("addnorm_in", layer=0, block="dec_ffn", cross=False)][0, pos]
+    pair = norm_pair(x, 1e-5)
+    ln = torch.nn.LayerNorm(x.numel(), eps=1e-5, elementwise_affine=False)(x)
+    rms = torch.nn.RMSNorm(x.numel(), eps=1e-5, elementwise_affine=False)(x)
+    assert (pair.layer_norm - ln).abs().max() < 1e-5 and (pair.rms_norm - rms).abs().max() < 1e-5
+    lines_ = figure(at, "ffn_two_norms")["data"]
+    assert [d["name"] for d in lines_][1:] == ["LayerNorm", "RMSNorm"]
+    assert np.abs(array(lines_[2]["y"]) - rms.numpy()[:64]).max() < 1e-5
+    check = next(c.value for c in at.caption if c.value.startswith("Check: the model's own RMSNorm"))
+    assert float(check.rsplit("within ", 1)[1].rstrip(".")) < 1e-5  # the model's output = g ⊙ RMSNorm(x)
+
+
+def test_attention_page_says_which_query_heads_share_each_kv_head():
+    at = open_app("attention", model=MODERN, text=TEXT, head="3")
+    shared = next(df.value for df in at.dataframe if "K/V head" in df.value.columns)
+    assert shared["K/V head"].tolist() == [0, 1] and shared.iloc[:, 1].tolist() == ["0, 1", "2, 3"]
+    assert any("Head 3 reads K/V head 1" in m.value for m in at.markdown)
+
+
+def test_model_page_puts_the_course_beside_the_modern_decoder():
+    at = open_app("model", model=MODERN, text=TEXT)
+    shown = [m.value for m in at.markdown]
+    assert "**RoPE: q, k rotated (base 10,000)**" in shown and "sin/cos PE added to x" in shown
+    assert "**4 query heads share 2 K/V heads (GQA)**" in shown and "4 heads, each its own K and V" in shown
+    assert any("SwiGLU" in m for m in shown) and any("RMSNorm x / rms(x)" in m for m in shown)
+    course = open_app("model", model="preset:course-gpt@cl100k_base", text=TEXT)
+    assert not any(m.value.startswith("**") and "RoPE" in m.value for m in course.markdown)
+
+
+def test_kv_cache_layout_of_a_gqa_model_is_the_real_cache_and_smaller():
+    from transformer_core import prepare
+    from transformer_core.analysis.kv_steps import cache_layout, cache_report
+
+    model = catalog.load(MODERN, "cpu")[0]
+    dec = prepare(model, TEXT).src_ids[0].tolist()[:12]
+    rep = cache_report(model, dec, repeats=1)
+    assert rep.max_abs_diff < 1e-4 and rep.layers == cache_layout(model, len(dec))
+    course = model.cfg.replace(n_kv_heads=0)
+    assert rep.layers[0].self_shape == (1, 2, len(dec), course.head_dim)  # 2 K/V heads cached, not 4
