@@ -17,14 +17,13 @@ from transformer_core.analysis.heads import (
 )
 from transformer_core.analysis.sinks import find_sinks, remove_sink
 from transformer_core.model.memory import KEEP_ALL
-from transformer_core.model.transformer import DEFAULT_MASKS
 from transformer_core.text.inputs import sequence_labels, token_labels
 from ui import cache
 from ui.errors import show_error
 from ui.figures import axis_labels, bars, lines, token_heatmap, visible
 from ui.guidance import heads_hint, sinks_hint
 from ui.i18n import t
-from ui.nav import switch
+from ui.nav import open_head
 from ui.session import page_context, through_app
 from ui.tools import cut_note, export_panel, inputs, kind_name, prep_for, reserve
 from ui.widgets import chart, clicked, count_text, explain, table
@@ -64,14 +63,6 @@ def sink_removal(key, device, text, tgt, special, gen, kind: str, layer: int, he
 
 def head_name(kind: str, layer: int, head: int, model) -> str:
     return t("hd_head_name", block=kind_name(kind, model), layer=layer, head=head)
-
-
-def open_head(kind: str, layer: int, head: int) -> None:
-    """The attention page, on this head."""
-    ss.layer, ss.head, ss.block = int(layer), int(head), kind
-    ss.mask_mode = DEFAULT_MASKS[kind]
-    ss.pop("att_cell", None)
-    switch("attention")
 
 
 def head_grid(records, model):

@@ -3,9 +3,12 @@ intact model; patch one head's output from a second text and see what moves. Eve
 own intervention context: the shared model is never changed."""
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
+from service import budget
 from transformer_core.analysis.blocks import kinds, sides
+from transformer_core.analysis.head_effects import CHUNK_BYTES, METRICS, head_effects
 from transformer_core.analysis.interventions import ABLATION_MODES, ALIGNMENTS, ablate, patch
 from transformer_core.model.memory import KEEP_NONE
 from transformer_core.text.inputs import token_labels
@@ -13,6 +16,7 @@ from ui.errors import show_error
 from ui.figures import bars, ranked_labels, visible
 from ui.guidance import try_these
 from ui.i18n import t
+from ui.nav import open_head
 from ui.session import page_context, through_app
 from ui.tools import (
     check_b,
@@ -25,7 +29,7 @@ from ui.tools import (
     reserve,
     text_b,
 )
-from ui.widgets import chart, count_text, delta, explain, table
+from ui.widgets import chart, clicked, count_text, delta, explain, table
 
 through_app()
 ss = st.session_state
@@ -36,6 +40,13 @@ def ablation_of(key, device, text, tgt, special, gen, heads: tuple, ffns: tuple,
     model, prep = prep_for(key, device, text, tgt, special, gen, KEEP_NONE)
     with reserve(model, prep, keep=KEEP_NONE):
         return ablate(model, prep, list(heads), list(ffns), mode=mode), prep.longest, prep.cut_from
+
+
+@st.cache_data(show_spinner=False, max_entries=64, ttl=1800)
+def effects_of(key, device, text, tgt, special, gen, metric: str, token_a, token_b, mode: str):
+    model, prep = prep_for(key, device, text, tgt, special, gen, KEEP_NONE)
+    with budget.reserve(CHUNK_BYTES, "head effects"):
+        return head_effects(model, prep, metric, token_a, token_b, mode=mode), prep.longest, prep.cut_from
 
 
 @st.cache_data(show_spinner=False, max_entries=64, ttl=1800)
@@ -184,7 +195,69 @@ def patching(ctx) -> None:
                  align=align)
 
 
+def effects(ctx) -> None:
+    """Every head (and FFN) knocked out alone, one picture: which parts this prediction depends on."""
+    model, cfg = ctx.model, ctx.model.cfg
+    st.header(t("he_title"))
+    explain("he_intro")
+    top = ctx.trace.logits[0, -1].float().topk(min(10, cfg.vocab_size)).indices.tolist()  # the model's top choices
+    c1, c2, c3, c4 = st.columns([2, 2, 2, 2])
+    metric = c1.radio(t("he_metric"), METRICS, key="he_metric", format_func=lambda m: t(f"he_metric_{m}"))
+    name = {i: visible(token_labels(model, [i])[0]) for i in top}
+    a = c2.selectbox(t("he_token_a"), top, key=f"he_a_{ctx.key}", format_func=name.get,
+                     disabled=metric == "loss")
+    b = c3.selectbox(t("he_token_b"), top, index=min(1, len(top) - 1), key=f"he_b_{ctx.key}", format_func=name.get,
+                     disabled=metric != "logit_diff")
+    mode = c4.radio(t("iv_mode"), ABLATION_MODES, key="he_mode", format_func=lambda m: t(f"iv_mode_{m}"))
+    if metric == "logit_diff" and a == b:
+        st.info(t("he_same"), icon="👆")
+        return
+    try:
+        with st.spinner(t("he_running", n=len(kinds(model)) * cfg.n_layers * cfg.n_heads + cfg.n_layers)):
+            found = effects_of(*inputs(ctx), metric, int(a) if metric != "loss" else None,
+                               int(b) if metric == "logit_diff" else None, mode)
+    except Exception as exc:  # noqa: BLE001 - a message, never a traceback
+        show_error(exc)
+        return
+    cut_note(found, ctx)
+    res = found[0]
+    rows = [(k, layer) for k in res.heads for layer in range(cfg.n_layers)]
+    last = list(res.heads)[-1]  # the decoder's FFN sits beside its last attention block of each layer
+    z = np.array([list(res.heads[k][layer]) + [res.ffn[layer] if k == last else np.nan] for k, layer in rows],
+                 dtype=np.float32)
+    span = float(np.nanmax(np.abs(z))) or 1.0
+    columns = [str(h) for h in range(cfg.n_heads)] + ["FFN"]
+    ticks = [t("hd_row", block=kind_name(k, model), layer=layer) for k, layer in rows]
+    cells = [[kind_name(k, model), layer, h, k] for k, layer in rows for h in range(cfg.n_heads)]
+    fig = go.Figure([
+        go.Heatmap(z=z, x=list(range(len(columns))), y=list(range(len(rows))), zmin=-span, zmax=span, zmid=0,
+                   colorscale="RdBu", xgap=2, ygap=2, texttemplate="%{z:+.2f}" if len(columns) <= 17 else "",
+                   hoverinfo="skip", name="cells",
+                   colorbar={"title": {"text": t("he_change")}, "thickness": 12}),
+        go.Scatter(x=[c[2] for c in cells], y=[rows.index((c[3], c[1])) for c in cells], mode="markers",
+                   marker={"symbol": "square", "size": 22, "color": "rgba(0,0,0,0)"}, customdata=cells,
+                   text=[f"{z[rows.index((c[3], c[1])), c[2]]:+.4f}" for c in cells],
+                   hovertemplate=t("he_hover") + "<extra></extra>", name="heads", showlegend=False)])
+    fig.update_xaxes(tickmode="array", tickvals=list(range(len(columns))), ticktext=columns, showgrid=False,
+                     zeroline=False, title_text=t("hd_col_head"))
+    fig.update_yaxes(tickmode="array", tickvals=list(range(len(rows))), ticktext=ticks, autorange="reversed",
+                     showgrid=False, zeroline=False)
+    fig.update_layout(height=120 + 40 * len(rows), margin=dict(l=10, r=10, t=30, b=10), clickmode="event+select",
+                      dragmode=False)
+    picked = clicked(fig, "he_grid", trace_name="heads")
+    if picked is not None:
+        open_head(str(picked[3]), int(picked[1]), int(picked[2]))
+    kind, layer, head, change = res.largest()
+    what = t(f"he_metric_{metric}")
+    st.markdown(t("he_summary", metric=what, intact=res.intact, block=kind_name(kind, model), layer=layer, head=head,
+                  change=change, ffn=int(np.abs(res.ffn).argmax()), fchange=float(res.ffn[np.abs(res.ffn).argmax()])))
+    st.caption(t("he_click"))
+    export_panel(res, "head_effects", ctx, metric=metric, token_a=int(a) if metric != "loss" else None,
+                 token_b=int(b) if metric == "logit_diff" else None, mode=mode)
+
+
 st.title(t("nav_intervene"))
 ctx = page_context()
 ablation(ctx)
+effects(ctx)
 patching(ctx)

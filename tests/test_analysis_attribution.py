@@ -3,7 +3,7 @@ written in this test on the modules (not the model's hook points), a plain forwa
 import numpy as np
 import pytest
 import torch
-from apptest_support import figure, no_pages_dir_mode, open_app
+from apptest_support import array, figure, no_pages_dir_mode, open_app
 
 from service import catalog
 from transformer_core import trace_text
@@ -126,3 +126,46 @@ def test_lens_page_draws_the_attribution_bars_and_the_rank_and_kl_curves():
         assert figure(at, "lens_rank")["data"][0]["y"][-1] == 1
         course = open_app("lens", model="preset:course-gpt@cl100k_base", text=TEXT)
         assert not course.exception and any("pre-norm" in m for m in [w.value for w in course.warning])
+
+
+@pytest.mark.parametrize("metric", ["logit_diff", "prob", "loss"])
+def test_head_effects_equal_one_ablation_at_a_time(metric):
+    """The batched sweep against the ablation tool run alone for a few heads and an FFN (an independent forward)."""
+    from transformer_core import prepare
+    from transformer_core.analysis.head_effects import head_effects
+    from transformer_core.analysis.interventions import ablation_edits, intervene
+
+    model = catalog.load("shipped:everyday-gpt", "cpu")[0]
+    prep = prepare(model, "When Mary and John went to the store, John gave a drink to")
+    a, b = 11, 12
+    res = head_effects(model, prep, metric, a if metric != "loss" else None, b if metric == "logit_diff" else None)
+
+    def value(logits):
+        last = logits[0, -1].double()
+        if metric == "logit_diff":
+            return float(last[a] - last[b])
+        if metric == "prob":
+            return float(torch.softmax(last, -1)[a])
+        return float(torch.nn.functional.cross_entropy(logits[0, :-1].double(), prep.src_ids[0, 1:]))
+
+    with torch.no_grad():
+        intact = value(model(prep.src_ids))
+    assert res.intact == pytest.approx(intact, abs=1e-5)
+    for layer, head in [(0, 2), (3, 7), (1, 4)]:
+        with intervene(ablation_edits(model, [("dec_self", layer, head)])), torch.no_grad():
+            edited = value(model(prep.src_ids))
+        assert res.heads["dec_self"][layer, head] == pytest.approx(edited - intact, abs=1e-5)
+    with intervene(ablation_edits(model, ffn_layers=[("decoder", 2)])), torch.no_grad():
+        assert res.ffn[2] == pytest.approx(value(model(prep.src_ids)) - intact, abs=1e-5)
+
+
+def test_intervene_page_draws_the_head_effects_grid():
+    with no_pages_dir_mode():
+        at = open_app("intervene", model="shipped:everyday-gpt", text=TEXT)
+        assert not at.exception and not at.error
+        fig = next(f for f in at.get("plotly_chart") if "he_grid" in f.proto.id)
+        import json
+        data = json.loads(fig.proto.spec)["data"]
+        model = catalog.load("shipped:everyday-gpt", "cpu")[0]
+        assert array(data[0]["z"]).shape == (model.cfg.n_layers, model.cfg.n_heads + 1)
+        assert any(m.value.startswith("Intact, logit(A) − logit(B) is") for m in at.markdown)

@@ -11,6 +11,7 @@ from transformer_core.analysis.attribution import direct_logit_attribution
 from transformer_core.analysis.bpe import text_merges, token_playback
 from transformer_core.analysis.compare import compare
 from transformer_core.analysis.export import VIEWS, arrays_of, export_npz, notebook_snippet, npz_bytes
+from transformer_core.analysis.head_effects import head_effects
 from transformer_core.analysis.heads import detect_heads
 from transformer_core.analysis.interventions import ablate, patch
 from transformer_core.analysis.logit_lens import logit_lens
@@ -47,6 +48,11 @@ def direct(view: str):
         model, _ = load_model("everyday-gpt")
         return ({"model": "everyday-gpt", "text": TEXT, "target": None, "position": 2, "token": 11},
                 direct_logit_attribution(model, trace_text(model, TEXT)[1], 2, 11))
+    if view == "head_effects":
+        model, _ = load_model("reverse")
+        return ({"model": "reverse", "text": "d a c b", "target": "= b c a", "metric": "prob", "token_a": 5,
+                 "token_b": None, "mode": "mean"},
+                head_effects(model, prepare(model, "d a c b", "= b c a"), "prob", 5, mode="mean"))
     model, _ = load_model(GPT)
     prep, prep_b = prepare(model, TEXT), prepare(model, OTHER)
     inputs = {"model": GPT, "text": TEXT, "target": None}

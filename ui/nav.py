@@ -34,3 +34,14 @@ def link(name: str, label: str | None = None, icon: str | None = None) -> None:
 
 def switch(name: str) -> None:
     st.switch_page(file_of(name))
+
+
+def open_head(kind: str, layer: int, head: int) -> None:
+    """The attention page, on this head (a click on a head anywhere: the head catalogue, the effects grid)."""
+    from transformer_core.model.transformer import DEFAULT_MASKS
+
+    ss = st.session_state
+    ss.layer, ss.head, ss.block = int(layer), int(head), kind
+    ss.mask_mode = DEFAULT_MASKS[kind]
+    ss.pop("att_cell", None)
+    switch("attention")

@@ -1,0 +1,126 @@
+"""Which heads matter for this prediction: knock out every head (and every FFN) one at a time and measure a metric
+the learner picks, in one picture (layer × head). Each knock-out is one batch item of a few batched forwards (the
+edit zeroes, or means, that head's z only in its own batch item), so the sweep costs a few forwards, not L × H.
+
+Metrics, read at the last position of the decoder (where the next token is read) or over the whole text:
+  logit_diff  logit(A) − logit(B)   "does this head make the model prefer A over B?"
+  prob        p(A)
+  loss        mean next-token loss over the text (nats per token)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..errors import InputError
+from ..model.hooks import act_name, intervene
+from ..model.memory import forward_bytes
+from ..model.transformer import Transformer
+from ..text.inputs import Prepared
+from .blocks import kinds, sequence
+from .interventions import ABLATION_MODES
+from .surprise import token_nats
+
+METRICS = ("logit_diff", "prob", "loss")
+CHUNK_BYTES = 256 * 2**20  # one batched forward holds at most about this much
+
+
+@dataclass(frozen=True)
+class HeadEffects:
+    """metric(edited) − metric(intact) for each head ([kind][layer, head]) and each decoder FFN (layer,)."""
+
+    metric: str
+    mode: str
+    token_a: int | None  # model ids (logit_diff, prob)
+    token_b: int | None
+    intact: float
+    heads: dict[str, np.ndarray]  # kind -> (n_layers, n_heads) change of the metric
+    ffn: np.ndarray  # (n_layers,) change when the decoder's FFN of that layer is knocked out
+
+    def largest(self) -> tuple[str, int, int, float]:
+        """(kind, layer, head, change) of the head whose knock-out moves the metric most."""
+        kind = max(self.heads, key=lambda k: float(np.abs(self.heads[k]).max()))
+        layer, head = np.unravel_index(np.abs(self.heads[kind]).argmax(), self.heads[kind].shape)
+        return kind, int(layer), int(head), float(self.heads[kind][layer, head])
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        out = {f"heads_{k}": v for k, v in self.heads.items()}
+        return {**out, "ffn": self.ffn, "intact": np.array([self.intact], dtype=np.float64),
+                "tokens": np.array([-1 if x is None else x for x in (self.token_a, self.token_b)], dtype=np.int64)}
+
+
+def _metric(metric: str, logits: torch.Tensor, ids: torch.Tensor, a: int | None, b: int | None) -> torch.Tensor:
+    """(B,) the metric of each batch item; logits (B, T, vocab), ids (T,) the decoder sequence."""
+    last = logits[:, -1].double()  # (B, vocab)
+    if metric == "logit_diff":
+        return last[:, a] - last[:, b]
+    if metric == "prob":
+        return torch.softmax(last, dim=-1)[:, a]
+    return torch.stack([token_nats(row, ids).mean() for row in logits.double()])  # (B,)
+
+
+def _forward(model: Transformer, prep: Prepared, n: int) -> torch.Tensor:
+    """(n, T, vocab) logits of n copies of the input (each copy edited by the hooks as its batch item says)."""
+    device = next(model.parameters()).device
+    src = prep.src_ids.to(device).expand(n, -1)
+    tgt = None if prep.tgt_ids is None else prep.tgt_ids.to(device).expand(n, -1)
+    with torch.inference_mode():
+        return model(src, tgt).float().cpu()
+
+
+def head_effects(model: Transformer, prep: Prepared, metric: str = "logit_diff", token_a: int | None = None,
+                 token_b: int | None = None, *, mode: str = "zero") -> HeadEffects:
+    """Knock out each attention head and each decoder FFN alone; how the metric changes for each."""
+    if metric not in METRICS:
+        raise InputError("effects_metric", choices=", ".join(METRICS))
+    if mode not in ABLATION_MODES:
+        raise InputError("ablation_mode", mode=str(mode)[:20], choices=", ".join(ABLATION_MODES))
+    vocab = model.cfg.vocab_size
+    needs = {"logit_diff": (token_a, token_b), "prob": (token_a,), "loss": ()}[metric]
+    if any(not isinstance(x, int) or isinstance(x, bool) or not 0 <= x < vocab for x in needs):
+        raise InputError("effects_tokens")
+    ids = sequence(prep, "decoder")  # (T,)
+    if metric == "loss" and ids.numel() < 2:
+        raise InputError("effects_short")
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    jobs = [("head", k, layer, h) for k in kinds(model) for layer in range(L) for h in range(H)]
+    jobs += [("ffn", "decoder", layer, None) for layer in range(L)]
+    intact = float(_metric(metric, _forward(model, prep, 1), ids, token_a, token_b)[0])
+    per_item = max(1, forward_bytes(model.cfg, prep.src_ids.size(1),
+                                    None if prep.tgt_ids is None else prep.tgt_ids.size(1)))
+    chunk = max(1, min(len(jobs), CHUNK_BYTES // per_item))
+    values = []
+    for start in range(0, len(jobs), chunk):
+        part = jobs[start:start + chunk]
+        with intervene(_edits(part, mode, model.is_encoder_decoder)):
+            values.append(_metric(metric, _forward(model, prep, len(part)), ids, token_a, token_b))
+    changes = torch.cat(values).numpy() - intact
+    heads = {k: np.zeros((L, H)) for k in kinds(model)}
+    ffn = np.zeros(L)
+    for (what, k, layer, h), change in zip(jobs, changes, strict=True):
+        if what == "head":
+            heads[k][layer, h] = change
+        else:
+            ffn[layer] = change
+    return HeadEffects(metric, mode, token_a, token_b, intact, heads, ffn)
+
+
+def _edits(jobs: list[tuple], mode: str, cross: bool) -> dict:
+    """Hook name -> edit: batch item i has its own component (head or FFN) knocked out."""
+    by_hook: dict[str, list[tuple[int, int | None]]] = {}
+    for i, (what, k, layer, h) in enumerate(jobs):
+        name = act_name("z", layer=layer, block=k) if what == "head" else act_name("ffn_out", layer=layer, side=k)
+        by_hook.setdefault(name, []).append((i, h))
+
+    def make(items: list[tuple[int, int | None]]):
+        def edit(x: torch.Tensor) -> torch.Tensor:  # z (B, nh, T, hs) or FFN output (B, T, d)
+            out = x.clone()
+            for i, h in items:
+                part = out[i, h] if h is not None else out[i]  # (T, hs) or (T, d)
+                part.copy_(torch.zeros_like(part) if mode == "zero" else part.mean(dim=0, keepdim=True).expand_as(part))
+            return out
+        return edit
+
+    return {name: make(items) for name, items in by_hook.items()}
