@@ -5,9 +5,12 @@ import pandas as pd
 import streamlit as st
 
 from transformer_core.analysis.alignment import alignment_rows
+from transformer_core.analysis.all_heads import head_view as all_heads_view
+from transformer_core.analysis.all_heads import model_view
 from transformer_core.analysis.attention_steps import query_steps, row_sums
 from transformer_core.analysis.heads import PROBE_COUNT, default_length, label_block
 from transformer_core.model.masks import MASK_MODES
+from transformer_core.model.memory import KEEP_ALL
 from transformer_core.model.transformer import DEFAULT_MASKS
 from transformer_core.text.inputs import sequence_labels
 from ui import cache
@@ -19,13 +22,16 @@ from ui.figures import (
     block_max,
     click_targets,
     mark_cells,
+    model_view_figure,
     scaled_weights,
     thumbnails,
     token_heatmap,
 )
 from ui.guidance import attention_hint
+from ui.head_view import head_view
 from ui.i18n import t
 from ui.session import generated, keep_view_in_model, load_selected_model, page_context, through_app
+from ui.tools import inputs, prep_for, reserve
 from ui.widgets import chart, clicked, explain, table, tensor_frame
 
 through_app()
@@ -53,6 +59,8 @@ def _on_block_change() -> None:
 def selectors(model) -> str:
     """Layer, block, head, mask and colour-scale widgets (before the trace, which depends on them)."""
     cfg = model.cfg
+    if "_pick_layer" in ss:  # a model-view thumbnail was clicked in the last run
+        ss.layer = ss.pop("_pick_layer")
     if "_pick_head" in ss:  # a thumbnail was clicked in the last run
         ss.head = ss.pop("_pick_head")
         ss.pop("att_cell", None)
@@ -226,6 +234,47 @@ def head_thumbnails(stages, heads: int, records: dict[int, object]) -> None:
     st.caption(t("att_thumbs_hint") + (" " + t("att_thumbs_pooled", step=step) if step > 1 else ""))
 
 
+@st.cache_data(show_spinner=False, max_entries=32, ttl=1800)
+def model_view_of(key, device, text, tgt, special, gen, kind: str):
+    model, prep = prep_for(key, device, text, tgt, special, gen, KEEP_ALL)
+    with reserve(model, prep, keep=KEEP_ALL):
+        return model_view(model, prep.src_ids, prep.tgt_ids, kind)
+
+
+def all_heads(ctx, stages, kind: str, q_lab, k_lab) -> None:
+    """Every layer × head at once (model view) and this layer's heads as lines (head view); built on opening."""
+    box = st.expander(t("att_all_title"), key="att_all_open", on_change="rerun")
+    if not box.open:
+        return
+    with box:
+        model_tab, head_tab = st.tabs([t("att_model_view"), t("att_head_view")])
+        with model_tab:
+            try:
+                view = model_view_of(*inputs(ctx), kind)
+            except Exception as exc:  # noqa: BLE001 - a message, never a traceback
+                show_error(exc)
+                return
+            fig = model_view_figure(view, [t("att_head") + f" {h}" for h in range(view.n_heads)],
+                                    [t("att_layer") + f" {layer}" for layer in range(view.n_layers)])
+            picked = clicked(fig, "att_model_view", trace_name="heads")
+            if picked is not None:
+                ss._pick_head, ss._pick_layer = int(picked[1]), int(picked[0])
+                st.rerun()
+            st.caption(t("att_model_view_hint", n=view.n_layers * view.n_heads, kb=view.mosaic.nbytes / 1024)
+                       + (" " + t("att_thumbs_pooled", step=view.step) if view.step > 1 else ""))
+        with head_tab:
+            hv = head_view_data_of(stages, kind)
+            sent = head_view(hv.weights, list(q_lab[hv.first:][-hv.weights.shape[1]:]),
+                             list(k_lab[hv.first:][-hv.weights.shape[2]:]),
+                             [t("att_head") + f" {h}" for h in range(hv.weights.shape[0])])
+            st.caption(t("att_head_view_hint", layer=ss.layer, kb=sent / 1024)
+                       + (" " + t("att_head_view_cut", n=hv.weights.shape[-1]) if hv.first else ""))
+
+
+def head_view_data_of(stages, kind):
+    return all_heads_view(stages.weights, stages.layer, kind)
+
+
 def explain_cell(stages, head, q_lab, k_lab, cell) -> None:
     """The one-query arithmetic for the clicked cell: the row's numbers, the chosen key highlighted."""
     n_q, n_k = stages.weights.shape[-2:]
@@ -372,6 +421,7 @@ try:
         date_alignment_view(ctx, stages, head, list(q_lab), list(k_lab))
     sums_and_pitfalls(stages, kind, ss.mask_mode)
     head_thumbnails(stages, model.cfg.n_heads, records)
+    all_heads(ctx, stages, kind, q_lab, k_lab)
     heads_table(records)
     if kind != "cross" and records:
         st.caption(t("att_probe_note", count=PROBE_COUNT, length=default_length(model)))

@@ -5,6 +5,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from transformer_core.analysis.neurons import neuron_on_text, output_tokens, top_snippets
 from transformer_core.analysis.residual import (
     active_fraction,
     gate_up,
@@ -14,8 +15,9 @@ from transformer_core.analysis.residual import (
     stream,
     top_neurons,
 )
-from transformer_core.text.inputs import sequence_labels
-from ui.figures import axis_labels, bars, token_heatmap
+from transformer_core.text.inputs import sequence_labels, token_labels
+from ui import cache
+from ui.figures import axis_labels, bars, token_heatmap, visible
 from ui.guidance import look_for
 from ui.i18n import t
 from ui.session import page_context, through_app
@@ -121,3 +123,43 @@ st.markdown(t("ffn_neurons_text", d_ffn=cfg.d_ffn, act=cfg.activation, frac=(fra
 if neurons:
     df = pd.DataFrame({t("ffn_col_neuron"): [n for n, _ in neurons], t("ffn_col_activation"): [v for _, v in neurons]})
     table(df, f"ffn_neurons_{layer}_{position}", formats={t("ffn_col_activation"): "%.4f"})
+
+
+def read_a_neuron(default: int | None) -> None:
+    """One neuron: its top held-out snippets (the shipped index), its activation on this text, what it writes."""
+    st.subheader(t("nr_title"))
+    explain("nr_intro")
+    index = cache.neuron_index(ctx.key) if side == "decoder" else None
+    c1, c2 = st.columns(2)
+    nr_layer = c1.selectbox(t("att_layer"), range(cfg.n_layers), index=layer, key=f"nr_layer_{cfg.n_layers}")
+    neuron = int(c2.number_input(t("nr_neuron"), 0, cfg.d_ffn - 1, int(default or 0), key=f"nr_neuron_{cfg.d_ffn}"))
+    acts = neuron_on_text(trace, nr_layer, neuron) if side == "decoder" else None
+    if acts is not None:
+        fig = go.Figure([go.Bar(x=list(range(len(labels))), y=acts.tolist(), customdata=labels,
+                                hovertemplate="%{customdata}: %{y:.4f}<extra></extra>")])
+        fig.update_xaxes(tickmode="array", tickvals=list(range(len(labels))), ticktext=labels)
+        fig.update_layout(height=260, margin=dict(l=10, r=10, t=30, b=10), yaxis_title=t("ffn_col_activation"),
+                          title=t("nr_on_text", layer=nr_layer, neuron=neuron))
+        chart(fig, "nr_on_text")
+    if index is None:
+        st.caption(t("nr_no_index"))
+    else:
+        snippets = top_snippets(model, index, nr_layer, neuron)
+        st.markdown(t("nr_snippets", n=len(snippets)))
+        table(pd.DataFrame({
+            t("ffn_col_activation"): [s.activation for s in snippets],
+            t("nr_col_before"): ["".join(s.tokens[:s.fire]) for s in snippets],
+            t("nr_col_token"): [s.tokens[s.fire] for s in snippets],
+            t("nr_col_after"): ["".join(s.tokens[s.fire + 1:]) for s in snippets]}),
+            f"nr_snippets_{nr_layer}_{neuron}", formats={t("ffn_col_activation"): "%.3f"})
+    if not model.is_encoder_decoder:
+        up, down = output_tokens(model, nr_layer, neuron)
+        names = token_labels(model, [i for i, _ in up + down])
+        c_up, c_down = st.columns(2)
+        c_up.markdown(t("nr_up") + "  \n" + " · ".join(f"`{visible(n)}` {v:+.2f}" for n, (_, v) in
+                                                        zip(names[:len(up)], up, strict=True)))
+        c_down.markdown(t("nr_down") + "  \n" + " · ".join(f"`{visible(n)}` {v:+.2f}" for n, (_, v) in
+                                                            zip(names[len(up):], down, strict=True)))
+
+
+read_a_neuron(neurons[0][0] if neurons else None)

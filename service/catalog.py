@@ -125,6 +125,15 @@ def _user_folder(key: str) -> Path | None:
     return Path(settings().checkpoints_dir) / ref
 
 
+def shipped_folder(key: str) -> Path | None:
+    """The folder of a shipped model ("shipped:<name>"), for the files beside its weights; None for other kinds."""
+    kind, _, ref = str(key).partition(":")
+    if kind != "shipped" or not REF.fullmatch(ref):
+        return None
+    folder = Path(settings().places.shipped_dir) / ref
+    return folder if folder.is_dir() else None
+
+
 def load(key: str, device=None, viewer: str | None = None):
     """(model in eval mode, card) for a key the viewer may open. Another viewer's private model is refused
     exactly like a missing one (ModelSourceError model_unknown): a key reveals nothing. The memory the load takes

@@ -169,3 +169,41 @@ def test_intervene_page_draws_the_head_effects_grid():
         model = catalog.load("shipped:everyday-gpt", "cpu")[0]
         assert array(data[0]["z"]).shape == (model.cfg.n_layers, model.cfg.n_heads + 1)
         assert any(m.value.startswith("Intact, logit(A) − logit(B) is") for m in at.markdown)
+
+
+def test_neuron_index_snippets_are_the_neurons_largest_activations_recomputed():
+    """The shipped index against a plain forward over the same held-out text with a hook on the FFN's activation."""
+    from pathlib import Path
+
+    from transformer_core.analysis.neurons import build_index, load_index, output_tokens, top_snippets
+
+    folder = Path(__file__).resolve().parents[1] / "assets" / "models" / "everyday-gpt"
+    model = catalog.load("shipped:everyday-gpt", "cpu")[0]
+    index = load_index(folder)
+    assert index is not None and index.acts.shape == (model.cfg.n_layers, model.cfg.d_ffn, 8)
+    rebuilt = build_index(model, [p.read_text(encoding="utf-8") for p in sorted(folder.glob("heldout_*.txt"))])
+    assert np.array_equal(rebuilt.ids, index.ids) and np.abs(rebuilt.acts.astype(float) - index.acts).max() < 2e-2
+    layer, neuron = 2, 17
+    seen = {}
+    handle = model.decoder.layers[layer].ffn.act.register_forward_hook(lambda m, i, o: seen.update(h=o[0, :, neuron]))
+    chunk, pos = (int(x) for x in index.where[layer, neuron, 0])
+    with torch.no_grad():
+        model(torch.tensor(index.ids[chunk:chunk + 1], dtype=torch.long))
+    handle.remove()
+    assert float(seen["h"].max()) == pytest.approx(float(index.acts[layer, neuron, 0]), abs=2e-2)
+    assert int(seen["h"].argmax()) == pos
+    snippets = top_snippets(model, index, layer, neuron)
+    assert snippets[0].activation == pytest.approx(float(seen["h"].max()), abs=2e-2)
+    up, down = output_tokens(model, layer, neuron, k=3)
+    direct = model.out.weight.detach() @ model.decoder.layers[layer].ffn.linear2.weight[:, neuron].detach()
+    assert [i for i, _ in up] == direct.topk(3).indices.tolist()
+    assert [i for i, _ in down] == (-direct).topk(3).indices.tolist()
+
+
+def test_ffn_page_reads_a_neuron():
+    with no_pages_dir_mode():
+        at = open_app("ffn", model="shipped:everyday-gpt", text=TEXT)
+        assert not at.exception and not at.error
+        snippets = next(df.value for df in at.dataframe if "before" in df.value.columns)
+        assert len(snippets) == 8 and snippets["activation"].is_monotonic_decreasing
+        assert figure(at, "nr_on_text")["data"][0]["type"] == "bar"

@@ -110,3 +110,61 @@ def test_kv_cache_layout_of_a_gqa_model_is_the_real_cache_and_smaller():
     assert rep.max_abs_diff < 1e-4 and rep.layers == cache_layout(model, len(dec))
     course = model.cfg.replace(n_kv_heads=0)
     assert rep.layers[0].self_shape == (1, 2, len(dec), course.head_dim)  # 2 K/V heads cached, not 4
+
+
+@pytest.mark.parametrize("key", [MODERN, "shipped:everyday-gpt", "shipped:dates-zh"])
+def test_model_view_holds_every_heads_weights_in_a_light_mosaic(key):
+    from transformer_core import prepare
+    from transformer_core.analysis.all_heads import model_view
+    from transformer_core.analysis.blocks import block_weights, kinds
+
+    model = catalog.load(key, "cpu")[0]
+    tgt = "=2026年11月23日" if model.is_encoder_decoder else None
+    prep = prepare(model, "23 November 2026" if tgt else TEXT, tgt)
+    kind = kinds(model)[-1]
+    view = model_view(model, prep.src_ids, prep.tgt_ids, kind)
+    weights = block_weights(model, prep.src_ids, prep.tgt_ids)  # an independent forward, every block's weights
+    for layer in range(model.cfg.n_layers):
+        for head in range(model.cfg.n_heads):
+            w = weights[(kind, layer)][0, head].numpy()
+            got = view.thumbnail(layer, head)[: w.shape[0], : w.shape[1]]
+            shown = ~np.isnan(got)
+            assert np.abs(got[shown] - w[shown]).max() <= 0.5 / 254 + 1e-6  # one byte per weight
+            if kind == "dec_self":
+                assert np.isnan(got[np.triu_indices(w.shape[0], 1)]).all()  # masked above the diagonal
+
+
+def test_model_view_of_twelve_by_twelve_heads_at_64_tokens_stays_under_a_megabyte():
+    import json
+
+    from transformer_core.analysis.all_heads import model_view
+    from transformer_core.model.config import TransformerConfig
+    from transformer_core.model.transformer import build_model
+    from ui.figures import model_view_figure
+
+    model = build_model(TransformerConfig(arch="decoder_only", d_model=96, n_heads=12, n_layers=12, d_ffn=64,
+                                          vocab_size=500, max_len=200, dropout=0.0))
+    view = model_view(model, torch.randint(0, 500, (1, 150)), None, "dec_self")
+    assert view.step == 3 and view.size == 50  # 150 tokens pooled to 50 per side
+    fig = model_view_figure(view, [str(h) for h in range(12)], [str(i) for i in range(12)])
+    assert len(json.dumps(fig.to_plotly_json(), default=str)) < 1_000_000
+    view64 = model_view(model, torch.randint(0, 500, (1, 64)), None, "dec_self")
+    assert view64.mosaic.nbytes < 800_000 and view64.size == 64
+
+
+def test_head_view_html_escapes_text_and_stays_light():
+    from ui.head_view import head_view_data, page_html
+
+    w = torch.softmax(torch.randn(12, 64, 64), -1).numpy()
+    labels = ["</script><img src=x onerror=alert(1)>"] + [f"t{i}" for i in range(63)]
+    html = page_html(head_view_data(w, labels, labels, [f"head {h}" for h in range(12)]))
+    assert "<img" not in html and "</script><" not in html.split('type="application/json">')[1].split("</script>")[0]
+    assert len(html.encode()) < 1_000_000
+
+
+def test_attention_page_opens_all_heads_and_a_click_on_the_model_view_opens_that_head():
+    at = open_app("attention", model="shipped:everyday-gpt", text=TEXT)
+    at.session_state["att_all_open"] = True
+    at.run()
+    assert not at.exception, at.exception
+    assert any("att_model_view" in c.proto.id for c in at.get("plotly_chart"))

@@ -144,6 +144,15 @@ def model_file(key: str, device: str) -> bytes:
         return (save_checkpoint(model, Path(tmp) / "m", {}) / WEIGHTS).read_bytes()
 
 
+@st.cache_resource(show_spinner=False, max_entries=8)
+def neuron_index(key: str):
+    """The neuron index shipped beside a model (read once per server), or None."""
+    from transformer_core.analysis.neurons import load_index
+
+    folder = catalog.shipped_folder(key)
+    return None if folder is None else load_index(folder)
+
+
 @st.cache_resource(show_spinner=False, max_entries=16)
 def induction_by_block(key: str, device: str, length: int | None = None) -> dict:
     """(kind, layer) -> (nh,) induction scores of a model on the detector's probe (PROBE_COUNT random sequences of
