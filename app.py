@@ -34,6 +34,7 @@ try:
             page("compare", ":material/compare_arrows:"),
             page("bpe", ":material/merge_type:"),
             page("surprise", ":material/bolt:"),
+            page("learn", ":material/trending_down:"),
         ],
         t("nav_section_train"): [
             page("train", ":material/model_training:"),

@@ -100,5 +100,6 @@ def test_chinese_headings():
     assert not at.exception
     assert at.title[0].value == "模型卡与参数"
     heads = [s.value for s in at.subheader]
-    assert heads[:3] == ["模型卡", "模型结构", "配置"] and "每个中间张量的形状" in heads
+    assert heads[:4] == ["模型卡", "模型结构", "课程里的 Transformer 与这个模型对照", "配置"]
+    assert "每个中间张量的形状" in heads
     assert frame(at, "参数量")["组件"].iloc[-1] == "总计"

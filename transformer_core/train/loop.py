@@ -119,6 +119,7 @@ class Progress:
     max_iters: int
     loss: float  # this step's training loss
     history: History
+    model: Transformer | None = None  # the model being trained (a snapshot may copy its weights; never change them)
 
     @property
     def fraction(self) -> float:
@@ -260,7 +261,7 @@ def train(tc: TrainConfig, callback: Callable[[Progress], None] | None = None,
             it += 1
             hist.step_loss.append(loss)
             if callback is not None:
-                callback(Progress(it, tc.max_iters, loss, hist))
+                callback(Progress(it, tc.max_iters, loss, hist, model))
     stopped = it < tc.max_iters
     return TrainResult(model.eval(), hist, it, stopped, time.perf_counter() - start, tokens, tc, device, data)
 

@@ -1,0 +1,111 @@
+"""Watch a model learn: a small model trained with snapshots of its weights; a training-step slider moves through
+its loss curve, every head's previous-token and induction scores, the in-context-learning score, and the attention
+of a chosen head on the learner's own repeated text at that step."""
+import json
+
+import numpy as np
+import plotly.graph_objects as go
+import streamlit as st
+
+from service import catalog
+from transformer_core import trace_text
+from transformer_core.text.inputs import sequence_labels
+from transformer_core.train.snapshots import load_snapshot, load_steps, phases
+from ui import cache
+from ui.errors import show_error
+from ui.figures import axis_labels, token_heatmap
+from ui.i18n import t
+from ui.session import through_app
+from ui.widgets import chart, explain
+
+through_app()
+ss = st.session_state
+KEY = "shipped:induction-steps"
+DEFAULT_TEXT = "d a c b g f d a c b g f"
+
+
+@st.cache_resource(show_spinner=False, max_entries=48)
+def snapshot(step: int):
+    """The model at one snapshot (a private copy; the shared model is never changed)."""
+    model, _ = cache.get_model(KEY, "cpu")
+    return load_snapshot(model, catalog.shipped_folder(KEY), step)
+
+
+def marked(fig: go.Figure, step: int) -> go.Figure:
+    fig.add_vline(x=step, line_dash="dash", line_color="#d62728")
+    return fig.update_layout(height=280, margin=dict(l=10, r=10, t=40, b=10))
+
+
+def score_lines(data: dict, what: str, title: str, step: int) -> go.Figure:
+    steps, fig = data["steps"], go.Figure()
+    n_layers = len(data["measures"][str(steps[0])][what])
+    for layer in range(n_layers):
+        n_heads = len(data["measures"][str(steps[0])][what][layer])
+        for head in range(n_heads):
+            fig.add_scatter(x=steps, y=[data["measures"][str(s)][what][layer][head] for s in steps], mode="lines",
+                            name=t("learn_head", layer=layer, head=head),
+                            line={"dash": "solid" if layer == 0 else "dot"})
+    fig.update_layout(title=title, xaxis_title=t("learn_step"), yaxis_title=t("learn_score"), yaxis_range=[0, 1])
+    return marked(fig, step)
+
+
+st.title(t("nav_learn"))
+explain("learn_intro")
+folder = catalog.shipped_folder(KEY)
+data = load_steps(folder) if folder is not None else None
+if data is None:
+    st.info(t("learn_missing"), icon="📦")
+    st.stop()
+steps = data["steps"]
+found = phases(data)
+st.markdown(t("learn_phases", drop=found["steepest_drop"], ind=found["induction_half"], prev=found["prev_half"],
+              first=t("learn_first_ind" if found["induction_half"] < found["prev_half"] else
+                      "learn_first_prev" if found["prev_half"] < found["induction_half"] else "learn_first_same"),
+              ind_final=found["induction_final"], prev_final=found["prev_final"], icl0=found["icl_first"],
+              icl=found["icl_final"]))
+step = st.select_slider(t("learn_step"), steps, value=ss.get("learn_step_v", steps[len(steps) // 4]),
+                        key="learn_step_v")
+
+c1, c2 = st.columns(2)
+loss = np.asarray(data["loss"], dtype=float)
+smooth = np.convolve(loss, np.ones(10) / 10, mode="valid")
+fig = go.Figure([go.Scatter(x=list(range(1, len(loss) + 1)), y=loss.tolist(), mode="lines", name=t("learn_loss"),
+                            opacity=0.35),
+                 go.Scatter(x=list(range(10, len(loss) + 1)), y=smooth.tolist(), mode="lines",
+                            name=t("learn_loss_smooth"))])
+fig.update_layout(title=t("learn_loss_title"), xaxis_title=t("learn_step"), yaxis_title=t("learn_loss_axis"))
+with c1:
+    chart(marked(fig, step), "learn_loss")
+icl = [data["measures"][str(s)]["icl"] for s in steps]
+fig = go.Figure([go.Scatter(x=steps, y=icl, mode="lines+markers", name="ICL")])
+fig.update_layout(title=t("learn_icl_title"), xaxis_title=t("learn_step"), yaxis_title=t("learn_icl_axis"))
+with c2:
+    chart(marked(fig, step), "learn_icl")
+c3, c4 = st.columns(2)
+with c3:
+    chart(score_lines(data, "previous_token", t("learn_prev_title"), step), "learn_prev")
+with c4:
+    chart(score_lines(data, "induction", t("learn_ind_title"), step), "learn_ind")
+
+st.subheader(t("learn_text_title", step=step))
+m = data["measures"][str(step)]
+n_layers, n_heads = len(m["induction"]), len(m["induction"][0])
+best = int(np.argmax(m["induction"][-1]))
+c5, c6, c7 = st.columns([4, 1, 1])
+text = c5.text_input(t("learn_text"), DEFAULT_TEXT, key="learn_text", max_chars=200, help=t("learn_text_help"))
+layer = c6.selectbox(t("att_layer"), range(n_layers), index=n_layers - 1, key="learn_layer")
+head = c7.selectbox(t("att_head"), range(n_heads), index=best, key="learn_head")
+try:
+    model = snapshot(int(step))
+    prep, trace = trace_text(model, text)
+    w = trace.attention("dec_self", layer).head("weights", head).numpy()
+    labels = axis_labels(sequence_labels(model, trace.decoder_ids))
+    heat = token_heatmap(np.where(np.tril(np.ones_like(w, dtype=bool)), w, np.nan), labels, labels, zmin=0.0,
+                         zmax=1.0, title=t("learn_heat_title", step=step, layer=layer, head=head,
+                                           prev=m["previous_token"][layer][head], ind=m["induction"][layer][head]))
+    chart(heat, "learn_heat")
+    st.caption(t("learn_heat_hint"))
+except Exception as exc:  # noqa: BLE001 - an unknown character, an empty text: a message, never a traceback
+    show_error(exc)
+st.download_button(t("learn_download"), json.dumps(data).encode("utf-8"), file_name="induction-steps.json",
+                   mime="application/json", icon=":material/download:", key="learn_download")
