@@ -86,6 +86,15 @@ def every_page_script() -> list[Action]:
     names = [f.stem.split("_", 1)[1] for f in files]
     return [Action("type_text", "text", "text"),
             *(Action(f"first_{n}", "page", "" if n == "home" else n) for n in names)]
+# --analyses: the round-two analyses a learner reaches for (direct logit attribution and the lens's rank / KL on the
+# lens page, every head knocked out alone on the intervene page, the learn page, the FFN page with its neuron)
+ANALYSES: list[Action] = [
+    Action("type_text", "text", "text"),
+    Action("goto_lens", "page", "lens"),
+    Action("goto_intervene", "page", "intervene"),
+    Action("goto_learn", "page", "learn"),
+    Action("goto_ffn", "page", "ffn"),
+]
 COURSE_BASE = "preset:course-base@cl100k_base"  # the course's Transformer (d_model 512, 6 layers, cl100k)
 
 # 40-64 cl100k tokens each with the learner's name in front (43-56 measured; see loadgen_NOTES.md)
@@ -485,6 +494,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True,
                     help="one unmeasured learner walk before the load (loads the model, fills caches)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--analyses", action="store_true",
+                    help="walk: the round-two analyses (lens with attribution, head effects, learn slider, FFN)")
     ap.add_argument("--every-page", action="store_true",
                     help="walk: type a new sentence, then visit every page once (first visits), instead of SCRIPT")
     ap.add_argument("--json", help="write the summary and every sample here")
@@ -492,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
     ramp = args.ramp if args.ramp is not None else min(10.0, args.duration / 4)
     if args.every_page:
         SCRIPT[:] = every_page_script()
+    if args.analyses:
+        SCRIPT[:] = ANALYSES
     if args.model == "app":
         args.model = None
 
