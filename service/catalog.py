@@ -159,7 +159,7 @@ def load_bytes(key: str) -> int:
     """Memory a load takes while it runs, estimated from what is on disk (0 when it cannot tell): a saved
     model's weights file twice (read, then copied into the model), a preset's parameters, a GPT-2 file 2.5 times
     (read; its transposed matrices, about 70% of it, copied into our layout; the model built), a hub decoder's
-    bfloat16 file 5 times (its float32 copy and the model are each twice its size)."""
+    bfloat16 file 2.5 times (read whole, then turned into the float32 model one tensor at a time)."""
     from transformer_core.model.config import PRESETS
     from transformer_core.model.memory import param_bytes
     from transformer_core.sources.gpt2 import models_dir_file, weights_file
@@ -177,10 +177,10 @@ def load_bytes(key: str) -> int:
         if kind == "gpt2":
             path = weights_file(places) if ref == "small" else models_dir_file(places, ref.removeprefix("file:"))
             return int(2.5 * path.stat().st_size) if path is not None else 0
-        if kind == "hf":  # bfloat16 on disk: read (1×), float32 copies (2×), the model (2×)
+        if kind == "hf":  # bfloat16 on disk, read (1×), becomes the float32 model (2×) tensor by tensor
             from transformer_core.sources.hf_decoder import hub_folder
             folder = hub_folder(ref, offline=True)
-            return 5 * (folder / "model.safetensors").stat().st_size if folder is not None else 0
+            return int(2.5 * (folder / "model.safetensors").stat().st_size) if folder is not None else 0
     except (OSError, KeyError, ExplorerError, ValueError):
         return 0  # the load itself will say what is wrong
     return 0

@@ -16,7 +16,7 @@ import torch
 
 from ..errors import CheckpointError, ExplorerError, ModelSourceError
 from ..model.config import TransformerConfig
-from ..model.transformer import Transformer, build_model
+from ..model.transformer import Transformer
 from ..text.hf_tokenizer import load_tokenizer_json
 from ..text.tokenizer import register_encoding
 from ..train.checkpoint import load_state_into
@@ -85,9 +85,12 @@ LAYER_NAMES = {  # HF name below model.layers.N. -> ours below decoder.layers.N.
 
 
 def to_ours(state: dict[str, torch.Tensor], cfg: TransformerConfig) -> dict[str, torch.Tensor]:
-    """HF Llama / Qwen2 names -> ours (float32); ModelSourceError names keys that do not belong."""
+    """HF Llama / Qwen2 names -> ours, in float32; `state` is emptied as it goes (a 0.5 B model's bfloat16 copy is
+    freed tensor by tensor, never held beside the whole float32 one). ModelSourceError names keys that do not
+    belong."""
     out, unknown = {}, []
-    for name, tensor in state.items():
+    for name in list(state):
+        tensor = state.pop(name).float()
         if name == "model.embed_tokens.weight":
             out["decoder.embed.tok.weight"] = tensor
         elif name == "model.norm.weight":
@@ -101,9 +104,7 @@ def to_ours(state: dict[str, torch.Tensor], cfg: TransformerConfig) -> dict[str,
             unknown.append(name)
     if unknown:
         raise ModelSourceError("hf_keys", keys=", ".join(unknown[:8]))
-    if cfg.tie_embeddings:
-        out["out.weight"] = out.get("decoder.embed.tok.weight")
-    return {k: v.float().contiguous() for k, v in out.items() if v is not None}
+    return {k: v.contiguous() for k, v in out.items()}
 
 
 def read_config(folder: Path) -> dict:
@@ -128,11 +129,14 @@ def load_hf_decoder(folder: str | Path, name: str, device=None) -> tuple[Transfo
     register_encoding(load_tokenizer_json(folder / "tokenizer.json", encoding))
     cfg = hf_config(hf, encoding)
     state = read_tensors(folder / "model.safetensors")
-    model = build_model(cfg, "cpu")
+    with torch.device("meta"):  # no weights allocated: the checkpoint's tensors become the model's (assign)
+        model = Transformer(cfg)
     try:
-        load_state_into(model, to_ours(state, cfg))
+        load_state_into(model, to_ours(state, cfg), assign=True)
     except CheckpointError as exc:
         raise ModelSourceError("hf_shapes") from exc
+    if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+        raise ModelSourceError("hf_shapes")
     card = {"name": name, "arch": "decoder_only", "encoding": encoding, "family": hf["model_type"],
             "n_layers": cfg.n_layers, "d_model": cfg.d_model, "n_heads": cfg.n_heads, "n_kv_heads": cfg.kv_heads,
             "vocab_size": cfg.vocab_size, "max_len": cfg.max_len}

@@ -74,10 +74,11 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def load_state_into(model: Transformer, state: dict[str, torch.Tensor]) -> Transformer:
+def load_state_into(model: Transformer, state: dict[str, torch.Tensor], assign: bool = False) -> Transformer:
     """Copy a state_dict in, refusing missing, unexpected or mis-shaped tensors with a clear error.
 
-    A tied model's output weight may be absent (it is the token embedding)."""
+    A tied model's output weight may be absent (it is the token embedding). assign: the model's parameters become
+    the given (float32) tensors, no copy (a model built on the "meta" device: a big model is never held twice)."""
     own = model.state_dict()
     optional = {"out.weight"} if model.cfg.tie_embeddings else set()
     problems = [f"missing {k}" for k in own if k not in state and k not in optional]
@@ -89,7 +90,10 @@ def load_state_into(model: Transformer, state: dict[str, torch.Tensor]) -> Trans
     if problems:
         more = f" (+{len(problems) - 6})" if len(problems) > 6 else ""
         raise CheckpointError("checkpoint_mismatch", problems="; ".join(problems[:6]) + more)
-    model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()}, strict=False)
+    state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
+    model.load_state_dict(state, strict=False, assign=assign)
+    if assign and model.cfg.tie_embeddings:  # one matrix for both again (assign gave each its own Parameter)
+        model.out.weight = model.decoder.embed.tok.weight
     return model
 
 
