@@ -250,7 +250,8 @@ def all_heads(ctx, stages, kind: str, q_lab, k_lab) -> None:
         model_tab, head_tab = st.tabs([t("att_model_view"), t("att_head_view")])
         with model_tab:
             try:
-                view = model_view_of(*inputs(ctx), kind)
+                with st.spinner(t("att_model_view_running")):
+                    view = model_view_of(*inputs(ctx), kind)
             except Exception as exc:  # noqa: BLE001 - a message, never a traceback
                 show_error(exc)
                 return

@@ -69,7 +69,8 @@ if model.is_encoder_decoder:
 c1, c2 = st.columns([1, 3])
 k = int(c1.slider(t("lens_k"), 1, 10, 5, key="lens_k"))
 try:
-    lens = lens_from_trace(model, ctx.trace, k=k)
+    with st.spinner(t("lens_running", n=model.cfg.n_layers + 1, vocab=f"{model.cfg.vocab_size:,}")):
+        lens = lens_from_trace(model, ctx.trace, k=k)
 except Exception as exc:  # noqa: BLE001 - shown as a message, never a traceback
     show_error(exc)
     st.stop()
