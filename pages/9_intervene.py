@@ -8,12 +8,12 @@ import streamlit as st
 
 from service import budget
 from transformer_core.analysis.blocks import kinds, sides
-from transformer_core.analysis.head_effects import CHUNK_BYTES, METRICS, head_effects
+from transformer_core.analysis.head_effects import CHUNK_BYTES, METRICS, head_effects, residual_effects
 from transformer_core.analysis.interventions import ABLATION_MODES, ALIGNMENTS, ablate, patch
 from transformer_core.model.memory import KEEP_NONE
-from transformer_core.text.inputs import token_labels
+from transformer_core.text.inputs import sequence_labels, token_labels
 from ui.errors import show_error
-from ui.figures import bars, ranked_labels, visible
+from ui.figures import axis_labels, bars, ranked_labels, token_heatmap, visible
 from ui.guidance import try_these
 from ui.i18n import t
 from ui.nav import open_head
@@ -47,6 +47,14 @@ def effects_of(key, device, text, tgt, special, gen, metric: str, token_a, token
     model, prep = prep_for(key, device, text, tgt, special, gen, KEEP_NONE)
     with budget.reserve(CHUNK_BYTES, "head effects"):
         return head_effects(model, prep, metric, token_a, token_b, mode=mode), prep.longest, prep.cut_from
+
+
+@st.cache_data(show_spinner=False, max_entries=32, ttl=1800)
+def residual_of(key, device, text, tgt, special, gen, text_b, metric: str, token_a, token_b):
+    model, prep = prep_for(key, device, text, tgt, special, gen, KEEP_NONE)
+    prep_b = prepared(model, text_b, None, special, KEEP_NONE)
+    with budget.reserve(CHUNK_BYTES, "residual patching"):
+        return residual_effects(model, prep, prep_b, metric, token_a, token_b), prep.longest, prep.cut_from
 
 
 @st.cache_data(show_spinner=False, max_entries=64, ttl=1800)
@@ -193,6 +201,39 @@ def patching(ctx) -> None:
     moved_chart(model, result.effect, "iv_patch", t("pt_patched"))
     export_panel(result, "patch", ctx, text_b=text, target_b=tgt, kind=kind, layer=int(layer), head=int(head),
                  align=align)
+    if not model.is_encoder_decoder:
+        residual_grid(ctx, text)
+
+
+def residual_grid(ctx, text_b: str) -> None:
+    """Text B's residual stream patched into A at one (layer, position) at a time, on the metric picked above."""
+    model = ctx.model
+    st.subheader(t("rp_title"))
+    explain("rp_intro")
+    metric = ss.get("he_metric", "logit_diff")
+    a, b = ss.get(f"he_a_{ctx.key}"), ss.get(f"he_b_{ctx.key}")
+    if metric == "logit_diff" and a == b:
+        st.info(t("he_same"), icon="👆")
+        return
+    if not st.toggle(t("rp_run"), key="rp_run"):  # L × T forwards in batches: on request
+        return
+    try:
+        with st.spinner(t("rp_running")):
+            found = residual_of(*inputs(ctx), text_b, metric, int(a) if metric != "loss" and a is not None else None,
+                                int(b) if metric == "logit_diff" and b is not None else None)
+    except Exception as exc:  # noqa: BLE001 - unequal lengths and anything else: a message, never a traceback
+        show_error(exc)
+        return
+    res = found[0]
+    labels = axis_labels(sequence_labels(model, ctx.trace.decoder_ids))
+    rows = [t("lens_row_embed")] + [t("lens_row_layer", layer=layer) for layer in range(model.cfg.n_layers)]
+    span = float(np.abs(res.grid).max()) or 1.0
+    fig = token_heatmap(res.grid, rows, labels, colorscale="RdBu", zmin=-span, zmax=span, zmid=0, px_per_token=30,
+                        min_height=200, hovertemplate="%{y} · %{x}: %{z:+.4f}<extra></extra>")
+    chart(fig, "rp_grid")
+    st.markdown(t("rp_summary", metric=t(f"he_metric_{metric}"), a=res.intact, b=res.source))
+    export_panel(res, "residual_patch", ctx, text_b=text_b, target_b=None, metric=metric, token_a=res.token_a,
+                 token_b=res.token_b)
 
 
 def effects(ctx) -> None:

@@ -207,3 +207,57 @@ def test_ffn_page_reads_a_neuron():
         snippets = next(df.value for df in at.dataframe if "before" in df.value.columns)
         assert len(snippets) == 8 and snippets["activation"].is_monotonic_decreasing
         assert figure(at, "nr_on_text")["data"][0]["type"] == "bar"
+
+
+def test_residual_patching_grid_equals_one_patch_at_a_time_by_hooks():
+    """The batched grid against single patches done with plain forward hooks on the decoder layers."""
+    from transformer_core import prepare
+    from transformer_core.analysis.head_effects import residual_effects
+
+    model = catalog.load("shipped:everyday-gpt", "cpu")[0]
+    a = prepare(model, "When Mary and John went to the store, John gave a drink to")
+    b = prepare(model, "When Mary and John went to the store, Mary gave a drink to")
+    token = int(model(a.src_ids)[0, -1].argmax())
+    res = residual_effects(model, a, b, "prob", token)
+    seen = {}
+    hooks = [layer.register_forward_hook(lambda m, i, o, n=n: seen.__setitem__(n, o.detach()))
+             for n, layer in enumerate(model.decoder.layers)]
+    with torch.no_grad():
+        model(b.src_ids)
+    for h in hooks:
+        h.remove()
+
+    def prob_with(layer: int, pos: int) -> float:
+        def patch(m, i, o):
+            o = o.clone()
+            o[0, pos] = seen[layer][0, pos]
+            return o
+        handle = model.decoder.layers[layer].register_forward_hook(patch)
+        with torch.no_grad():
+            p = float(torch.softmax(model(a.src_ids)[0, -1].double(), -1)[token])
+        handle.remove()
+        return p
+
+    with torch.no_grad():
+        intact = float(torch.softmax(model(a.src_ids)[0, -1].double(), -1)[token])
+    T = a.src_ids.size(1)
+    for layer, pos in [(0, 10), (2, T - 1), (3, T - 1), (1, 3)]:
+        assert res.grid[layer + 1, pos] == pytest.approx(prob_with(layer, pos) - intact, abs=1e-6)
+    assert res.grid[-1, -1] == pytest.approx(res.source - res.intact, abs=1e-6)  # the whole difference
+
+
+def test_intervene_page_draws_the_residual_patching_grid_on_request():
+    a = "When Mary and John went to the store, John gave a drink to"
+    b = "When Mary and John went to the store, Mary gave a drink to"
+    with no_pages_dir_mode():
+        at = open_app("intervene", model="shipped:everyday-gpt", text=a)
+        at.text_area(key="iv_text_b").input(b).run()
+        assert not [f for f in at.get("plotly_chart") if "rp_grid" in f.proto.id]  # not before it is asked for
+        at.toggle(key="rp_run").set_value(True).run()
+        assert not at.exception and not at.error
+        grid = figure(at, "rp_grid")
+        model = catalog.load("shipped:everyday-gpt", "cpu")[0]
+        z = array(grid["data"][0]["z"])
+        assert z.shape == (model.cfg.n_layers + 1, 14)
+        at.text_area(key="iv_text_b").input("Something else entirely").run()
+        assert not at.exception and any("same number of tokens" in w.value for w in at.warning)

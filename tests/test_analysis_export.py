@@ -11,7 +11,7 @@ from transformer_core.analysis.attribution import direct_logit_attribution
 from transformer_core.analysis.bpe import text_merges, token_playback
 from transformer_core.analysis.compare import compare
 from transformer_core.analysis.export import VIEWS, arrays_of, export_npz, notebook_snippet, npz_bytes
-from transformer_core.analysis.head_effects import head_effects
+from transformer_core.analysis.head_effects import head_effects, residual_effects
 from transformer_core.analysis.heads import detect_heads
 from transformer_core.analysis.interventions import ablate, patch
 from transformer_core.analysis.logit_lens import logit_lens
@@ -48,6 +48,12 @@ def direct(view: str):
         model, _ = load_model("everyday-gpt")
         return ({"model": "everyday-gpt", "text": TEXT, "target": None, "position": 2, "token": 11},
                 direct_logit_attribution(model, trace_text(model, TEXT)[1], 2, 11))
+    if view == "residual_patch":
+        model, _ = load_model("everyday-gpt")
+        a, b = "When Mary and John went out, John gave a book to", "When Mary and John went out, Mary gave a book to"
+        return ({"model": "everyday-gpt", "text": a, "target": None, "text_b": b, "target_b": None,
+                 "metric": "prob", "token_a": 11, "token_b": None},
+                residual_effects(model, prepare(model, a), prepare(model, b), "prob", 11))
     if view == "head_effects":
         model, _ = load_model("reverse")
         return ({"model": "reverse", "text": "d a c b", "target": "= b c a", "metric": "prob", "token_a": 5,

@@ -51,6 +51,17 @@ class HeadEffects:
                 "tokens": np.array([-1 if x is None else x for x in (self.token_a, self.token_b)], dtype=np.int64)}
 
 
+def _check(model: Transformer, metric: str, token_a, token_b, ids: torch.Tensor) -> None:
+    """InputError for a metric the model cannot be measured on."""
+    if metric not in METRICS:
+        raise InputError("effects_metric", choices=", ".join(METRICS))
+    needs = {"logit_diff": (token_a, token_b), "prob": (token_a,), "loss": ()}[metric]
+    if any(not isinstance(x, int) or isinstance(x, bool) or not 0 <= x < model.cfg.vocab_size for x in needs):
+        raise InputError("effects_tokens")
+    if metric == "loss" and ids.numel() < 2:
+        raise InputError("effects_short")
+
+
 def _metric(metric: str, logits: torch.Tensor, ids: torch.Tensor, a: int | None, b: int | None) -> torch.Tensor:
     """(B,) the metric of each batch item; logits (B, T, vocab), ids (T,) the decoder sequence."""
     last = logits[:, -1].double()  # (B, vocab)
@@ -73,17 +84,10 @@ def _forward(model: Transformer, prep: Prepared, n: int) -> torch.Tensor:
 def head_effects(model: Transformer, prep: Prepared, metric: str = "logit_diff", token_a: int | None = None,
                  token_b: int | None = None, *, mode: str = "zero") -> HeadEffects:
     """Knock out each attention head and each decoder FFN alone; how the metric changes for each."""
-    if metric not in METRICS:
-        raise InputError("effects_metric", choices=", ".join(METRICS))
     if mode not in ABLATION_MODES:
         raise InputError("ablation_mode", mode=str(mode)[:20], choices=", ".join(ABLATION_MODES))
-    vocab = model.cfg.vocab_size
-    needs = {"logit_diff": (token_a, token_b), "prob": (token_a,), "loss": ()}[metric]
-    if any(not isinstance(x, int) or isinstance(x, bool) or not 0 <= x < vocab for x in needs):
-        raise InputError("effects_tokens")
     ids = sequence(prep, "decoder")  # (T,)
-    if metric == "loss" and ids.numel() < 2:
-        raise InputError("effects_short")
+    _check(model, metric, token_a, token_b, ids)
     L, H = model.cfg.n_layers, model.cfg.n_heads
     jobs = [("head", k, layer, h) for k in kinds(model) for layer in range(L) for h in range(H)]
     jobs += [("ffn", "decoder", layer, None) for layer in range(L)]
@@ -124,3 +128,63 @@ def _edits(jobs: list[tuple], mode: str, cross: bool) -> dict:
         return edit
 
     return {name: make(items) for name, items in by_hook.items()}
+
+
+@dataclass(frozen=True)
+class ResidualEffects:
+    """metric(A with the residual stream at (row, position) taken from B) − metric(A): row 0 is the embeddings,
+    row l + 1 the output of decoder layer l. Where a patch moves the metric most is where B's difference lives."""
+
+    metric: str
+    token_a: int | None
+    token_b: int | None
+    intact: float  # the metric on A
+    source: float  # the metric on B
+    grid: np.ndarray  # (n_layers + 1, T)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {"grid": self.grid, "intact_source": np.array([self.intact, self.source])}
+
+
+def residual_effects(model: Transformer, prep_a: Prepared, prep_b: Prepared, metric: str = "logit_diff",
+                     token_a: int | None = None, token_b: int | None = None) -> ResidualEffects:
+    """Patch the decoder's residual stream from B into A at one (layer, position) at a time (activation patching,
+    decoder-only models, texts of the same number of tokens)."""
+    from ..model.trace import run_with_trace
+    from .logit_lens import residual_names
+
+    if model.is_encoder_decoder:
+        raise InputError("rp_decoder_only")
+    ids_a, ids_b = sequence(prep_a, "decoder"), sequence(prep_b, "decoder")
+    if ids_a.numel() != ids_b.numel():
+        raise InputError("rp_lengths", a=ids_a.numel(), b=ids_b.numel())
+    _check(model, metric, token_a, token_b, ids_a)
+    names = residual_names(model)
+    _, trace_b = run_with_trace(model, prep_b.src_ids, names=names)
+    T, rows = ids_a.numel(), len(names)
+    intact = float(_metric(metric, _forward(model, prep_a, 1), ids_a, token_a, token_b)[0])
+    source = float(_metric(metric, _forward(model, prep_b, 1), ids_b, token_a, token_b)[0])
+    jobs = [(r, p) for r in range(rows) for p in range(T)]
+    chunk = max(1, min(len(jobs), CHUNK_BYTES // max(1, forward_bytes(model.cfg, T))))
+    values = []
+    for start in range(0, len(jobs), chunk):
+        part = jobs[start:start + chunk]
+        edits = {}
+        for r, name in enumerate(names):
+            items = [(i, p) for i, (row, p) in enumerate(part) if row == r]
+            if items:
+                edits[name] = _patch_edit(items, trace_b[name][0])
+        with intervene(edits):
+            values.append(_metric(metric, _forward(model, prep_a, len(part)), ids_a, token_a, token_b))
+    grid = (torch.cat(values).numpy() - intact).reshape(rows, T)
+    return ResidualEffects(metric, token_a, token_b, intact, source, grid)
+
+
+def _patch_edit(items: list[tuple[int, int]], source: torch.Tensor):
+    """Batch item i gets B's residual vector at position p (source: (T, d))."""
+    def edit(x: torch.Tensor) -> torch.Tensor:  # (B, T, d)
+        out = x.clone()
+        for i, p in items:
+            out[i, p] = source[p].to(out)
+        return out
+    return edit
