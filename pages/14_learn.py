@@ -32,7 +32,9 @@ def snapshot(step: int):
 
 
 def marked(fig: go.Figure, step: int) -> go.Figure:
+    """The chosen step marked; a logarithmic step axis, since the change happens in the first few hundred steps."""
     fig.add_vline(x=step, line_dash="dash", line_color="#d62728")
+    fig.update_xaxes(type="log")
     return fig.update_layout(height=280, margin=dict(l=10, r=10, t=40, b=10))
 
 

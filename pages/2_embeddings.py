@@ -142,20 +142,22 @@ else:
 st.subheader(t("emb_sum"))
 dims_map(summed[:, lo:hi + 1], labels, "emb_sum", t("col_token"))
 
-st.subheader(t("emb_scale"))
-explain("emb_scale_intro", r"\text{mean}\,|E\cdot\sqrt{d_{\text{model}}}| = \sqrt{d_{\text{model}}}\;\text{mean}\,|E|")
-try:
-    bal = scale_balance(tok, scaled, pe)
-    st.markdown(t("emb_means", tok=bal["tok"], scaled=bal["scaled"], pe=bal["pe"]) + " "
-                + t("emb_model_scales" if cfg.scale_embedding else "emb_model_no_scale", factor=bal["factor"]))
-    if bal["pe"] > 0:
-        st.markdown(t("emb_scale_would", sqrt=bal["sqrt_scaled"], ratio=bal["sqrt_scaled"] / bal["pe"],
-                      now=bal["scaled"] / bal["pe"]))
-    names = [t("emb_bar_tok"), t("emb_bar_scaled"), t("emb_bar_sqrt"), t("emb_bar_pe")]
-    chart(bars(names, [bal["tok"], bal["scaled"], bal["sqrt_scaled"], bal["pe"]], x_title=t("emb_mean_abs"),
-               height=260), "emb_balance")
-except Exception as exc:  # noqa: BLE001 - shown as a message, never a traceback
-    show_error(exc)
+if not rotary:  # a RoPE model adds nothing to the embeddings: no balance to show
+    st.subheader(t("emb_scale"))
+    explain("emb_scale_intro",
+            r"\text{mean}\,|E\cdot\sqrt{d_{\text{model}}}| = \sqrt{d_{\text{model}}}\;\text{mean}\,|E|")
+    try:
+        bal = scale_balance(tok, scaled, pe)
+        st.markdown(t("emb_means", tok=bal["tok"], scaled=bal["scaled"], pe=bal["pe"]) + " "
+                    + t("emb_model_scales" if cfg.scale_embedding else "emb_model_no_scale", factor=bal["factor"]))
+        if bal["pe"] > 0:
+            st.markdown(t("emb_scale_would", sqrt=bal["sqrt_scaled"], ratio=bal["sqrt_scaled"] / bal["pe"],
+                          now=bal["scaled"] / bal["pe"]))
+        names = [t("emb_bar_tok"), t("emb_bar_scaled"), t("emb_bar_sqrt"), t("emb_bar_pe")]
+        chart(bars(names, [bal["tok"], bal["scaled"], bal["sqrt_scaled"], bal["pe"]], x_title=t("emb_mean_abs"),
+                   height=260), "emb_balance")
+    except Exception as exc:  # noqa: BLE001 - shown as a message, never a traceback
+        show_error(exc)
 
 if not rotary:
     st.subheader(t("emb_sim"))
