@@ -109,7 +109,8 @@ if gated:
     fig = go.Figure([go.Scatter(x=g.tolist(), y=u.tolist(), mode="markers", marker=dict(
         size=5, color=h.tolist(), colorscale="RdBu", cmid=0, colorbar=dict(title="gate·up")),
         customdata=list(range(g.numel())),
-        hovertemplate="#%{customdata}<br>gate %{x:.3f} · up %{y:.3f}<extra></extra>")])
+        hovertemplate=f"#%{{customdata}}<br>{t('ffn_col_gate')} %{{x:.3f}} · {t('ffn_col_up')} %{{y:.3f}}"
+                      "<extra></extra>")])
     fig.update_layout(height=380, margin=dict(l=10, r=10, t=30, b=10), xaxis_title=t("ffn_gate_axis"),
                       yaxis_title=t("ffn_up_axis"))
     chart(fig, "ffn_gate_up")

@@ -56,8 +56,9 @@ for col, key in zip(head, ("mdl_vs_part", "mdl_vs_course_col", "mdl_vs_this", "m
 for row in architecture_rows(cfg):
     cols = st.columns([2, 3, 3, 2])
     cols[0].markdown(t(f"mdl_row_{row.part}"))
-    cols[1].markdown(row.course)
-    cols[2].markdown(("**" + row.this + "**") if row.changed else row.this)
+    course, this = t(row.course[0], **row.course[1]), t(row.this[0], **row.this[1])
+    cols[1].markdown(course)
+    cols[2].markdown(f"**{this}**" if row.changed else this)
     with cols[3]:
         link(row.page)
 

@@ -93,9 +93,12 @@ def test_attention_page_says_which_query_heads_share_each_kv_head():
 def test_model_page_puts_the_course_beside_the_modern_decoder():
     at = open_app("model", model=MODERN, text=TEXT)
     shown = [m.value for m in at.markdown]
-    assert "**RoPE: q, k rotated (base 10,000)**" in shown and "sin/cos PE added to x" in shown
-    assert "**4 query heads share 2 K/V heads (GQA)**" in shown and "4 heads, each its own K and V" in shown
+    assert "**RoPE: q and k rotated by position (base 10,000)**" in shown and "sine/cosine PE added to x" in shown
+    assert "**4 query heads share 2 K/V heads (GQA)**" in shown and "4 heads, each with its own K and V" in shown
     assert any("SwiGLU" in m for m in shown) and any("RMSNorm x / rms(x)" in m for m in shown)
+    with harness_language("zh"):
+        zh = open_app("model", model=MODERN, text=TEXT, lang="zh")
+    assert "**RoPE：按位置旋转 q 和 k（基数 10,000）**" in [m.value for m in zh.markdown]
     course = open_app("model", model="preset:course-gpt@cl100k_base", text=TEXT)
     assert not any(m.value.startswith("**") and "RoPE" in m.value for m in course.markdown)
 
