@@ -65,7 +65,7 @@ def measure_model(key: str, tokens: int) -> dict:
     start = time.perf_counter()
     model, card = catalog.load(key, "cpu")
     load_s = time.perf_counter() - start
-    text = text_of_tokens(tokens)
+    text = text_of_tokens(tokens, encoding=model.cfg.encoding)  # exactly `tokens` of the model's own tokens
     trace_text(model, text)  # warm
     start = time.perf_counter()
     prep, _ = trace_text(model, text)
@@ -73,7 +73,8 @@ def measure_model(key: str, tokens: int) -> dict:
     params = sum(p.numel() for p in model.parameters())
     return {"key": key, "params": params, "model_mb": module_bytes(model) / 2**20, "load_s": load_s,
             "trace_s": trace_s, "tokens": int(prep.src_ids.size(1)),
-            "rss_growth_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024}
+            "rss_growth_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024,
+            "encoding": model.cfg.encoding}
 
 
 def main(argv=None) -> int:
@@ -107,7 +108,7 @@ def main(argv=None) -> int:
                 page_name = Path(page).stem.split("_", 1)[-1]
                 if page_name == "train" or (args.pages and page_name not in args.pages):
                     continue
-                got = page_cost.measure_page(page, args.tokens, 1 if args.quick else 2, key)
+                got = page_cost.measure_page(page, args.tokens, 1 if args.quick else 2, key, row["encoding"])
                 got["model"] = key
                 pages.append(got)
                 print(f"  {page_name:<12} first {got['first_s']:.2f} s  rerun {got['rerun_s']:.2f} s  "

@@ -60,11 +60,12 @@ def timed_run(at) -> float:
     return time.perf_counter() - start
 
 
-def measure_page(page: str, n: int, reruns: int, model: str = COURSE_BASE) -> dict:
+def measure_page(page: str, n: int, reruns: int, model: str = COURSE_BASE, encoding: str = "cl100k_base") -> dict:
+    """`encoding`: the model's own tokenizer, so the texts are exactly n of its tokens."""
     from apptest_support import APP
     from streamlit.testing.v1 import AppTest
 
-    src, tgt = text_of_tokens(n), text_of_tokens(n, TARGET_SENTENCE)
+    src, tgt = text_of_tokens(n, encoding=encoding), text_of_tokens(n, TARGET_SENTENCE, encoding=encoding)
     at = AppTest.from_file(APP, default_timeout=300)
     at.query_params.update(model=model, text=src, tgt=tgt, lang="en")
     at.run()
@@ -77,7 +78,8 @@ def measure_page(page: str, n: int, reruns: int, model: str = COURSE_BASE) -> di
            "reruns_s": times, "chart_bytes": chart_b, "charts": n_charts, "element_bytes": total_b,
            "exceptions": errors}
     # a new text of the same length: the trace is computed again (what typing costs)
-    new_src = text_of_tokens(n, f"On the {row['page']} page a learner typed this: {TARGET_SENTENCE}")  # uncached
+    new_src = text_of_tokens(n, f"On the {row['page']} page a learner typed this: {TARGET_SENTENCE}",
+                             encoding=encoding)  # uncached
     if at.sidebar.text_area(key="text") is not None:
         at.sidebar.text_area(key="text").input(new_src)
         row["new_text_s"] = timed_run(at)

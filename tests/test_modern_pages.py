@@ -171,3 +171,16 @@ def test_attention_page_opens_all_heads_and_a_click_on_the_model_view_opens_that
     at.run()
     assert not at.exception, at.exception
     assert any("att_model_view" in c.proto.id for c in at.get("plotly_chart"))
+
+
+def test_architecture_rows_for_any_head_count():
+    """SmolLM2-135M has 9 heads of 64 (d_model 576): the course's side is drawn at the model's own sizes."""
+    from transformer_core.analysis.architecture import architecture_rows
+    from transformer_core.model.config import TransformerConfig
+
+    cfg = TransformerConfig(arch="decoder_only", d_model=576, n_heads=9, n_kv_heads=3, n_layers=2, d_ffn=1536,
+                            positional="rope", norm="rmsnorm", ffn="gated", activation="silu", qkv_bias=False,
+                            linear_bias=False, norm_first=True, final_norm=True, tie_embeddings=True)
+    rows = {r.part: r for r in architecture_rows(cfg)}
+    assert rows["attention"].this == ("arch_attn_gqa", {"h": 9, "kv": 3}) and rows["attention"].changed
+    assert all(r.changed for r in rows.values())

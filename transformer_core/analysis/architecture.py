@@ -39,5 +39,7 @@ def _describe(cfg: TransformerConfig) -> dict[str, tuple[str, dict]]:
 
 def architecture_rows(cfg: TransformerConfig) -> list[PartRow]:
     """One row per part that today's decoders changed: the course's choice, this model's, and its page."""
-    course, this = _describe(COURSE.replace(d_ffn=cfg.d_ffn, n_heads=cfg.n_heads)), _describe(cfg)
+    # the course's design at this model's sizes (any head count: d_model goes with it)
+    course = _describe(COURSE.replace(d_model=cfg.d_model, d_ffn=cfg.d_ffn, n_heads=cfg.n_heads))
+    this = _describe(cfg)
     return [PartRow(part, course[part], this[part], PAGES[part], course[part] != this[part]) for part in PAGES]
