@@ -33,6 +33,7 @@ from ui.widgets import chart, clicked, count_text, delta, explain, table
 
 through_app()
 ss = st.session_state
+AUTO_SWEEP_WORK = 2e9  # parameters × parts knocked out: below it the sweep runs with the page (the default: 0.2e9)
 
 
 @st.cache_data(show_spinner=False, max_entries=64, ttl=1800)
@@ -253,8 +254,12 @@ def effects(ctx) -> None:
     if metric == "logit_diff" and a == b:
         st.info(t("he_same"), icon="👆")
         return
+    n_parts = len(kinds(model)) * cfg.n_layers * cfg.n_heads + cfg.n_layers
+    params = sum(p.numel() for p in model.parameters())
+    if params * n_parts > AUTO_SWEEP_WORK and not st.toggle(t("he_run", n=n_parts), key="he_run"):
+        return  # a big model: hundreds of forwards of it, on request (a small one runs at once)
     try:
-        with st.spinner(t("he_running", n=len(kinds(model)) * cfg.n_layers * cfg.n_heads + cfg.n_layers)):
+        with st.spinner(t("he_running", n=n_parts)):
             found = effects_of(*inputs(ctx), metric, int(a) if metric != "loss" else None,
                                int(b) if metric == "logit_diff" else None, mode)
     except Exception as exc:  # noqa: BLE001 - a message, never a traceback
