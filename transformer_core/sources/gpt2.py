@@ -41,12 +41,15 @@ def file_format(path: Path) -> str | None:
     return None
 
 
-def read_tensors(path: Path) -> dict[str, torch.Tensor]:
-    """Tensors by name; pickles are read with weights_only=True, so code in a file is refused, never run."""
+def read_tensors(path: Path, max_bytes: int | None = None) -> dict[str, torch.Tensor]:
+    """Tensors by name; pickles are read with weights_only=True, so code in a file is refused, never run.
+    max_bytes: the largest file read (GPT-2's default 4 × MAX_CHECKPOINT_BYTES; a hub decoder passes its own)."""
     if not path.is_file():
         raise Gpt2LoadError("gpt2_no_file")
-    if path.stat().st_size > 4 * MAX_CHECKPOINT_BYTES:
+    if max_bytes is None and path.stat().st_size > 4 * MAX_CHECKPOINT_BYTES:
         raise Gpt2LoadError("gpt2_too_large", mb=4 * MAX_CHECKPOINT_BYTES // 2**20)
+    if max_bytes is not None and path.stat().st_size > max_bytes:
+        raise Gpt2LoadError("checkpoint_too_large", mb=max_bytes // 2**20)
     kind = file_format(path)
     if kind is None:
         raise Gpt2LoadError("gpt2_format")

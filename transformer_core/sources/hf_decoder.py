@@ -31,6 +31,7 @@ HUB_MODELS = {
 FILES = ("config.json", "tokenizer.json", "model.safetensors")
 FAMILIES = ("llama", "qwen2")
 MAX_CONFIG_BYTES = 100_000
+MAX_WEIGHTS_BYTES = 3 * 2**30  # Qwen2.5-0.5B's bfloat16 file is 0.99 GB; a 1.5 B model's would be about 3 GB
 
 
 def _int(cfg: dict, key: str, lo: int = 1, hi: int = 10**7) -> int:
@@ -128,7 +129,7 @@ def load_hf_decoder(folder: str | Path, name: str, device=None) -> tuple[Transfo
     encoding = f"hf-{name}"[:64]
     register_encoding(load_tokenizer_json(folder / "tokenizer.json", encoding))
     cfg = hf_config(hf, encoding)
-    state = read_tensors(folder / "model.safetensors")
+    state = read_tensors(folder / "model.safetensors", MAX_WEIGHTS_BYTES)
     with torch.device("meta"):  # no weights allocated: the checkpoint's tensors become the model's (assign)
         model = Transformer(cfg)
     try:
