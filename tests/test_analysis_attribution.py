@@ -12,7 +12,8 @@ from transformer_core.analysis.logit_lens import lens_from_trace
 from transformer_core.errors import InputError
 
 TEXT = "The weather was nice, so we walked to the park and"
-MODELS = ["shipped:everyday-gpt", "preset:modern-gpt@cl100k_base", "preset:modern-gpt@cl100k_base|layernorm"]
+MODELS = ["shipped:everyday-gpt", "preset:course-gpt-modern@cl100k_base",
+          "preset:course-gpt-modern@cl100k_base|layernorm"]
 
 
 def load(key: str):

@@ -9,7 +9,7 @@ from apptest_support import array, figure, harness_language, no_pages_dir_mode, 
 from service import catalog
 from transformer_core.analysis.positions import rope_offset_scores
 
-MODERN = "preset:modern-gpt@cl100k_base"
+MODERN = "preset:course-gpt-modern@cl100k_base"
 TEXT = "The cat sat on the mat. 我今天去超市买了一些水果。"
 
 

@@ -132,7 +132,7 @@ PRESETS: dict[str, TransformerConfig] = {
     ),
     # after the course: the small GPT with today's decoder parts (Llama / Qwen2): RoPE, RMSNorm, SwiGLU (d_ffn ⅔ of
     # 256 keeps the FFN's parameters), grouped-query attention (2 K/V heads for 4 query heads), no biases, pre-norm
-    "modern-gpt": TransformerConfig(
+    "course-gpt-modern": TransformerConfig(
         arch="decoder_only", d_model=64, n_heads=4, n_kv_heads=2, n_layers=8, d_ffn=172, max_len=64,
         positional="rope", norm="rmsnorm", ffn="gated", activation="silu", qkv_bias=False, linear_bias=False,
         norm_first=True, final_norm=True, tie_embeddings=True, output_bias=False,

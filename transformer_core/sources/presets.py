@@ -7,7 +7,7 @@ from ..model.transformer import build_model
 from ..text.tokenizer import ENCODINGS, load_encoding
 from . import ModelEntry, Places
 
-SHOWN = ("course-base", "course-base-scaled", "course-gpt", "modern-gpt")
+SHOWN = ("course-base", "course-base-scaled", "course-gpt", "course-gpt-modern")
 
 
 def preset_key(name: str, encoding: str = "cl100k_base") -> str:
