@@ -96,8 +96,10 @@ if effect is not None:
     n_show = min(64, pair.x.numel())
     dims = list(range(n_show))
     fig = go.Figure([go.Scatter(x=dims, y=pair.x[:n_show].tolist(), mode="lines+markers", name=t("ffn_ln_before")),
-                     go.Scatter(x=dims, y=pair.layer_norm[:n_show].tolist(), mode="lines+markers", name="LayerNorm"),
-                     go.Scatter(x=dims, y=pair.rms_norm[:n_show].tolist(), mode="lines+markers", name="RMSNorm")])
+                     go.Scatter(x=dims, y=pair.layer_norm[:n_show].tolist(), mode="lines+markers",
+                                name=t("ffn_legend_ln")),
+                     go.Scatter(x=dims, y=pair.rms_norm[:n_show].tolist(), mode="lines+markers",
+                                name=t("ffn_legend_rms"))])
     fig.update_layout(height=300, margin=dict(l=10, r=10, t=30, b=10), xaxis_title=t("emb_axis_dim"),
                       yaxis_title=t("ffn_feature_value"))
     chart(fig, "ffn_two_norms")

@@ -230,7 +230,7 @@ def test_surprise_colours_each_token_and_gives_loss_and_perplexity(app, tab, tmp
 
 # ---- every tool once in 中文 -----------------------------------------------------------------------------------------
 
-EXPORT_STEM = {"lens": "logit_lens", "intervene": "patch", "bpe": "bpe_token"}  # the page's first Export expander
+EXPORT_STEM = {"lens": "logit_lens", "intervene": "head_effects", "bpe": "bpe_token"}  # the first Export expander
 MAIN_CHART = {"lens": "lens_heat_title", "heads": "hd_chart_title", "intervene": "iv_moved_title",
               "compare": "cmp_delta_title", "bpe": "bpe_chart_title", "surprise": "sur_chart_title"}
 
