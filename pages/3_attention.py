@@ -264,16 +264,12 @@ def all_heads(ctx, stages, kind: str, q_lab, k_lab) -> None:
             st.caption(t("att_model_view_hint", n=view.n_layers * view.n_heads, kb=view.mosaic.nbytes / 1024)
                        + (" " + t("att_thumbs_pooled", step=view.step) if view.step > 1 else ""))
         with head_tab:
-            hv = head_view_data_of(stages, kind)
+            hv = all_heads_view(stages.weights, stages.layer, kind)
             sent = head_view(hv.weights, list(q_lab[hv.first:][-hv.weights.shape[1]:]),
                              list(k_lab[hv.first:][-hv.weights.shape[2]:]),
                              [t("att_head") + f" {h}" for h in range(hv.weights.shape[0])])
             st.caption(t("att_head_view_hint", layer=ss.layer, kb=sent / 1024)
                        + (" " + t("att_head_view_cut", n=hv.weights.shape[-1]) if hv.first else ""))
-
-
-def head_view_data_of(stages, kind):
-    return all_heads_view(stages.weights, stages.layer, kind)
 
 
 def explain_cell(stages, head, q_lab, k_lab, cell) -> None:

@@ -10,7 +10,7 @@ from service import budget
 from transformer_core.analysis.blocks import kinds, sides
 from transformer_core.analysis.head_effects import CHUNK_BYTES, METRICS, head_effects, residual_effects
 from transformer_core.analysis.interventions import ABLATION_MODES, ALIGNMENTS, ablate, patch
-from transformer_core.model.memory import KEEP_NONE
+from transformer_core.model.memory import KEEP_NONE, param_count
 from transformer_core.text.inputs import sequence_labels, token_labels
 from ui.errors import show_error
 from ui.figures import axis_labels, bars, ranked_labels, token_heatmap, visible
@@ -255,8 +255,7 @@ def effects(ctx) -> None:
         st.info(t("he_same"), icon="👆")
         return
     n_parts = len(kinds(model)) * cfg.n_layers * cfg.n_heads + cfg.n_layers
-    params = sum(p.numel() for p in model.parameters())
-    if params * n_parts > AUTO_SWEEP_WORK and not st.toggle(t("he_run", n=n_parts), key="he_run"):
+    if param_count(cfg) * n_parts > AUTO_SWEEP_WORK and not st.toggle(t("he_run", n=n_parts), key="he_run"):
         return  # a big model: hundreds of forwards of it, on request (a small one runs at once)
     try:
         with st.spinner(t("he_running", n=n_parts)):
