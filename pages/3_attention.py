@@ -19,6 +19,7 @@ from ui.figures import (
     DIVERGING,
     SCALES,
     axis_labels,
+    block_labels,
     block_max,
     click_targets,
     mark_cells,
@@ -94,6 +95,9 @@ def main_map(stages, head: int, q_lab, k_lab) -> tuple[int, int] | None:
     if step > 1:  # a long text: blocks of step × step tokens, each its largest weight (light in the browser)
         z, mask = block_max(z, step), block_max(np.where(mask, 1.0, np.nan), step) == 1.0
         fig = token_heatmap(z, q_lab[::step], k_lab[::step], step=step, **axis,
+                            categories=(block_labels(q_lab, step), block_labels(k_lab, step)),
+                            hovertemplate=f"{t('attn_queries')}: %{{y}}<br>{t('attn_keys')}: %{{x}}<br>"
+                                          f"{t('att_block_max')} = %{{z:.4f}}<extra></extra>",
                             title=t("att_main_title", head=head, scale=t(f"att_scale_{ss.att_scale}")))
         mark_cells(fig, ~mask, hovertemplate=f"%{{y}} → %{{x}}: {t('att_masked_hover')} → 0", value=0.0, step=step)
         chart(fig, "att_main")
@@ -111,9 +115,13 @@ def main_map(stages, head: int, q_lab, k_lab) -> tuple[int, int] | None:
                  f"q·k = %{{customdata[0]:.4f}}<br>q·k/√d_k = %{{customdata[1]:.4f}}<br>{t('attn_col_weight')} = "
                  f"%{{customdata[2]:.4f}}<extra></extra>")
     clickable = max(n_q, n_k) <= CLICK_CAP  # then the click targets on top carry the hover
+    named = clickable or custom is not None  # else the axes' categories name the tokens in the hover
     fig = token_heatmap(z, q_lab, k_lab, title=t("att_main_title", head=head, scale=t(f"att_scale_{ss.att_scale}")),
                         **axis, customdata=None if clickable else custom, names=None if clickable else names,
-                        hovertemplate="skip" if clickable and custom is not None else hover)
+                        categories=None if named else (q_lab, k_lab),
+                        hovertemplate="skip" if clickable and custom is not None else hover or (
+                            f"{t('attn_queries')}: %{{y}}<br>{t('attn_keys')}: %{{x}}<br>{t('attn_col_weight')} = "
+                            f"%{{z:.4f}}<extra></extra>"))
     mark_cells(fig, ~mask, hovertemplate=f"{t('attn_queries')} %{{y}} · {t('attn_keys')} %{{x}}<br>"
                f"{t('att_masked_hover')} → 0", value=0.0)
     n_gen = len(generated()) if ss.block != "enc_self" else 0  # generated tokens are the decoder's last rows
@@ -158,7 +166,9 @@ def side_by_side(stages, head, q_lab, k_lab) -> None:
     q_l, k_l = q_lab[qs][:SIDE_CAP], k_lab[ks][:SIDE_CAP]
     lim = float(np.abs(scaled).max()) or 1.0  # one colour scale for before and after
     kw = {"zmin": -lim, "zmax": lim, "zmid": 0, "colorscale": DIVERGING, "px_per_token": 12, "max_height": 900}
-    value = "%{z:.4f}<extra></extra>"
+    # the names are the axes' categories, so hover says which query and key at any length (1 string per row/column)
+    value = f"{t('attn_queries')}: %{{y}}<br>{t('attn_keys')}: %{{x}}<br>%{{z:.4f}}<extra></extra>"
+    kw["categories"] = (list(q_l), list(k_l))
     before = token_heatmap(scaled, q_l, k_l, title=t("att_before"), hovertemplate=value, **kw)
     after = token_heatmap(np.where(mask, scaled, np.nan), q_l, k_l, title=t("att_after"), hovertemplate=value, **kw)
     mark_cells(after, ~mask, hovertemplate=t("att_masked_hover"))

@@ -215,7 +215,11 @@ def test_long_sequence_is_drawn_in_blocks_with_readable_labels_and_a_window_of_s
     assert_clean(at)
     main = figure(at, "att_main")
     assert main_values(at).shape == (150, 150)  # blocks of 2 × 2 tokens (more than MAIN_CAP = 256)
-    assert main["data"][0]["y"][:3] == [0, 2, 4]  # each block at its first token's position
+    rows = main["data"][0]["y"]  # each block named by its tokens (the axis's categories): hover names them all
+    assert rows[0].startswith("0–1: 0 ‘") and rows[1].startswith("2–3: 2 ‘") and len(set(rows)) == 150
+    assert main["layout"]["yaxis"]["type"] == "category" and "%{y}" in main["data"][0]["hovertemplate"]
+    before = figure(at, "att_before")["data"][0]
+    assert before["x"][:2] == ["0 ‘the’", "1 ‘␣quick’"] and "%{x}" in before["hovertemplate"]
     assert any("block of 2 × 2 tokens" in c.value for c in at.caption)
     assert array(figure(at, "att_before")["data"][0]["z"]).shape == (256, 256)  # a window of single tokens
     assert at.slider(key="att_window")
@@ -313,6 +317,20 @@ def test_mask_marks_overlay_marks_only_masked_cells():
     empty = token_heatmap(np.ones((2, 2)), ["a", "b"], ["x", "y"])
     mark_cells(empty, np.zeros((2, 2), dtype=bool), hovertemplate="")
     assert len(empty.data) == 1
+
+
+def test_categorical_maps_name_every_token_and_keep_the_mask_on_the_same_cells():
+    from ui.figures import block_labels
+
+    labels = [f"{i} ‘t{i}’" for i in range(10)]
+    assert block_labels(labels, 4) == ["0–3: 0 ‘t0’ 1 ‘t1’ 2 ‘t2’ 3 ‘t3’", "4–7: 4 ‘t4’ 5 ‘t5’ 6 ‘t6’ 7 ‘t7’",
+                                       "8–9: 8 ‘t8’ 9 ‘t9’"]
+    assert block_labels(labels, 6, shown=2)[0] == "0–5: 0 ‘t0’ 1 ‘t1’ …" and block_labels(labels, 1) == labels
+    z = np.tril(np.ones((10, 10)))
+    fig = token_heatmap(np.where(z > 0, z, np.nan), labels, labels, categories=(labels, labels))
+    mark_cells(fig, z == 0, hovertemplate="masked")
+    assert fig.layout.xaxis.type == "category" and list(fig.data[1].x) == labels == list(fig.data[1].y)
+    assert list(fig.layout.xaxis.tickvals) == labels  # ticks name categories, not positions
 
 
 def test_long_key_labels_get_height_of_their_own_so_rows_keep_their_room():

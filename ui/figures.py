@@ -115,14 +115,28 @@ def block_max(z: np.ndarray, step: int) -> np.ndarray:
         return np.nanmax(blocks, axis=(1, 3))
 
 
+def block_labels(labels: list[str], step: int, shown: int = 4) -> list[str]:
+    """One unique name per block of `step` consecutive axis_labels: "8–11: 8 ‘a’ 9 ‘b’ …" (the first `shown` of
+    them, then …), for the hover of a pooled map (block_max)."""
+    out = []
+    for lo in range(0, len(labels), step):
+        part = labels[lo:lo + step]
+        head = f"{lo}–{lo + len(part) - 1}: " if len(part) > 1 else ""
+        out.append(head + " ".join(part[:shown]) + (" …" if len(part) > shown else ""))
+    return out
+
+
 def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL, zmin=None, zmax=None, zmid=None,
                   colorbar=None, customdata=None, names=None, hovertemplate=None, px_per_token=18, min_height=360,
-                  max_height=1400, font_size=None, x0: int = 0, step: int = 1) -> go.Figure:
+                  max_height=1400, font_size=None, x0: int = 0, step: int = 1, categories=None) -> go.Figure:
     """A heatmap on integer axes with its rows labelled (tokens), columns labelled too unless k_labels is None
     (then numbered); tall enough for one label per row up to max_height, then every k-th label (label_step: labels
     never overlap). Integer axes keep repeated tokens apart. `customdata` (Tq, Tk, n) numbers and `names` (two
     (Tq, Tk) string arrays, %{text} and %{hovertext}) feed a richer hover. `step` > 1: each cell is a block of
-    step × step tokens (block_max), placed at its first token's position (hover and ticks read token indices)."""
+    step × step tokens (block_max), placed at its first token's position (hover and ticks read token indices).
+    `categories` (one unique name per row, one per column: axis_labels or block_labels) makes the axes categorical
+    with those names as coordinates, so hover names every token of a long map (%{y}, %{x}) for the price of one
+    string per row and column, where per-cell names would cost rows × columns strings (> 1 MB above ~200 tokens)."""
     z = _f32(z)
     n_q, n_k = z.shape
     size = font_size or (12 if max(n_q, n_k) <= 30 else 10 if max(n_q, n_k) <= 64 else 9)
@@ -135,6 +149,9 @@ def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL
     every_k = label_step(n_k, WIDTH_PX, size)
     xs, ys = [x0 + i * step for i in range(n_k)], [i * step for i in range(n_q)]
     ticks = {"tickfont": {"size": size, "color": "#222"}, "showgrid": False, "zeroline": False}
+    if categories is not None:  # the names are the coordinates (unique); ticks still show the short labels
+        ys, xs = list(categories[0]), list(categories[1])
+        ticks["type"] = "category"
     x_axis = dict(ticks) if k_labels is None else dict(  # numbered columns (e.g. embedding dimensions): plotly's ticks
         ticks, tickmode="array", tickvals=xs[::every_k], ticktext=list(k_labels)[::every_k], tickangle=angle)
     # one constructor call: each update_layout/update_xaxes re-validated the figure (3x the time to build)
@@ -159,9 +176,11 @@ def mark_cells(fig, masked, *, hovertemplate: str, value: float = 1.0, row=None,
         return
     marks = masked.size <= 64 * 64 if marks is None else marks
     n_q, n_k = masked.shape
+    categorical = row is None and fig.layout.xaxis.type == "category"  # token_heatmap's categories: the same names
     fig.add_trace(go.Heatmap(
-        z=np.where(masked, float(value), np.nan).astype(np.float32), x=list(range(0, n_k * step, step)),
-        y=list(range(0, n_q * step, step)), showscale=False, colorscale=[[0, MASK_COLOUR], [1, MASK_COLOUR]],
+        z=np.where(masked, float(value), np.nan).astype(np.float32),
+        x=fig.data[0].x if categorical else list(range(0, n_k * step, step)),
+        y=fig.data[0].y if categorical else list(range(0, n_q * step, step)), showscale=False, colorscale=[[0, MASK_COLOUR], [1, MASK_COLOUR]],
         hoverongaps=False,
         hovertemplate=hovertemplate + "<extra></extra>",
         text=np.where(masked, "✕", "").tolist() if marks else None, texttemplate="%{text}" if marks else None,
