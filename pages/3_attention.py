@@ -8,7 +8,7 @@ from transformer_core.analysis.alignment import alignment_rows
 from transformer_core.analysis.all_heads import head_view as all_heads_view
 from transformer_core.analysis.all_heads import model_view
 from transformer_core.analysis.attention_steps import query_steps, row_sums
-from transformer_core.analysis.heads import PROBE_COUNT, default_length, label_block
+from transformer_core.analysis.heads import PROBE_COUNT, PROBE_PATTERNS, default_length, label_block
 from transformer_core.model.masks import MASK_MODES
 from transformer_core.model.memory import KEEP_ALL
 from transformer_core.model.transformer import DEFAULT_MASKS
@@ -187,21 +187,24 @@ def head_labels(ctx, stages, kind: str) -> dict[int, object]:
         return {}
 
 
-def label_text(record) -> str:
-    if record is None or record.label is None:
+def label_text(record, scores: bool = True) -> str:
+    """The head's labels ("itself 0.91 · induction 0.68"): the text's and the probe's, each from one input."""
+    if record is None or not record.labels:
         return t("head_kind_mixed")
-    return f"{t('head_kind_' + record.label)} {record.scores[record.label]:.2f}"
+    return " · ".join(t("head_kind_" + k) + (f" {record.scores[k]:.2f}" if scores else "") for k in record.labels)
 
 
 def what_head_does(record, head: int) -> None:
-    """One line on the chosen head's pattern: its label, score and what that pattern does."""
+    """One line per label of the chosen head: pattern, score, on which input, and what that pattern does."""
     if record is None:
         return
-    if record.label is None:
+    if not record.labels:
         st.caption(t("head_what_none", head=head))
-    else:
-        st.info(t("head_what", head=head, kind=t("head_kind_" + record.label), score=record.scores[record.label])
-                + " " + t("head_does_" + record.label), icon="🔎")
+        return
+    lines = [t("head_what", head=head, kind=t("head_kind_" + k), score=record.scores[k])
+             + " " + t("head_on_probe" if k in PROBE_PATTERNS else "head_on_text") + " " + t("head_does_" + k)
+             for k in record.labels]
+    st.info("\n\n".join(lines), icon="🔎")
 
 
 def heads_table(records: dict[int, object]) -> None:
@@ -209,7 +212,7 @@ def heads_table(records: dict[int, object]) -> None:
     if not records:
         return
     patterns = sorted({p for r in records.values() for p, v in r.scores.items() if v is not None})
-    df = pd.DataFrame([{t("att_head"): h, t("card_head_kind"): label_text(r).rsplit(" ", 1)[0] if r.label else "—",
+    df = pd.DataFrame([{t("att_head"): h, t("card_head_kind"): label_text(r, scores=False) if r.labels else "—",
                         **{t("head_kind_" + p): r.scores.get(p) for p in patterns}} for h, r in records.items()])
     with st.expander(t("att_heads_table")):
         table(df, f"heads_{ss.block}_{ss.layer}", formats={t("head_kind_" + p): "%.3f" for p in patterns})
@@ -218,13 +221,13 @@ def heads_table(records: dict[int, object]) -> None:
 def head_thumbnails(stages, heads: int, records: dict[int, object]) -> None:
     """Every head of this layer and block, small; a click picks the head shown large above."""
     st.subheader(t("att_grid"))
-    kinds_found = sorted({r.label for r in records.values() if r.label})
+    kinds_found = sorted({k for r in records.values() for k in r.labels})
     shown = list(range(heads))
     if kinds_found:
         wanted = st.pills(t("att_filter_kind"), kinds_found, selection_mode="multi", key=f"att_kinds_{ss.layer}",
                           format_func=lambda k: t("head_kind_" + k))
         if wanted:
-            shown = [h for h in shown if records.get(h) is not None and records[h].label in wanted]
+            shown = [h for h in shown if records.get(h) is not None and set(records[h].labels) & set(wanted)]
     w = stages.weights[0].float().numpy()  # (nh, Tq, Tk)
     mask = stages.mask[0].numpy()
     step = max(1, -(-max(w.shape[-2:]) // THUMB_CAP))  # pool long maps so thumbnails stay light

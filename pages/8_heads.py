@@ -65,9 +65,14 @@ def head_name(kind: str, layer: int, head: int, model) -> str:
     return t("hd_head_name", block=kind_name(kind, model), layer=layer, head=head)
 
 
+def label_names(r) -> str:
+    """The head's labels by name (the text's, then the probe's), or "none"."""
+    return " + ".join(t(f"hd_pat_{k}") for k in r.labels) or t(f"hd_pat_{NONE}")
+
+
 def head_grid(records, model):
     """Every head as a cell of a grid (one row per block and layer): cells tile, so none hides another at any
-    head count. Colour = the head's best score; text = its label, or for a head with no pattern above the threshold
+    head count. Colour = its strongest label's score (else its best score on the text); text = its labels, or for a head with no pattern above the threshold
     its best pattern in brackets with that score on hover. Invisible markers on the cells make them clickable."""
     rows = list(dict.fromkeys((r.kind, r.layer) for r in records))
     n_heads = model.cfg.n_heads
@@ -75,11 +80,11 @@ def head_grid(records, model):
     text = np.full((len(rows), n_heads), "", dtype=object)
     for r in records:
         best, score = r.best
-        z[rows.index((r.kind, r.layer)), r.head] = score
-        text[rows.index((r.kind, r.layer)), r.head] = (t(f"hd_short_{r.label}") if r.label
+        z[rows.index((r.kind, r.layer)), r.head] = r.strength if r.labels else score
+        text[rows.index((r.kind, r.layer)), r.head] = ("+".join(t(f"hd_short_{k}") for k in r.labels) if r.labels
                                                        else f"({t(f'hd_short_{best}')})" if best else "")
     font = 11 if n_heads <= 8 else 9 if n_heads <= 12 else 8
-    hover = [f"{head_name(r.kind, r.layer, r.head, model)}<br>{t('hd_col_label')}: {t(f'hd_pat_{r.label or NONE}')}"
+    hover = [f"{head_name(r.kind, r.layer, r.head, model)}<br>{t('hd_col_label')}: {label_names(r)}"
              f"<br>{t('hd_col_best')}: {t(f'hd_pat_{r.best[0]}') if r.best[0] else '—'} {r.best[1]:.3f}"
              for r in records]
     fig = go.Figure([
@@ -121,7 +126,7 @@ def catalogue(ctx) -> None:
         return
     cut_note(found[:3], ctx)
     records, length = found[0], found[3]
-    labelled = [r for r in records if r.label]
+    labelled = [r for r in records if r.labels]
     st.markdown(t("hd_count", n=len(labelled), total=len(records), thr=threshold))
     heads_hint(records, threshold, lambda r: head_name(r.kind, r.layer, r.head, model))
     picked = clicked(head_grid(records, model), "hd_grid", trace_name="heads")
@@ -134,13 +139,13 @@ def catalogue(ctx) -> None:
     shown = st.multiselect(t("hd_filter"), options, default=options, key=f"hd_filter_{len(options)}",
                            placeholder=t("iv_pick"),
                            format_func=lambda p: t(f"hd_pat_{p}"))
-    keep = [r for r in records if (r.label or NONE) in shown]
+    keep = [r for r in records if set(r.labels or (NONE,)) & set(shown)]
     present = [p for p in patterns if any(r.scores.get(p) is not None for r in records)]
     df = pd.DataFrame({
         t("hd_col_block"): [kind_name(r.kind, model) for r in keep],
         t("hd_col_layer"): [r.layer for r in keep],
         t("hd_col_head"): [r.head for r in keep],
-        t("hd_col_label"): [t(f"hd_pat_{r.label or NONE}") for r in keep],
+        t("hd_col_label"): [label_names(r) for r in keep],
         t("hd_col_score"): [r.strength for r in keep],
         t("hd_col_best"): [f"{t(f'hd_pat_{r.best[0]}')} {r.best[1]:.3f}" if r.best[0] else "—" for r in keep],
         **{t(f"hd_pat_{p}"): [r.scores.get(p) for r in keep] for p in present},
@@ -151,7 +156,7 @@ def catalogue(ctx) -> None:
     c1, c2 = st.columns([3, 1])
     choice = c1.selectbox(t("hd_open_pick"), range(len(records)), key=f"hd_open_{len(records)}",
                           format_func=lambda i: head_name(records[i].kind, records[i].layer, records[i].head, model)
-                          + f" · {t(f'hd_pat_{records[i].label or NONE}')}")
+                          + f" · {label_names(records[i])}")
     if c2.button(t("hd_open_button"), key="hd_open_button", icon=":material/visibility:"):
         r = records[choice]
         open_head(r.kind, r.layer, r.head)

@@ -105,9 +105,24 @@ def test_detect_heads_on_a_tiny_model_matches_its_trace():
         else:
             assert r.scores["previous_token"] == pytest.approx(float(previous_token(w)[r.head]), abs=1e-4)
             assert 0 <= r.scores["induction"] <= 1
-        assert r.label == label(r.scores)
+        assert r.label == label(r.scores) and r.probe_label == label(r.scores, probe=True)
     assert isinstance(sorted(records, key=lambda r: -r.strength)[0], HeadRecord)
     assert set(records[0].row()) >= {"kind", "layer", "head", "previous_token", "label"}
+
+
+def test_labels_compare_scores_of_one_input_only():
+    """A head that is "itself" on a sentence and "induction" on the probe gets both labels: the text's patterns
+    compete with each other, the probe's score is judged on its own (issue: 0.906 on a sentence beat 0.86 on the
+    probe, a contest between two inputs)."""
+    scores = {"previous_token": 0.02, "first_token": 0.01, "self": 0.906, "induction": 0.86}
+    assert label(scores) == "self" and label(scores, probe=True) == "induction"
+    r = HeadRecord("dec_self", 1, 3, scores, label(scores), label(scores, probe=True))
+    assert r.labels == ("self", "induction") and r.strongest == "self" and r.strength == 0.906
+    assert r.best == ("self", 0.906)  # the closest pattern on the text, never the probe's score
+    only_probe = {"previous_token": 0.2, "first_token": 0.1, "self": 0.3, "induction": 0.7}
+    r = HeadRecord("dec_self", 1, 0, only_probe, label(only_probe), label(only_probe, probe=True))
+    assert r.labels == ("induction",) and r.strength == 0.7 and r.best == ("self", 0.3)
+    assert label({"self": 0.3, "induction": 0.4}) is None and label({"self": 0.3, "induction": 0.4}, probe=True) is None
 
 
 def test_detect_heads_with_induction_measured_before_gives_the_same_records():

@@ -361,3 +361,20 @@ def test_generated_rows_are_marked_and_the_newest_query_outlined():
     box = next(s for s in shapes if s["type"] == "rect")
     assert line["y0"] == len(prompt) - 0.5 and (box["y0"], box["y1"]) == (n - 1.5, n - 0.5)
     assert any("3 generated token" in c.value and f"row {n - 1}" in c.value for c in at.caption)
+
+
+def test_a_head_shows_each_label_with_the_input_it_was_measured_on():
+    """repeat's layer 1 head 1: induction 0.60 on the probe; the page says so, and that it is not the text's score."""
+    at = open_app(PAGE, model="shipped:repeat", text="d a c b g f d a c", lang="en")
+    at.selectbox(key="layer").set_value(1).run()
+    at.selectbox(key="head").set_value(1).run()
+    assert_clean(at)
+    info = next(i.value for i in at.info if EN_HEAD_WHAT in i.value)
+    assert "**induction** pattern" in info and "random tokens written twice (the probe), not on your text" in info
+    at.selectbox(key="layer").set_value(0).run()
+    at.selectbox(key="head").set_value(1).run()
+    info = next(i.value for i in at.info if EN_HEAD_WHAT in i.value)
+    assert "**own token** pattern" in info and "Measured on your text." in info and "probe" not in info
+
+
+EN_HEAD_WHAT = "Head 1: **"

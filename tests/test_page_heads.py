@@ -54,15 +54,14 @@ def test_reverse_catalogue_equals_detect_heads_and_layer_1_cross_attention_is_an
     np.testing.assert_allclose(df[SCORE], [r.strength for r in records], atol=1e-6)
     np.testing.assert_allclose(df[EN["hd_pat_anti_diagonal"]].dropna(),
                                [r.scores["anti_diagonal"] for r in records if r.kind == "cross"], atol=1e-6)
-    assert list(df[LABEL]) == [EN[f"hd_pat_{r.label or 'none'}"] for r in records]
+    assert list(df[LABEL]) == [" + ".join(EN[f"hd_pat_{k}"] for k in r.labels) or EN["hd_pat_none"] for r in records]
     cross1 = df[(df[EN["hd_col_block"]] == EN["hd_kind_cross"]) & (df[EN["hd_col_layer"]] == 1)]
     assert set(cross1[LABEL]) == {EN["hd_pat_anti_diagonal"]}
     cells, heads = figure(at, "hd_grid_0")["data"]  # 3 kinds × 2 layers, 4 heads
     assert len(heads["customdata"]) == 24 and cells["zmax"] == 1 and array(cells["z"]).shape == (6, 4)
     grid = array(cells["z"])  # each cell: the head's best score (its label's when it has one)
-    np.testing.assert_allclose([grid[i // 4, r.head] for i, r in enumerate(records)], [r.best[1] for r in records],
-                               atol=1e-6)
-    assert all(r.best[1] == r.strength for r in records if r.label)
+    np.testing.assert_allclose([grid[i // 4, r.head] for i, r in enumerate(records)],
+                               [r.strength if r.labels else r.best[1] for r in records], atol=1e-6)
 
 
 def test_repeat_has_induction_heads_in_layer_1_only():

@@ -22,11 +22,11 @@ def attention_hint(records: list, random_init: bool) -> None:
     if random_init:
         look_for("attention_random")
         return
-    best = sorted((r for r in records if r.label), key=lambda r: -r.strength)[:2]
+    best = sorted((r for r in records if r.labels), key=lambda r: -r.strength)[:2]
     if not best:
         look_for("attention_none")
         return
-    heads = t("look_list_sep").join(t("look_head", layer=r.layer, head=r.head, kind=t("head_kind_" + r.label),
+    heads = t("look_list_sep").join(t("look_head", layer=r.layer, head=r.head, kind=t("head_kind_" + r.strongest),
                                       score=r.strength) for r in best)
     look_for("attention", heads=heads)
 
@@ -42,9 +42,9 @@ def lens_hint(lens, rows: list[str]) -> None:
 def heads_hint(records: list, threshold: float, name) -> None:
     """The clearest head of each pattern on this text (`name(record)` names a head), and the induction pair when
     this model shows one: induction heads with a previous-token head in an earlier layer."""
-    best = {}
-    for r in sorted((r for r in records if r.label), key=lambda r: -r.strength):
-        best.setdefault(r.label, r)
+    best = {}  # pattern -> the head with the highest score of it among heads labelled so
+    for k, r in sorted(((k, r) for r in records for k in r.labels), key=lambda kr: -kr[1].scores[kr[0]]):
+        best.setdefault(k, r)
     if not best:  # no label: name the head with the highest score of any pattern
         def score(r) -> float:
             return max((v for v in r.scores.values() if v is not None), default=0.0)
@@ -52,10 +52,10 @@ def heads_hint(records: list, threshold: float, name) -> None:
         top = max(records, key=score, default=None)
         look_for("heads_none", thr=threshold, head=name(top) if top else "—", score=score(top) if top else 0.0)
         return
-    heads = t("look_list_sep").join(t("look_named_head", head=name(r), kind=t(f"hd_pat_{r.label}"),
-                                      score=r.strength) for r in best.values())
-    induction = sorted({r.layer for r in records if r.label == "induction"})
-    previous = sorted({r.layer for r in records if r.label == "previous_token" and r.kind == "dec_self"})
+    heads = t("look_list_sep").join(t("look_named_head", head=name(r), kind=t(f"hd_pat_{k}"), score=r.scores[k])
+                                    for k, r in best.items())
+    induction = sorted({r.layer for r in records if "induction" in r.labels})
+    previous = sorted({r.layer for r in records if "previous_token" in r.labels and r.kind == "dec_self"})
     pair = ""
     if induction and previous and previous[0] < induction[-1]:
         pair = t("look_heads_pair", ind=", ".join(map(str, induction)), prev=", ".join(map(str, previous)))

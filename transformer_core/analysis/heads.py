@@ -29,6 +29,7 @@ from .blocks import KIND_ORDER, block_weights, check_fraction
 THRESHOLD = 0.5
 PROBE_COUNT = 16  # random sequences the induction score averages over: the same probe on every page and card
 SELF_PATTERNS = ("previous_token", "first_token", "self", "induction")
+PROBE_PATTERNS = ("induction",)  # measured on the probe (random tokens written twice), not on the learner's text
 CROSS_PATTERNS = ("first_token", "diagonal", "anti_diagonal")
 
 
@@ -95,31 +96,46 @@ class HeadRecord:
     layer: int
     head: int
     scores: dict[str, float | None] = field(default_factory=dict)
-    label: str | None = None  # the strongest pattern above the threshold, or None
+    label: str | None = None  # the strongest pattern on the text above the threshold, or None
+    probe_label: str | None = None  # "induction" when the probe's score is above the threshold (another input)
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The text's label and the probe's, each chosen among scores measured on one input (either may be absent)."""
+        return tuple(x for x in (self.label, self.probe_label) if x)
 
     @property
     def best(self) -> tuple[str | None, float]:
-        """(pattern, score) of the highest score whatever the threshold ((None, 0.0) when none is defined): what an
-        unlabelled head comes closest to."""
-        have = {k: v for k, v in self.scores.items() if v is not None}
+        """(pattern, score) of the highest score on the text whatever the threshold ((None, 0.0) when none is
+        defined): what an unlabelled head comes closest to on the learner's text."""
+        have = {k: v for k, v in self.scores.items() if v is not None and k not in PROBE_PATTERNS}
         return (max(have, key=have.get), have[max(have, key=have.get)]) if have else (None, 0.0)
 
     @property
+    def strongest(self) -> str | None:
+        """The label with the higher score (the text's or the probe's), or None."""
+        return max(self.labels, key=lambda k: self.scores[k], default=None)
+
+    @property
     def strength(self) -> float:
-        """The label's score (0 when unlabelled): sort by it to list the clearest heads first."""
-        return self.scores[self.label] if self.label else 0.0
+        """The strongest label's score (0 when unlabelled): sort by it to list the clearest heads first."""
+        return self.scores[self.strongest] if self.labels else 0.0
 
     def key(self) -> tuple[int, int, int]:
         """Forward order: encoder self-attention, then per decoder layer; heads in order."""
         return KIND_ORDER.index(self.kind), self.layer, self.head
 
     def row(self) -> dict:
-        return {"kind": self.kind, "layer": self.layer, "head": self.head, **self.scores, "label": self.label}
+        return {"kind": self.kind, "layer": self.layer, "head": self.head, **self.scores, "label": self.label,
+                "probe_label": self.probe_label}
 
 
-def label(scores: dict[str, float | None], threshold: float = THRESHOLD) -> str | None:
-    """The pattern with the highest score above the threshold (None when none is)."""
-    have = {k: v for k, v in scores.items() if v is not None and v > threshold}
+def label(scores: dict[str, float | None], threshold: float = THRESHOLD, probe: bool = False) -> str | None:
+    """The pattern with the highest score above the threshold (None when none is), compared only with scores of
+    the same input: the text's patterns (probe=False) or the probe's (probe=True, PROBE_PATTERNS). A head that is
+    "itself 0.91" on a sentence and "induction 0.68" on random repeats gets both labels, not a contest between two
+    inputs."""
+    have = {k: v for k, v in scores.items() if v is not None and v > threshold and (k in PROBE_PATTERNS) == probe}
     return max(have, key=have.get) if have else None
 
 
@@ -168,7 +184,7 @@ def label_block(kind: str, layer: int, weights: torch.Tensor, induction_of_block
     records = []
     for h in range(w.size(1)):
         values = {k: _value(v, h) for k, v in scores.items()}
-        records.append(HeadRecord(kind, layer, h, values, label(values, threshold)))
+        records.append(HeadRecord(kind, layer, h, values, label(values, threshold), label(values, threshold, True)))
     return records
 
 
