@@ -1,11 +1,13 @@
 """Page 4: one position's logits and softmax, temperature / top-k / top-p, and step-by-step generation."""
+from dataclasses import replace
+
 import pandas as pd
 import streamlit as st
 
 from transformer_core.analysis.kv_steps import cache_layout, cache_report
 from transformer_core.analysis.next_token import GREEDY, Sampling, distribution, generate
 from transformer_core.errors import SamplingError
-from transformer_core.text.inputs import end_of_text_id, real_ids, sequence_labels, token_labels
+from transformer_core.text.inputs import end_of_text_id, real_ids, sequence_labels, token_labels, unknown_id
 from transformer_core.text.tokenizer import tokens_of
 from ui.errors import error_text, show_error
 from ui.figures import bars, lines, ranked_labels, visible
@@ -49,7 +51,10 @@ temperature = c1.slider(t("log_temperature"), 0.05, 5.0, step=0.05, key="log_T",
 top_k = c2.number_input(t("log_topk"), 0, cfg.vocab_size, step=1, key="log_topk", help=t("log_topk_help"))
 top_p = c3.slider(t("log_topp"), 0.01, 1.0, step=0.01, key="log_topp", help=t("log_topp_help"))
 shown = c4.number_input(t("log_show"), 1, 100, 10, 1, key="log_show")
-sampling = Sampling(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p))
+unk = unknown_id(model)  # a compacted vocabulary's ⟨unk⟩ stands for every token it lacks: a learner may rule it out
+no_unk = unk is not None and st.checkbox(t("log_no_unk"), True, key="log_no_unk", help=t("log_no_unk_help"))
+banned = (unk,) if no_unk else ()
+sampling = Sampling(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p), banned=banned)
 try:
     dist = distribution(ctx.trace.logits[0, pos], sampling, top=int(shown))
 except SamplingError as exc:
@@ -113,7 +118,7 @@ full = len(dec) >= cfg.max_len
 ended = bool(n_gen) and dec[-1] == end_of_text_id(model)  # it wrote the end of the text: nothing follows
 b1, b2, b3 = st.columns(3)
 blocked = full or ended or (dist is None and not greedy)
-rule = GREEDY if greedy else sampling
+rule = replace(GREEDY, banned=banned) if greedy else sampling
 b1.button(t("log_next"), key="log_next", on_click=_append, args=(model, src, dec, 1, rule, seed), disabled=blocked)
 b2.button(t("log_steps"), key="log_five", on_click=_append, args=(model, src, dec, 5, rule, seed), disabled=blocked)
 b3.button(t("log_undo"), key="log_undo", on_click=_undo, disabled=not n_gen)

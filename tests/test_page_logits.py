@@ -16,7 +16,7 @@ from apptest_support import (
 )
 
 from transformer_core import build_model, preset
-from transformer_core.analysis.next_token import Sampling, distribution, generate
+from transformer_core.analysis.next_token import Sampling, distribution, generate, next_token_probs
 from transformer_core.errors import SamplingError
 from transformer_core.text.inputs import trace_text
 from transformer_core.text.tokenizer import tokens_of
@@ -72,6 +72,41 @@ def test_distribution_sums_to_one_and_matches_plain_softmax():
     assert d.probs == pytest.approx(d.raw, rel=1e-6)
     assert d.ids == torch.topk(logits, 10).indices.tolist()
     assert d.probs == sorted(d.probs, reverse=True)
+
+
+def test_banned_ids_get_zero_probability_and_are_never_generated(tiny_gpt):
+    logits = torch.tensor([5.0, 1.0, 0.5, -1.0])
+    assert next_token_probs(logits, Sampling(banned=(0,)))[0] == 0
+    d = distribution(logits, Sampling(banned=(0,)), top=4)
+    assert d.ids[0] == 0 and d.probs[0] == 0 and d.raw[0] > 0.9 and d.kept == 3  # the plain softmax keeps it
+    assert math.isclose(sum(d.probs), 1.0, rel_tol=1e-9)
+    prompt = [1, 2, 3]
+    greedy = generate(tiny_gpt, prompt, 6, stop_at_end=False)
+    banned = tuple(sorted(set(greedy)))  # ban every token the greedy run chose: none may come back
+    again = generate(tiny_gpt, prompt, 6, Sampling(greedy=True, banned=banned), stop_at_end=False)
+    assert len(again) == 6 and not set(again) & set(banned)
+    sampled = generate(tiny_gpt, prompt, 6, Sampling(temperature=2.0, banned=banned), seed=3, stop_at_end=False)
+    assert not set(sampled) & set(banned)
+
+
+def test_the_page_rules_out_unk_for_a_model_that_has_one():
+    from transformer_core import load_model
+    from transformer_core.text.inputs import unknown_id
+
+    at = open_app("logits", model="shipped:dates-zh", text="23 November 2026", tgt="=", lang="en")
+    assert not at.exception
+    model, _ = load_model("dates-zh")
+    unk = unknown_id(model)
+    assert unk is not None and at.checkbox(key="log_no_unk").value is True
+    df = top_table(at)
+    shown = {tok: p for tok, p in zip(df[EN["col_token"]], df[EN["col_prob"]])}
+    assert shown.get("⟨unk⟩", 0.0) == 0.0  # in the table only if it is among the top logits, with probability 0
+    at.button(key="log_five").click().run()
+    assert unk not in at.session_state["gen_ids"]
+    at.checkbox(key="log_no_unk").uncheck().run()
+    assert not at.exception
+    plain = open_app("logits", model="shipped:everyday-gpt", text="Hello", lang="en")
+    assert not plain.get("checkbox") or all(c.key != "log_no_unk" for c in plain.checkbox)  # no ⟨unk⟩: no option
 
 
 def test_distribution_entropy_grows_with_temperature():

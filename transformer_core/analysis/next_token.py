@@ -20,6 +20,7 @@ class Sampling:
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1.0 = off
     greedy: bool = False
+    banned: tuple[int, ...] = ()  # model ids never chosen (e.g. the unknown token of a compacted vocabulary)
 
     def validate(self) -> None:
         if not (math.isfinite(self.temperature) and 0.01 <= self.temperature <= 100.0):
@@ -36,7 +37,7 @@ GREEDY = Sampling(greedy=True)
 def next_token_probs(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
     """(vocab,) logits -> (vocab,) probabilities after temperature, top-k and top-p (filtered ones are 0)."""
     s.validate()
-    z = logits.float() / s.temperature
+    z = without_banned(logits.float(), s) / s.temperature
     if s.top_k:
         kth = torch.topk(z, min(s.top_k, z.numel())).values[-1]
         z = z.masked_fill(z < kth, float("-inf"))
@@ -48,6 +49,13 @@ def next_token_probs(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
         probs = probs.masked_fill(~keep, 0.0)
         probs = probs / probs.sum()
     return probs
+
+
+def without_banned(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
+    """(..., vocab) logits with the banned ids at −∞ (probability 0 after any control, never the argmax)."""
+    if not s.banned:
+        return logits
+    return logits.index_fill(-1, torch.tensor(s.banned, dtype=torch.long, device=logits.device), float("-inf"))
 
 
 def entropy_bits(probs: torch.Tensor) -> float:
@@ -77,7 +85,7 @@ def distribution(logits: torch.Tensor, s: Sampling = Sampling(), top: int = 10) 
     """
     logits = logits.float().cpu()
     keep = next_token_probs(logits, s) > 0  # (vocab,)
-    z = (logits.double() / s.temperature).masked_fill(~keep, float("-inf"))  # (vocab,)
+    z = (logits.double() / s.temperature).masked_fill(~keep, float("-inf"))  # (vocab,) banned ids are not kept
     probs = torch.softmax(z, dim=-1)  # (vocab,) float64
     raw = torch.softmax(logits.double(), dim=-1)  # (vocab,) float64, T = 1
     order = torch.topk(logits, min(top, logits.numel())).indices  # (top,)
@@ -124,7 +132,8 @@ def generate_batch(model: Transformer, dec: torch.Tensor, steps: int, s: Samplin
                          src_lengths=src_lengths) if model.is_encoder_decoder else run(model, window)
             last = logits[:, -1].float().cpu()  # (B, vocab)
         gen = torch.Generator().manual_seed(seed * 100_003 + dec.size(1))
-        new = [choose(next_token_probs(row, s), s, gen) for row in last] if not s.greedy else last.argmax(-1).tolist()
+        new = ([choose(next_token_probs(row, s), s, gen) for row in last] if not s.greedy
+               else without_banned(last, s).argmax(-1).tolist())
         dec = torch.cat([dec, torch.tensor(new, dtype=torch.long)[:, None]], dim=1)  # (B, T + 1)
         fresh = dec[:, -1:].to(device)
         if stop_id is not None:
