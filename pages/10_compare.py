@@ -9,7 +9,7 @@ from transformer_core.analysis.blocks import kinds
 from transformer_core.analysis.compare import compare
 from transformer_core.text.inputs import token_labels
 from ui.errors import show_error
-from ui.figures import DIVERGING, axis_labels, bars, prob_text, ranked_labels, token_heatmap, visible
+from ui.figures import COLUMN_PX, DIVERGING, axis_labels, bars, prob_text, ranked_labels, token_heatmap, visible
 from ui.guidance import try_these
 from ui.i18n import t
 from ui.session import page_context, through_app
@@ -76,7 +76,7 @@ def side_view(model, side, name: str, other_labels: list[str], key: str, zmax: f
     chart(fig, f"cmp_next_{key}")
     q, k = axis_labels(side.query_labels), axis_labels(side.key_labels)
     chart(token_heatmap(side.weights.numpy(), q, k, title=t("cmp_attention_title"), zmin=0.0, zmax=zmax,
-                        px_per_token=16, min_height=280, max_height=800,
+                        px_per_token=16, min_height=280, max_height=800, width_px=COLUMN_PX,
                         hovertemplate="%{y} → %{x}: %{z:.4f}<extra></extra>"), f"cmp_att_{key}")
 
 

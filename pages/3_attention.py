@@ -16,6 +16,7 @@ from transformer_core.text.inputs import sequence_labels
 from ui import cache
 from ui.errors import show_error
 from ui.figures import (
+    COLUMN_PX,
     DIVERGING,
     SCALES,
     axis_labels,
@@ -165,7 +166,8 @@ def side_by_side(stages, head, q_lab, k_lab) -> None:
     mask = stages.head("mask", head).numpy()[qs, ks][:SIDE_CAP, :SIDE_CAP]
     q_l, k_l = q_lab[qs][:SIDE_CAP], k_lab[ks][:SIDE_CAP]
     lim = float(np.abs(scaled).max()) or 1.0  # one colour scale for before and after
-    kw = {"zmin": -lim, "zmax": lim, "zmid": 0, "colorscale": DIVERGING, "px_per_token": 12, "max_height": 900}
+    kw = {"zmin": -lim, "zmax": lim, "zmid": 0, "colorscale": DIVERGING, "px_per_token": 12, "max_height": 900,
+          "width_px": COLUMN_PX}
     # the names are the axes' categories, so hover says which query and key at any length (1 string per row/column)
     value = f"{t('attn_queries')}: %{{y}}<br>{t('attn_keys')}: %{{x}}<br>%{{z:.4f}}<extra></extra>"
     kw["categories"] = (list(q_l), list(k_l))

@@ -20,7 +20,7 @@ from transformer_core.model.memory import KEEP_ALL
 from transformer_core.text.inputs import sequence_labels, token_labels
 from ui import cache
 from ui.errors import show_error
-from ui.figures import axis_labels, bars, lines, token_heatmap, visible
+from ui.figures import COLUMN_PX, axis_labels, bars, lines, token_heatmap, visible
 from ui.guidance import heads_hint, sinks_hint
 from ui.i18n import t
 from ui.nav import open_head
@@ -90,7 +90,8 @@ def head_grid(records, model):
     fig = go.Figure([
         go.Heatmap(z=z, x=list(range(n_heads)), y=list(range(len(rows))), zmin=0.0, zmax=1.0, colorscale="Blues",
                    text=text.tolist(), texttemplate="%{text}", textfont={"size": font}, xgap=2, ygap=2,
-                   hoverinfo="skip", colorbar={"title": {"text": t("hd_col_best")}, "thickness": 12}, name="cells"),
+                   hoverinfo="skip", name="cells",
+                   colorbar={"title": {"text": t("hd_col_best"), "side": "right"}, "thickness": 12}),
         go.Scatter(x=[r.head for r in records], y=[rows.index((r.kind, r.layer)) for r in records], mode="markers",
                    marker={"symbol": "square", "size": 24, "color": "rgba(0,0,0,0)"}, hovertext=hover,
                    hovertemplate="%{hovertext}<extra></extra>", customdata=list(range(len(records))), name="heads",
@@ -227,7 +228,7 @@ def sinks(ctx) -> None:
         verdict = "sk_verdict_small" if eff.kl < KL_SMALL else "sk_verdict_big"
     st.markdown(t(verdict, **changes) + (" " + t("sk_emptied_note", **changes) if changes["emptied"] else ""))
     q_lab, k_lab = labels_of(ctx, s.kind)
-    kw = {"zmin": 0.0, "zmax": 1.0, "px_per_token": 16, "min_height": 280, "max_height": 700,
+    kw = {"zmin": 0.0, "zmax": 1.0, "px_per_token": 16, "min_height": 280, "max_height": 700, "width_px": COLUMN_PX,
           "hovertemplate": "%{y} → %{x}: %{z:.4f}<extra></extra>"}
     for col, w, title, key in zip(st.columns(2), (removal.weights_before, removal.weights_after),
                                   (t("sk_before"), t("sk_after")), ("sk_before", "sk_after"), strict=True):

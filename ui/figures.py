@@ -45,9 +45,14 @@ def _f32(a) -> np.ndarray:
 
 def lines(x, series: dict[str, list], *, title="", x_title="", y_title="", height=320) -> go.Figure:
     """Line chart of named series over x."""
-    fig = go.Figure([go.Scatter(x=list(x), y=_f32(y).tolist(), mode="lines", name=name) for name, y in series.items()])
+    x = list(x)
+    fig = go.Figure([go.Scatter(x=x, y=_f32(y).tolist(), mode="lines", name=name) for name, y in series.items()])
     fig.update_layout(title=title, xaxis_title=x_title, yaxis_title=y_title, height=height,
                       margin=dict(l=10, r=10, t=40, b=10))
+    if x and isinstance(x[0], str):  # token labels: every k-th, so they never overlap (plotly's own thinning did)
+        every = label_step(len(x), WIDTH_PX, 10)
+        fig.update_xaxes(type="category", tickmode="array", tickvals=x[::every], ticktext=x[::every],
+                         tickfont={"size": 10}, tickangle=-60 if len(x) <= 30 else -90)
     return fig
 
 
@@ -92,6 +97,7 @@ def scaled_weights(w: np.ndarray, scale: str) -> tuple[np.ndarray, dict]:
 
 
 WIDTH_PX = 800  # the width a chart may count on for its column labels (the page is at least this wide)
+COLUMN_PX = 340  # the same for a chart in one of two columns (st.columns(2)) beside its colour bar
 
 
 def label_step(n: int, room_px: float, font_size: int) -> int:
@@ -128,7 +134,8 @@ def block_labels(labels: list[str], step: int, shown: int = 4) -> list[str]:
 
 def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL, zmin=None, zmax=None, zmid=None,
                   colorbar=None, customdata=None, names=None, hovertemplate=None, px_per_token=18, min_height=360,
-                  max_height=1400, font_size=None, x0: int = 0, step: int = 1, categories=None) -> go.Figure:
+                  max_height=1400, font_size=None, x0: int = 0, step: int = 1, categories=None,
+                  width_px: int = WIDTH_PX) -> go.Figure:
     """A heatmap on integer axes with its rows labelled (tokens), columns labelled too unless k_labels is None
     (then numbered); tall enough for one label per row up to max_height, then every k-th label (label_step: labels
     never overlap). Integer axes keep repeated tokens apart. `customdata` (Tq, Tk, n) numbers and `names` (two
@@ -146,7 +153,7 @@ def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL
     room = int(longest * size * 0.6 * abs(np.sin(np.radians(angle))))  # about 0.6 em per character
     height = int(min(max(min_height, 120 + px_per_token * n_q) + room, max_height))
     every_q = label_step(n_q, height - 120 - room, size)
-    every_k = label_step(n_k, WIDTH_PX, size)
+    every_k = label_step(n_k, width_px, size)  # width_px: COLUMN_PX for a chart in one of two columns
     xs, ys = [x0 + i * step for i in range(n_k)], [i * step for i in range(n_q)]
     ticks = {"tickfont": {"size": size, "color": "#222"}, "showgrid": False, "zeroline": False}
     if categories is not None:  # the names are the coordinates (unique); ticks still show the short labels
