@@ -6,10 +6,23 @@ tick labels of every axis, colour-bar titles and ticks, subplot titles).
 The 16 × 16 model is a random-init checkpoint written into this module's own checkpoints folder (a learner's trained
 model is listed the same way). Screenshots go to screenshots/ (git-ignored).
 """
+import re
 from dataclasses import replace
 
 import pytest
-from browser_support import ROOT, app_url, assert_clean, fresh_app, plots, require_browser, screenshot, settle
+from browser_support import (
+    ROOT,
+    app_url,
+    assert_clean,
+    fresh_app,
+    hover_texts,
+    plot_index,
+    plots,
+    require_browser,
+    s,
+    screenshot,
+    settle,
+)
 
 sync_api = require_browser()
 SHOTS = ROOT / "screenshots"
@@ -43,7 +56,7 @@ def app(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("checkpoints")
     torch.manual_seed(0)
-    cfg = replace(preset("course-gpt"), n_layers=16, n_heads=16, d_model=64, d_ffn=128, max_len=256)
+    cfg = replace(preset("course-gpt"), n_layers=16, n_heads=16, d_model=64, d_ffn=128, max_len=1024)
     save_checkpoint(build_model(cfg, "cpu"), folder / "sixteen", {"name": "sixteen by sixteen"})
     with fresh_app(folder) as running:
         yield running
@@ -64,3 +77,21 @@ def test_no_two_drawn_labels_overlap_at_16_by_16_heads_and_135_tokens(app, tab, 
     assert max(f["texts"] for f in found.values()) >= least  # the grid's 256 cell labels / the map's labels drawn
     bad = {title: f["overlaps"] for title, f in found.items() if f["count"]}
     assert not bad, bad
+
+
+def test_a_long_map_names_its_tokens_on_hover(app, tab):
+    """300 tokens: the large map is drawn in blocks of 2 × 2 tokens with a readable subset of labels, and hover
+    names the block's query and key tokens (the axes' categories), as the window of single tokens names its own."""
+    from transformer_core.text.tokenizer import load_encoding
+
+    enc = load_encoding("cl100k_base")
+    text = enc.decode(enc.encode("the quick brown fox jumps over the lazy dog " * 40)[:300])
+    tab.goto(app_url(app, "attention", "en", model=MODEL, text=text))
+    settle(tab, charts=True, timeout=300_000)
+    assert_clean(tab, app, "/attention with 300 tokens")
+    main = plot_index(tab, s("att_main_title", "en", head=0, scale=s("att_scale_01", "en")))
+    shown = " ".join(hover_texts(tab, main, 5, 20))  # block 20 (tokens 40–41) → block 5 (tokens 10–11)
+    assert "40–41: 40 ‘" in shown and "10–11: 10 ‘" in shown and s("att_block_max", "en") in shown, shown
+    before = plot_index(tab, s("att_before", "en"))
+    shown = " ".join(hover_texts(tab, before, 3, 200))  # cells of ~1.3 px: the exact cell under the mouse varies
+    assert re.search(r"queries: 19\d ‘.+’\s*keys: \d ‘.+’", shown), shown
