@@ -69,7 +69,7 @@ if dist is not None:
     m1.metric(t("log_entropy"), f"{dist.entropy:.4f}")
     m2.metric(t("log_sum"), f"{dist.total:.6f}")
     m3.metric(t("log_kept"), dist.kept)
-    names = token_labels(model, dist.ids)
+    names = token_labels(model, dist.ids, dec)
     if not ctx.card.get("random_init"):
         look_for("logits", after=f"‘{visible(labels[pos])}’", tok=f"‘{visible(names[0])}’", p=dist.probs[0])
     chart(bars(ranked_labels(names), dist.probs, title=t("log_chart"), y_title=t("col_prob"), x_title=t("col_prob"),

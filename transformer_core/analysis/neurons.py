@@ -19,7 +19,7 @@ from ..errors import InputError
 from ..model.hooks import act_name
 from ..model.trace import run_with_trace
 from ..model.transformer import Transformer
-from ..text.inputs import token_labels, unknown_id, vocab_index
+from ..text.inputs import sequence_labels, unknown_id, vocab_index
 from ..train.vocab import encode_lines
 
 INDEX_FILE = "neurons.npz"
@@ -117,7 +117,7 @@ def top_snippets(model: Transformer, index: NeuronIndex, layer: int, neuron: int
         if not np.isfinite(act):
             continue
         lo, hi = max(0, int(pos) - WINDOW), min(index.ids.shape[1], int(pos) + 3)
-        out.append(Snippet(float(act), token_labels(model, index.ids[int(chunk), lo:hi].tolist()), int(pos) - lo))
+        out.append(Snippet(float(act), sequence_labels(model, index.ids[int(chunk), lo:hi].tolist()), int(pos) - lo))
     return out
 
 

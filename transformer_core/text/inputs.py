@@ -141,12 +141,35 @@ def model_text(model: Transformer, ids) -> str:
     return "".join(parts)
 
 
-def token_labels(model: Transformer, ids) -> list[str]:
-    """Display strings of model ids, as the tokenizer shows them (the unknown id as ⟨unk⟩)."""
+def token_labels(model: Transformer, ids, context=None) -> list[str]:
+    """Display strings of model ids taken one by one (predictions, top tokens): the unknown id as ⟨unk⟩, a token
+    that is only part of a character as its bytes in hex ("‹E6 98›", piece_label), or, when `context` (the model ids
+    of the learner's sequence) holds that same token as a piece of one character only, as that piece ("明 1/2")."""
+    from .tokenizer import load_encoding, piece_label
+
     real = real_ids(model, ids)
-    shown = token_strings([i for i in real if i != UNK], model.cfg.encoding)
-    it = iter(shown)
-    return [UNK_LABEL if i == UNK else next(it) for i in real]
+    enc = load_encoding(model.cfg.encoding)
+    known = _pieces_in(model, context) if context is not None else {}
+    out = []
+    for i in real:
+        if i == UNK:
+            out.append(UNK_LABEL)
+            continue
+        try:
+            out.append(known.get(i) or piece_label(enc.decode_single_token_bytes(i)))
+        except (KeyError, ValueError):
+            out.append(token_strings([i], model.cfg.encoding)[0])
+    return out
+
+
+def _pieces_in(model: Transformer, ids) -> dict[int, str]:
+    """tokenizer id -> its label in this sequence, for tokens that are pieces of a character ("明 1/2") and stand
+    for one piece of one character everywhere in it (an id seen as pieces of two characters is left out)."""
+    seen: dict[int, set[str]] = {}
+    for i, lab in zip(real_ids(model, ids), sequence_labels(model, ids)):
+        if "\u00a0" in lab and "/" in lab:  # label_pieces' "明 1/2" (no-break space)
+            seen.setdefault(i, set()).add(lab)
+    return {i: next(iter(labs)) for i, labs in seen.items() if len(labs) == 1}
 
 
 def sequence_labels(model: Transformer, ids) -> list[str]:
