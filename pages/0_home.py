@@ -39,13 +39,15 @@ def stack_blocks(side: str, x0: float, y0: float, trace, cfg) -> tuple[list[dict
                "kind": "embed", "title": t("map_embed"),
                "detail": t("map_shape_norm", shape=shape(trace.shape("embed", side=side)), norm=float(emb.norm.mean())),
                "page": "embeddings"}]
-    arrows = [(f"{side}-tokens", f"{side}-embed")]
+    arrows, skips = [(f"{side}-tokens", f"{side}-embed")], []
+    where = {b["id"]: b for b in blocks}
     prev, y = f"{side}-embed", y0 + 2 * ROW_H
     for layer in shown_layers(cfg.n_layers):
         if layer is None:
             blocks.append({"id": f"{side}-gap", "x": x0 + row_w / 2, "y": y, "w": row_w * 0.8, "h": 0.6,
                            "kind": "norm", "title": t("map_more_layers", n=cfg.n_layers - 6), "detail": "",
                            "page": "ffn"})
+            where[blocks[-1]["id"]] = blocks[-1]
             arrows.append((prev, f"{side}-gap"))
             prev, y = f"{side}-gap", y + ROW_H
             continue
@@ -67,10 +69,22 @@ def stack_blocks(side: str, x0: float, y0: float, trace, cfg) -> tuple[list[dict
             blocks.append({"id": norm_id, "x": x + BOX_W + GAP, "y": y, "w": BOX_W, "h": BOX_H, "kind": "norm",
                            "title": t("map_addnorm"), "detail": t("map_norm_detail", layer=layer, norm=norm),
                            "page": f"ffn:{layer}"})
+            where[norm_id] = blocks[-1]
             arrows += [(prev, block_id), (block_id, norm_id)]
+            skips.append(residual_path(blocks[-2], blocks[-1], same_row=abs(where[prev]["y"] - y) < 0.1))
             prev, x = norm_id, x + 2 * (BOX_W + GAP)
         y += ROW_H
-    return blocks, arrows, y
+    return blocks, arrows + skips, y
+
+
+def residual_path(sub: dict, norm: dict, same_row: bool) -> list[tuple[float, float]]:
+    """The residual connection around one sublayer: it leaves the sublayer's input before the box (in the gap on
+    its left, or on the arrow coming down from the row above), passes over the box and enters Add & Norm from the
+    top, where x + sublayer(x) is added."""
+    over = sub["y"] - sub["h"] / 2 - 0.08  # above the box, below the lane of the row gap (cross-attention's memory)
+    fork = (sub["x"] - sub["w"] / 2 - GAP / 2, sub["y"]) if same_row else (sub["x"], over)
+    start = [fork, (fork[0], over)] if same_row else [fork]
+    return ["residual", *start, (norm["x"], over), (norm["x"], norm["y"] - norm["h"] / 2)]
 
 
 def shape(s) -> str:

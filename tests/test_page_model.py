@@ -103,3 +103,29 @@ def test_chinese_headings():
     assert heads[:4] == ["模型卡", "模型结构", "课程里的 Transformer 与这个模型对照", "配置"]
     assert "每个中间张量的形状" in heads
     assert frame(at, "参数量")["组件"].iloc[-1] == "总计"
+
+
+@pytest.mark.parametrize("model, sublayers", [("preset:course-base@cl100k_base", 6 * 2 + 6 * 3),
+                                              ("shipped:everyday-gpt", 4 * 2)])
+def test_the_whole_model_picture_draws_a_residual_connection_round_every_sublayer(model, sublayers):
+    """One dotted path per sublayer shown: it leaves the sublayer's input and enters its Add & Norm box from the top
+    (course-base shows all 6 layers of each stack: 2 sublayers per encoder layer, 3 per decoder layer)."""
+    from apptest_support import figure
+
+    at = open_app(None, model=model, lang="en")
+    assert not at.exception
+    fig = figure(at, "model_map_0")
+    residual = next(tr for tr in fig["data"] if tr.get("name") == "residual")
+    paths = [[]]
+    for x, y in zip(residual["x"], residual["y"]):
+        if x is None:
+            paths.append([])
+        else:
+            paths[-1].append((x, y))
+    paths = [p for p in paths if p]
+    assert len(paths) == sublayers
+    shapes = fig["layout"]["shapes"]
+    for path in paths:  # each ends on the top edge of a box: the Add & Norm it feeds
+        (x, y) = path[-1]
+        assert any(abs(s["y0"] - y) < 1e-6 and s["x0"] < x < s["x1"] for s in shapes), path
+        assert path[0][1] >= y - 0.2  # it starts beside or above the sublayer, not from another row

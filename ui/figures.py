@@ -319,16 +319,23 @@ def model_map(blocks: list[dict], arrows: list, *, width: float, height: float, 
             title = title.replace(" ", "<br>", 1) if len(title) > 10 else title
             detail = detail.replace(" · ", "<br>")
         labels.append(f"<b>{title}</b><br>{detail}")
-    xs, ys, heads = [], [], []  # every arrow a polyline (None between two), an arrowhead at its end only
+    # every arrow a polyline (None between two), an arrowhead at its end only; a list starting "residual" is a
+    # residual connection (dashed, green): x skips the sublayer and is added to its output in Add & Norm
+    lines = {"arrows": ([], [], []), "residual": ([], [], [])}
     for arrow in arrows:
-        points = route(where[arrow[0]], where[arrow[1]]) if isinstance(arrow[0], str) else arrow
+        kind = "residual" if arrow[0] == "residual" else "arrows"
+        points = arrow[1:] if kind == "residual" else route(where[arrow[0]], where[arrow[1]]) \
+            if isinstance(arrow[0], str) else arrow
+        xs, ys, heads = lines[kind]
         xs += [p[0] for p in points] + [None]
         ys += [p[1] for p in points] + [None]
-        heads += [0] * (len(points) - 1) + [11, 0]
+        heads += [0] * (len(points) - 1) + [11 if kind == "arrows" else 9, 0]
+    colour = {"arrows": "#555", "residual": "#2a9d5c"}
     traces = [
-        go.Scatter(x=xs, y=ys, mode="lines+markers", name="arrows", line={"color": "#555", "width": 1.4},
-                   marker={"symbol": "arrow", "angleref": "previous", "size": heads, "color": "#555"},
-                   hoverinfo="skip", showlegend=False),
+        go.Scatter(x=xs, y=ys, mode="lines+markers", name=kind, hoverinfo="skip", showlegend=False,
+                   line={"color": colour[kind], "width": 1.4, "dash": "dot" if kind == "residual" else "solid"},
+                   marker={"symbol": "arrow", "angleref": "previous", "size": heads, "color": colour[kind]})
+        for kind, (xs, ys, heads) in lines.items() if xs] + [
         go.Scatter(x=[b["x"] for b in blocks], y=[b["y"] for b in blocks], text=labels, mode="text", name="labels",
                    textfont={"size": 9 if narrow else 11, "color": "#222"}, hoverinfo="skip", showlegend=False),
         go.Scatter(  # a click on a block (anywhere near its centre) opens its page
