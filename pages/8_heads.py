@@ -72,8 +72,9 @@ def label_names(r) -> str:
 
 def head_grid(records, model):
     """Every head as a cell of a grid (one row per block and layer): cells tile, so none hides another at any
-    head count. Colour = its strongest label's score (else its best score on the text); text = its labels, or for a head with no pattern above the threshold
-    its best pattern in brackets with that score on hover. Invisible markers on the cells make them clickable."""
+    head count. Colour = its strongest label's score (else its best score on the text); text = its labels, or for
+    a head with no pattern above the threshold its best pattern in brackets with that score on hover. Invisible
+    markers on the cells make them clickable."""
     rows = list(dict.fromkeys((r.kind, r.layer) for r in records))
     n_heads = model.cfg.n_heads
     z = np.full((len(rows), n_heads), np.nan, dtype=np.float32)

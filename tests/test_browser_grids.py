@@ -40,7 +40,8 @@ OVERLAP_JS = """(i) => {
         const r = boxes[a][0], s = boxes[b][0];
         const w = Math.min(r.right, s.right) - Math.max(r.left, s.left);
         const h = Math.min(r.bottom, s.bottom) - Math.max(r.top, s.top);
-        if (w > 1 && h > 1) bad.push([boxes[a][1], boxes[a][2], boxes[b][1], boxes[b][2], Math.round(w), Math.round(h)]);
+        if (w > 1 && h > 1)
+            bad.push([boxes[a][1], boxes[a][2], boxes[b][1], boxes[b][2], Math.round(w), Math.round(h)]);
     }
     return {texts: boxes.length, overlaps: bad.slice(0, 10), count: bad.length};
 }"""

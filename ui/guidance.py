@@ -43,8 +43,8 @@ def heads_hint(records: list, threshold: float, name) -> None:
     """The clearest head of each pattern on this text (`name(record)` names a head), and the induction pair when
     this model shows one: induction heads with a previous-token head in an earlier layer."""
     best = {}  # pattern -> the head with the highest score of it among heads labelled so
-    for k, r in sorted(((k, r) for r in records for k in r.labels), key=lambda kr: -kr[1].scores[kr[0]]):
-        best.setdefault(k, r)
+    for k, rec in sorted(((k, r) for r in records for k in r.labels), key=lambda kr: -kr[1].scores[kr[0]]):
+        best.setdefault(k, rec)
     if not best:  # no label: name the head with the highest score of any pattern
         def score(r) -> float:
             return max((v for v in r.scores.values() if v is not None), default=0.0)
