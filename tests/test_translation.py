@@ -56,11 +56,14 @@ def test_the_held_out_split_holds_out_values_not_just_strings():
     assert all(int(e.key[4:]) >= 10_000 for e in held if e.key.startswith("num:"))  # below: all trained on
 
 
-def test_training_samples_every_number_length_equally_often():
+def test_training_samples_every_number_length_by_its_weight():
+    from transformer_core.train.translation import DIGIT_WEIGHTS
+
     rng = random.Random(1)
-    lengths = [len(e.src) for e in (TASK.sample(rng) for _ in range(4000)) if e.src.isdigit()]
-    short = sum(n <= 2 for n in lengths) / len(lengths)
-    assert 0.3 < short < 0.5  # 1- and 2-digit numbers are two of five lengths (uniform by value: 0.1 %)
+    lengths = [len(e.src) for e in (TASK.sample(rng) for _ in range(8000)) if e.src.isdigit()]
+    for digits, weight in enumerate(DIGIT_WEIGHTS, 1):  # 1-digit numbers 1/8 of the draws (uniform by value: 0.01 %)
+        share = lengths.count(digits) / len(lengths)
+        assert abs(share - weight / sum(DIGIT_WEIGHTS)) < 0.03, (digits, share)
 
 
 @pytest.mark.parametrize(("text", "kind"), [
