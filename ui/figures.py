@@ -338,7 +338,7 @@ def model_map(blocks: list[dict], arrows: list, *, width: float, height: float, 
                    marker={"symbol": "arrow", "angleref": "previous", "size": heads, "color": colour[kind]})
         for kind, (xs, ys, heads) in lines.items() if xs] + [
         go.Scatter(x=[b["x"] for b in blocks], y=[b["y"] for b in blocks], text=labels, mode="text", name="labels",
-                   textfont={"size": 9 if narrow else 11, "color": "#222"}, hoverinfo="skip", showlegend=False),
+                   textfont={"size": 10 if narrow else 12, "color": "#222"}, hoverinfo="skip", showlegend=False),
         go.Scatter(  # a click on a block (anywhere near its centre) opens its page
             x=[b["x"] for b in blocks], y=[b["y"] for b in blocks], mode="markers",
             marker={"size": [min(b["w"], b["h"]) * px_per_unit * 0.9 for b in blocks], "symbol": "square",
