@@ -105,9 +105,9 @@ if effect is not None:
     chart(fig, "ffn_two_norms")
 if gated:
     st.subheader(t("ffn_swiglu"))
-    g, u, h = gate_up(trace, side, layer, position)
-    st.markdown(t("ffn_swiglu_text", n=g.numel(), open=float((g.abs() > 0.1).float().mean()) * 100))
-    top = h.abs().topk(min(12, h.numel())).indices.tolist()
+    gu = gate_up(trace, side, layer, position)
+    g, u, h, top = gu.gate, gu.up, gu.product, gu.top
+    st.markdown(t("ffn_swiglu_text", n=g.numel(), open=gu.open_share * 100))
     fig = go.Figure([go.Scatter(x=g.tolist(), y=u.tolist(), mode="markers", marker=dict(
         size=5, color=h.tolist(), colorscale="RdBu", cmid=0, colorbar=dict(title="gate·up")),
         customdata=list(range(g.numel())),

@@ -70,6 +70,13 @@ def test_ffn_page_shows_swiglu_gate_up_product_and_both_norms():
     assert torch.allclose(gate * up, hidden, atol=1e-6)
     dots = figure(at, "ffn_gate_up")["data"][0]
     assert np.abs(array(dots["x"]) - gate.numpy()).max() < 1e-5 and np.abs(array(dots["y"]) - up.numpy()).max() < 1e-5
+    from transformer_core.analysis.residual import GATE_OPEN, gate_up
+
+    gu = gate_up(trace, "decoder", 0, pos)  # the open share and the top units, against the hooked tensors
+    assert gu.open_share == pytest.approx(float((gate.abs() > GATE_OPEN).float().mean()))
+    assert gu.top == sorted(range(gate.numel()), key=lambda i: -abs(float(hidden[i])))[:12]
+    shown = next(df.value for df in at.dataframe if "gate ⊙ up" in df.value.columns)
+    assert list(shown.iloc[:, 0]) == gu.top
     # both norms of the FFN's input, against torch's own modules (an independent path)
     x = trace[act_name("addnorm_in", layer=0, block="dec_ffn", cross=False)][0, pos]
     pair = norm_pair(x, 1e-5)

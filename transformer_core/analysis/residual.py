@@ -115,14 +115,29 @@ def norm_pair(x: torch.Tensor, eps: float, model_out: torch.Tensor | None = None
                     float(mean), float(var.sqrt()), float(ms.sqrt()), model_out, model_norm)
 
 
-def gate_up(trace: Trace, side: str, layer: int, position: int) -> tuple[torch.Tensor, torch.Tensor,
-                                                                          torch.Tensor] | None:
-    """(gate, up, product), each (d_ffn,), of a gated FFN at one position; None for the course's FFN."""
+GATE_OPEN = 0.1  # |SiLU(gate)| above this counts as a gate letting its unit through (the FFN page's share)
+
+
+@dataclass(frozen=True)
+class GateUp:
+    """A gated FFN (SwiGLU) at one position: each (d_ffn,) vector, and what the FFN page reads off them."""
+
+    gate: torch.Tensor  # SiLU(W_gate x)
+    up: torch.Tensor  # W_up x
+    product: torch.Tensor  # gate ⊙ up: what W_down reads
+    open_share: float  # share of units with |gate| > GATE_OPEN
+    top: list[int]  # the units with the largest |gate ⊙ up|, largest first
+
+
+def gate_up(trace: Trace, side: str, layer: int, position: int, k: int = 12) -> GateUp | None:
+    """The gate, up and product of a gated FFN at one position, the open share and the top-k units; None for the
+    course's FFN."""
     gate, up = trace.gated(layer, side)
     if gate is None or up is None:
         return None
-    g, u = gate[0, position].float(), up[0, position].float()
-    return g, u, g * u
+    g, u = gate[0, position].float(), up[0, position].float()  # (d_ffn,)
+    h = g * u
+    return GateUp(g, u, h, float((g.abs() > GATE_OPEN).float().mean()), h.abs().topk(min(k, h.numel())).indices.tolist())
 
 
 def norm_weight(model, side: str, layer: int, sublayer: str) -> torch.Tensor:
