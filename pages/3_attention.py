@@ -33,7 +33,7 @@ from ui.guidance import attention_hint
 from ui.head_view import head_view
 from ui.i18n import t
 from ui.session import generated, keep_view_in_model, load_selected_model, page_context, through_app
-from ui.tools import inputs, prep_for, reserve
+from ui.tools import export_panel, inputs, prep_for, reserve
 from ui.widgets import chart, clicked, explain, table, tensor_frame
 
 through_app()
@@ -278,6 +278,7 @@ def all_heads(ctx, stages, kind: str, q_lab, k_lab) -> None:
                 st.rerun()
             st.caption(t("att_model_view_hint", n=view.n_layers * view.n_heads, kb=view.mosaic.nbytes / 1024)
                        + (" " + t("att_thumbs_pooled", step=view.step) if view.step > 1 else ""))
+            export_panel(view, "model_view", ctx, boxed=False, kind=kind)
         with head_tab:
             hv = all_heads_view(stages.weights, stages.layer, kind)
             sent = head_view(hv.weights, list(q_lab[hv.first:][-hv.weights.shape[1]:]),
@@ -285,6 +286,7 @@ def all_heads(ctx, stages, kind: str, q_lab, k_lab) -> None:
                              [t("att_head") + f" {h}" for h in range(hv.weights.shape[0])])
             st.caption(t("att_head_view_hint", layer=ss.layer, kb=sent / 1024)
                        + (" " + t("att_head_view_cut", n=hv.weights.shape[-1]) if hv.first else ""))
+            export_panel(hv, "head_view", ctx, boxed=False, kind=kind, layer=int(ss.layer))
 
 
 def explain_cell(stages, head, q_lab, k_lab, cell) -> None:

@@ -5,7 +5,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from transformer_core.analysis.neurons import neuron_on_text, output_tokens, top_snippets
+from transformer_core.analysis.neurons import read_neuron
 from transformer_core.analysis.residual import (
     active_fraction,
     gate_up,
@@ -21,6 +21,7 @@ from ui.figures import axis_labels, bars, token_heatmap, visible
 from ui.guidance import look_for
 from ui.i18n import t
 from ui.session import page_context, through_app
+from ui.tools import export_panel
 from ui.widgets import chart, explain, table
 
 through_app()
@@ -136,18 +137,20 @@ def read_a_neuron(default: int | None) -> None:
     c1, c2 = st.columns(2)
     nr_layer = c1.selectbox(t("att_layer"), range(cfg.n_layers), index=layer, key=f"nr_layer_{cfg.n_layers}")
     neuron = int(c2.number_input(t("nr_neuron"), 0, cfg.d_ffn - 1, int(default or 0), key=f"nr_neuron_{cfg.d_ffn}"))
-    acts = neuron_on_text(trace, nr_layer, neuron) if side == "decoder" else None
-    if acts is not None:
-        fig = go.Figure([go.Bar(x=list(range(len(labels))), y=acts.tolist(), customdata=labels,
-                                hovertemplate="%{customdata}: %{y:.4f}<extra></extra>")])
-        fig.update_xaxes(tickmode="array", tickvals=list(range(len(labels))), ticktext=labels)
-        fig.update_layout(height=260, margin=dict(l=10, r=10, t=30, b=10), yaxis_title=t("ffn_col_activation"),
-                          title=t("nr_on_text", layer=nr_layer, neuron=neuron))
-        chart(fig, "nr_on_text")
+    if side != "decoder":
+        st.caption(t("nr_no_index"))
+        return
+    reading = read_neuron(model, trace, nr_layer, neuron, index)
+    fig = go.Figure([go.Bar(x=list(range(len(labels))), y=reading.on_text.tolist(), customdata=labels,
+                            hovertemplate="%{customdata}: %{y:.4f}<extra></extra>")])
+    fig.update_xaxes(tickmode="array", tickvals=list(range(len(labels))), ticktext=labels)
+    fig.update_layout(height=260, margin=dict(l=10, r=10, t=30, b=10), yaxis_title=t("ffn_col_activation"),
+                      title=t("nr_on_text", layer=nr_layer, neuron=neuron))
+    chart(fig, "nr_on_text")
     if index is None:
         st.caption(t("nr_no_index"))
     else:
-        snippets = top_snippets(model, index, nr_layer, neuron)
+        snippets = reading.snippets
         st.markdown(t("nr_snippets", n=len(snippets)))
         table(pd.DataFrame({
             t("ffn_col_activation"): [s.activation for s in snippets],
@@ -155,14 +158,15 @@ def read_a_neuron(default: int | None) -> None:
             t("nr_col_token"): [s.tokens[s.fire] for s in snippets],
             t("nr_col_after"): ["".join(s.tokens[s.fire + 1:]) for s in snippets]}),
             f"nr_snippets_{nr_layer}_{neuron}", formats={t("ffn_col_activation"): "%.3f"})
-    if not model.is_encoder_decoder:
-        up, down = output_tokens(model, nr_layer, neuron)
+    if reading.up:
+        up, down = reading.up, reading.down
         names = token_labels(model, [i for i, _ in up + down])
         c_up, c_down = st.columns(2)
         c_up.markdown(t("nr_up") + "  \n" + " · ".join(f"`{visible(n)}` {v:+.2f}" for n, (_, v) in
-                                                        zip(names[:len(up)], up, strict=True)))
+                                                         zip(names[:len(up)], up, strict=True)))
         c_down.markdown(t("nr_down") + "  \n" + " · ".join(f"`{visible(n)}` {v:+.2f}" for n, (_, v) in
-                                                            zip(names[len(up):], down, strict=True)))
+                                                             zip(names[len(up):], down, strict=True)))
+    export_panel(reading, "neuron", ctx, layer=nr_layer, neuron=neuron)
 
 
 read_a_neuron(neurons[0][0] if neurons else None)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from transformer_core import InputError, distribution, load_model, prepare, trace_text
+from transformer_core.analysis.all_heads import head_view, model_view
 from transformer_core.analysis.attribution import direct_logit_attribution
 from transformer_core.analysis.bpe import text_merges, token_playback
 from transformer_core.analysis.compare import compare
@@ -15,6 +16,7 @@ from transformer_core.analysis.head_effects import head_effects, residual_effect
 from transformer_core.analysis.heads import detect_heads
 from transformer_core.analysis.interventions import ablate, patch
 from transformer_core.analysis.logit_lens import logit_lens
+from transformer_core.analysis.neurons import read_neuron, shipped_index
 from transformer_core.analysis.sinks import find_sinks, remove_sink
 from transformer_core.analysis.surprise import surprise
 
@@ -44,6 +46,19 @@ def direct(view: str):
         }
         params, call = calls[view]
         return {**inputs, **params}, call()
+    if view in ("model_view", "head_view"):
+        model, _ = load_model("reverse")
+        inputs = {"model": "reverse", "text": "d a c b", "target": "= b c a"}
+        prep, trace = trace_text(model, "d a c b", "= b c a")
+        if view == "model_view":
+            return {**inputs, "kind": "enc_self"}, model_view(model, prep.src_ids, prep.tgt_ids, "enc_self")
+        return {**inputs, "kind": "dec_self", "layer": 1}, head_view(trace.attention("dec_self", 1).weights, 1,
+                                                                      "dec_self")
+    if view == "neuron":  # the default model ships a neuron index
+        model, _ = load_model("everyday-gpt")
+        trace = trace_text(model, TEXT)[1]
+        return ({"model": "everyday-gpt", "text": TEXT, "target": None, "layer": 2, "neuron": 7},
+                read_neuron(model, trace, 2, 7, shipped_index("everyday-gpt")))
     if view == "attribution":  # a pre-norm decoder (the default model)
         model, _ = load_model("everyday-gpt")
         return ({"model": "everyday-gpt", "text": TEXT, "target": None, "position": 2, "token": 11},
@@ -89,7 +104,7 @@ def test_the_notebook_snippet_recomputes_exactly_what_the_view_shows(view):
     assert expected and set(ns["arrays"]) == set(expected)
     for name, value in expected.items():
         assert ns["arrays"][name].dtype == value.dtype, name
-        assert np.array_equal(ns["arrays"][name], value, equal_nan=True), name
+        assert np.array_equal(ns["arrays"][name], value, equal_nan=value.dtype.kind == "f"), name
 
 
 @pytest.mark.parametrize("view", ["logit_lens", "sinks", "bpe_text"])

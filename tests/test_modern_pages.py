@@ -178,6 +178,27 @@ def test_attention_page_opens_all_heads_and_a_click_on_the_model_view_opens_that
     at.run()
     assert not at.exception, at.exception
     assert any("att_model_view" in c.proto.id for c in at.get("plotly_chart"))
+    buttons = [b.proto.id for b in at.get("download_button")]  # the model view and head view take their numbers home
+    assert any("xp_npz_model_view" in b for b in buttons) and any("xp_npz_head_view" in b for b in buttons), buttons
+    assert sum("arrays_of(result)" in c.value for c in at.code) >= 2
+
+
+def test_ffn_page_exports_the_neuron_it_reads():
+    from transformer_core import trace_text
+    from transformer_core.analysis.neurons import read_neuron, shipped_index
+
+    at = open_app("ffn", model="shipped:everyday-gpt", text=TEXT)
+    assert not at.exception, at.exception
+    assert any("xp_npz_neuron" in b.proto.id for b in at.get("download_button"))
+    code = next(c.value for c in at.code if "read_neuron" in c.value)
+    ns = {}
+    exec(compile(code, "neuron snippet", "exec"), ns)  # the snippet the page shows recomputes the page's reading
+    layer, neuron = (int(x) for x in ns["arrays"]["layer_neuron"])
+    model, _ = catalog.load("shipped:everyday-gpt", "cpu")[:2]
+    reading = read_neuron(model, trace_text(model, TEXT)[1], layer, neuron, shipped_index("everyday-gpt"))
+    assert np.allclose(ns["arrays"]["on_text"], reading.on_text) and len(reading.snippets) == 8
+    shown = next(df.value for df in at.dataframe if "before" in df.value.columns)
+    assert list(shown["before"]) == list(ns["arrays"]["snippet_before"])
 
 
 def test_architecture_rows_for_any_head_count():

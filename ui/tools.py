@@ -22,14 +22,17 @@ CUTS_SHOWN: set[str] = set()  # this run's notes that a section read fewer token
 TEXT_B_MAX = 20_000  # characters kept of text B (the model reads at most max_len tokens of it anyway)
 
 
-def export_panel(result, view: str, ctx=None, *, key: str = "", **params) -> None:
+def export_panel(result, view: str, ctx=None, *, key: str = "", boxed: bool = True, **params) -> None:
     """The view's numbers as .npz and the notebook code that recomputes them (ctx: the page's model and text;
-    without one, `params` say everything the snippet needs)."""
+    without one, `params` say everything the snippet needs). boxed=False: in place, for a view that already sits in
+    an expander (Streamlit allows no expander inside another)."""
     if ctx is not None:
         key = ctx.key.split(":")[-1]
         params = {"model": ctx.key.removeprefix("shipped:"), "text": ss.get("text", ""),
                   "target": ss.get("tgt") if ctx.model.is_encoder_decoder else None, **params}
-    with st.expander(t("xp_title")):
+    with st.expander(t("xp_title")) if boxed else st.container(border=True):
+        if not boxed:
+            st.markdown(f"**{t('xp_title')}**")
         try:
             st.download_button(t("xp_npz"), export_npz(result, None if ctx is None else ctx.model),
                                mime="application/octet-stream",

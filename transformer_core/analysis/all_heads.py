@@ -43,7 +43,12 @@ class ModelView:
         return np.where(cells == 0, np.nan, (cells - 1) / 254)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {"mosaic": self.mosaic, "shape": np.array([self.n_layers, self.n_heads, self.size, self.step])}
+        """weights (layers, heads, size, size) 0..1 read back from the bytes (NaN where masked), the mosaic itself,
+        and (layers, heads, size, step)."""
+        weights = np.stack([np.stack([self.thumbnail(layer, h) for h in range(self.n_heads)])
+                            for layer in range(self.n_layers)])
+        return {"weights": weights, "mosaic": self.mosaic,
+                "shape": np.array([self.n_layers, self.n_heads, self.size, self.step])}
 
 
 def quantise(w: np.ndarray, mask: np.ndarray) -> np.ndarray:

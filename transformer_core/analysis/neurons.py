@@ -139,3 +139,47 @@ def output_tokens(model: Transformer, layer: int, neuron: int, k: int = 10) -> t
 def neuron_on_text(trace, layer: int, neuron: int) -> np.ndarray:
     """(T,) this neuron's activation at every position of the traced text."""
     return trace[act_name("ffn_hidden", layer=layer)][0, :, neuron].float().numpy()
+
+
+@dataclass(frozen=True)
+class NeuronReading:
+    """Everything the FFN page shows about one decoder neuron: its activation on the learner's text, the held-out
+    snippets that excite it most (when the model ships a neuron index), and the tokens its output pushes up and down
+    (decoder-only models)."""
+
+    layer: int
+    neuron: int
+    on_text: np.ndarray | None  # (T,)
+    snippets: list[Snippet]
+    up: list[tuple[int, float]]  # (model id, logit change per unit activation), largest first
+    down: list[tuple[int, float]]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        out = {"layer_neuron": np.array([self.layer, self.neuron]),
+               "snippet_activation": np.array([s.activation for s in self.snippets], dtype=np.float32),
+               "snippet_before": np.array(["".join(s.tokens[:s.fire]) for s in self.snippets], dtype=str),
+               "snippet_token": np.array([s.tokens[s.fire] for s in self.snippets], dtype=str),
+               "snippet_after": np.array(["".join(s.tokens[s.fire + 1:]) for s in self.snippets], dtype=str),
+               "up_ids": np.array([i for i, _ in self.up], dtype=np.int64),
+               "up_logit": np.array([v for _, v in self.up], dtype=np.float32),
+               "down_ids": np.array([i for i, _ in self.down], dtype=np.int64),
+               "down_logit": np.array([v for _, v in self.down], dtype=np.float32)}
+        if self.on_text is not None:
+            out["on_text"] = self.on_text
+        return out
+
+
+def read_neuron(model: Transformer, trace, layer: int, neuron: int, index: NeuronIndex | None = None,
+                k: int = 10) -> NeuronReading:
+    """One decoder neuron read three ways (see NeuronReading); `index`: load_index of the model's folder, or None."""
+    layer, neuron = check_neuron(model, layer, neuron)
+    up, down = ([], []) if model.is_encoder_decoder else output_tokens(model, layer, neuron, k)
+    return NeuronReading(layer, neuron, neuron_on_text(trace, layer, neuron),
+                         top_snippets(model, index, layer, neuron) if index is not None else [], up, down)
+
+
+def shipped_index(name: str) -> NeuronIndex | None:
+    """The neuron index shipped beside a model of assets/models (None when it has none)."""
+    from ..train.build import OUT
+
+    return load_index(OUT / name)

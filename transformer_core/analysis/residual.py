@@ -137,7 +137,8 @@ def gate_up(trace: Trace, side: str, layer: int, position: int, k: int = 12) -> 
         return None
     g, u = gate[0, position].float(), up[0, position].float()  # (d_ffn,)
     h = g * u
-    return GateUp(g, u, h, float((g.abs() > GATE_OPEN).float().mean()), h.abs().topk(min(k, h.numel())).indices.tolist())
+    top = h.abs().topk(min(k, h.numel())).indices.tolist()
+    return GateUp(g, u, h, float((g.abs() > GATE_OPEN).float().mean()), top)
 
 
 def norm_weight(model, side: str, layer: int, sublayer: str) -> torch.Tensor:
