@@ -6,7 +6,6 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from service import budget
 from transformer_core.analysis.heads import (
     CROSS_PATTERNS,
     PROBE_COUNT,
@@ -25,7 +24,7 @@ from ui.guidance import heads_hint, sinks_hint
 from ui.i18n import t
 from ui.nav import open_head
 from ui.session import page_context, through_app
-from ui.tools import cut_note, export_panel, inputs, kind_name, prep_for, reserve
+from ui.tools import cut_note, export_panel, inputs, kind_name, prep_for, probe_length, reserve
 from ui.widgets import chart, clicked, count_text, explain, table
 
 through_app()
@@ -38,9 +37,8 @@ def heads_of(key, device, text, tgt, special, gen, length: int, threshold: float
     """(records, tokens read, tokens before a cut or None, the probe's length used). A big model on a small
     memory budget gets a shorter probe (what one task may trace; the caption says which length was used)."""
     model, prep = prep_for(key, device, text, tgt, special, gen, KEEP_ALL)
-    length = max(2, min(length, budget.trace_tokens(model.cfg, 2 * length, keep=KEEP_ALL) // 2))
-    n = max(prep.longest, 2 * length)  # the text, or one random sequence repeated twice
-    with budget.trace_reservation(model.cfg, n, n if model.is_encoder_decoder else None, keep=KEEP_ALL):
+    length = probe_length(model, length)
+    with reserve(model, prep, keep=KEEP_ALL, at_least=2 * length):  # the text, or one probe sequence
         records = detect_heads(model, prep, threshold=threshold, length=length, count=PROBE_COUNT,
                                induction=cache.induction_by_block(key, device, length))
     return records, prep.longest, prep.cut_from, length

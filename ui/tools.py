@@ -9,6 +9,7 @@ import streamlit as st
 from service import budget
 from transformer_core.analysis.export import export_npz, notebook_snippet
 from transformer_core.errors import ExplorerError
+from transformer_core.model.memory import KEEP_ALL
 from transformer_core.text.inputs import prepare
 
 from . import cache
@@ -65,11 +66,17 @@ def prep_for(key, device, text, tgt, special, gen, keep):
     return model, prepared(model, text, tgt, special, keep, gen)
 
 
-def reserve(model, *preps, keep):
-    """Hold the memory of one traced forward of the longest of these inputs while the analysis runs."""
-    n_src = max(p.src_ids.size(1) for p in preps)
-    n_tgt = None if preps[0].tgt_ids is None else max(p.tgt_ids.size(1) for p in preps)
+def reserve(model, *preps, keep, at_least: int = 0):
+    """Hold the memory of one traced forward of the longest of these inputs (or of `at_least` tokens, e.g. a probe
+    sequence the analysis runs besides the text) while the analysis runs."""
+    n_src = max(at_least, *(p.src_ids.size(1) for p in preps))
+    n_tgt = None if preps[0].tgt_ids is None else max(at_least, *(p.tgt_ids.size(1) for p in preps))
     return budget.trace_reservation(model.cfg, n_src, n_tgt, keep=keep)
+
+
+def probe_length(model, length: int, keep=KEEP_ALL) -> int:
+    """A probe of `length` random tokens written twice, shortened to what one task may trace (at least 2)."""
+    return max(2, min(length, budget.trace_tokens(model.cfg, 2 * length, keep=keep) // 2))
 
 
 def cut_note(result, ctx) -> None:

@@ -180,6 +180,6 @@ def read_neuron(model: Transformer, trace, layer: int, neuron: int, index: Neuro
 
 def shipped_index(name: str) -> NeuronIndex | None:
     """The neuron index shipped beside a model of assets/models (None when it has none)."""
-    from ..train.build import OUT
+    from ..sources import Places
 
-    return load_index(OUT / name)
+    return load_index(Places().shipped_dir / name)
