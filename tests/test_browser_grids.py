@@ -92,7 +92,11 @@ def test_a_long_map_names_its_tokens_on_hover(app, tab):
     assert_clean(tab, app, "/attention with 300 tokens")
     main = plot_index(tab, s("att_main_title", "en", head=0, scale=s("att_scale_01", "en")))
     shown = " ".join(hover_texts(tab, main, 5, 20))  # block 20 (tokens 40–41) → block 5 (tokens 10–11)
-    assert "40–41: 40 ‘" in shown and "10–11: 10 ‘" in shown and s("att_block_max", "en") in shown, shown
+    found = re.search(r"queries: (\d+)–(\d+): \1 ‘.+’ \d+ ‘.+’\s*keys: (\d+)–(\d+): \3 ‘.+’", shown)
+    # (under load the mouse can land a block off: cells of ~3 px; what matters is that hover names the tokens)
+    assert found and abs(int(found[1]) - 40) <= 4 and abs(int(found[3]) - 10) <= 4, shown
+    assert int(found[2]) == int(found[1]) + 1 and s("att_block_max", "en") in shown, shown
     before = plot_index(tab, s("att_before", "en"))
     shown = " ".join(hover_texts(tab, before, 3, 200))  # cells of ~1.3 px: the exact cell under the mouse varies
-    assert re.search(r"queries: 19\d ‘.+’\s*keys: \d ‘.+’", shown), shown
+    found = re.search(r"queries: (\d+) ‘.+’\s*keys: (\d+) ‘.+’", shown)
+    assert found and abs(int(found[1]) - 200) <= 8 and abs(int(found[2]) - 3) <= 8, shown

@@ -143,9 +143,9 @@ def model_text(model: Transformer, ids) -> str:
 
 def token_labels(model: Transformer, ids, context=None) -> list[str]:
     """Display strings of model ids taken one by one (predictions, top tokens): the unknown id as ⟨unk⟩, a token
-    that is only part of a character as its bytes in hex ("‹E6 98›", piece_label), or, when `context` (the model ids
+    that is only part of a character as its bytes in hex ("‹E6 98›", display_bytes), or, when `context` (the model ids
     of the learner's sequence) holds that same token as a piece of one character only, as that piece ("明 1/2")."""
-    from .tokenizer import load_encoding, piece_label
+    from .tokenizer import display_bytes, load_encoding
 
     real = real_ids(model, ids)
     enc = load_encoding(model.cfg.encoding)
@@ -156,7 +156,7 @@ def token_labels(model: Transformer, ids, context=None) -> list[str]:
             out.append(UNK_LABEL)
             continue
         try:
-            out.append(known.get(i) or piece_label(enc.decode_single_token_bytes(i)))
+            out.append(known.get(i) or display_bytes(enc.decode_single_token_bytes(i), short=True))
         except (KeyError, ValueError):
             out.append(token_strings([i], model.cfg.encoding)[0])
     return out

@@ -129,21 +129,13 @@ def clean_text(text: str) -> tuple[str, bool]:
         return fixed, True
 
 
-def piece_label(raw: bytes) -> str:
-    """A token that is only part of a character, shown on its own (a predicted token, with no neighbours to complete
-    it): its bytes in hex, short enough for a chart cell ("‹E6 98›"); valid UTF-8 is shown as its text."""
+def display_bytes(raw: bytes, short: bool = False) -> str:
+    """Show a token: its text if it is valid UTF-8, else its bytes as <0xE8> (the Tokenizer and BPE pages), or with
+    short=True as "‹E6 98›": a piece of a character shown on its own (a predicted token), short enough for a cell."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        return "‹" + " ".join(f"{b:02X}" for b in raw) + "›"
-
-
-def display_bytes(raw: bytes) -> str:
-    """Show a token: its text if it is valid UTF-8, else its bytes as <0xE8>."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return "".join(f"<0x{b:02X}>" for b in raw)
+        return "‹" + " ".join(f"{b:02X}" for b in raw) + "›" if short else "".join(f"<0x{b:02X}>" for b in raw)
 
 
 @dataclass(frozen=True)
@@ -196,21 +188,12 @@ def _group_tokens(raws: list[bytes]) -> tuple[list[int], list[tuple[str, list[in
     return group_of, groups
 
 
-def _partial(raw: bytes) -> bool:
-    """Is this token's text only part of a character (not valid UTF-8 on its own)?"""
-    try:
-        raw.decode("utf-8")
-        return False
-    except UnicodeDecodeError:
-        return True
-
-
 def label_pieces(raws: list[bytes], labels: list[str]) -> list[str]:
     """Labels of adjacent tokens (their bytes `raws`) with each token that is only part of a character shown as
     that character and which piece it is ("明 1/2", "明 2/2") instead of its bytes ("<0xE6><0x98>")."""
     labels = list(labels)
     for chars, members in _group_tokens(raws)[1]:
-        if len(members) > 1 and any(_partial(raws[m]) for m in members):
+        if len(members) > 1 and any(_is_partial(raws[m]) for m in members):
             for k, m in enumerate(members, 1):
                 labels[m] = f"{chars}\u00a0{k}/{len(members)}"  # a no-break space: not a token's own space (␣)
     return labels
@@ -274,6 +257,7 @@ def tokenize(
 
 
 def _is_partial(raw: bytes) -> bool:
+    """Is this token's text only part of a character (not valid UTF-8 on its own)?"""
     try:
         raw.decode("utf-8")
         return False
