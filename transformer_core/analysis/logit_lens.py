@@ -99,8 +99,9 @@ def _lens(model: Transformer, trace: Trace, names: list[str], k: int) -> LogitLe
         last = logp if last is None else last  # the model's own distribution
         kls.insert(0, (last.exp() * (last - logp)).sum(-1).clamp_min(0.0))  # (T,) KL(final ‖ this row)
     ids_t = torch.stack(ids)  # (R, T, k)
-    context = trace.decoder_ids.tolist()  # a predicted piece of a character in the text is named by it ("买 1/2")
-    tokens = [[token_labels(model, row.tolist(), context) for row in layer] for layer in ids_t]
+    # one call for every row (a predicted piece of a character in the text is named by it, "买 1/2")
+    flat = iter(token_labels(model, ids_t.flatten().tolist(), trace.decoder_ids.tolist()))
+    tokens = [[[next(flat) for _ in row] for row in layer] for layer in ids_t]  # (R, T, k) strings
     return LogitLens(layers=[EMBEDDINGS, *range(model.cfg.n_layers)],
                      labels=sequence_labels(model, trace.decoder_ids.tolist()), ids=ids_t,
                      probs=torch.stack(probs), tokens=tokens, final_prob=torch.stack(final),
