@@ -236,3 +236,14 @@ def test_a_failed_download_says_why_in_words_and_is_tried_again(monkeypatch, tmp
         assert "no network connection" in info.value.text("en") and "没有网络连接" in info.value.text("zh")
         assert "ConnectionError" not in info.value.text("en")
     assert calls == ["p50k_base", "p50k_base"]  # the failure is not cached: the second request tries again
+
+
+def test_a_sequence_starting_mid_character_keeps_the_orphan_byte_apart():
+    """A window of a text can start with the last byte of a character: that byte stays alone (shown as bytes) and the
+    characters after it are still named by their pieces (a neuron's snippet once read "�仪式现场。中华 1/9")."""
+    from transformer_core.text.tokenizer import label_pieces
+
+    raws = [b"\x98", b"\xe4\xb8", b"\xad", b"a", b"\xe5", b"\x9b\xbd"]
+    labels = ["<0x98>", "<0xE4><0xB8>", "<0xAD>", "a", "<0xE5>", "<0x9B><0xBD>"]
+    assert label_pieces(raws, labels) == ["<0x98>", "中\u00a01/2", "中\u00a02/2", "a", "国\u00a01/2", "国\u00a02/2"]
+    assert label_pieces(raws[:5], labels[:5])[4] == "<0xE5>"  # cut off at the end too: its bytes, not "� 1/2"

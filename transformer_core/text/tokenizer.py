@@ -177,10 +177,12 @@ def _group_tokens(raws: list[bytes]) -> tuple[list[int], list[tuple[str, list[in
         group_of.append(len(groups))
         try:
             chars = buf.decode("utf-8")
-        except UnicodeDecodeError:
-            if len(buf) < 64:
+        except UnicodeDecodeError as e:
+            # wait for the next token only while the bytes are a character cut short; a run that can never become
+            # valid (a window starting mid-character: a lone continuation byte) closes at once, not with the rest
+            if e.reason == "unexpected end of data" and len(buf) < 64:
                 continue
-            chars = buf.decode("utf-8", "replace")  # never let a broken run swallow the rest
+            chars = buf.decode("utf-8", "replace")
         groups.append((chars, members))
         buf, members = b"", []
     if members:
@@ -193,7 +195,8 @@ def label_pieces(raws: list[bytes], labels: list[str]) -> list[str]:
     that character and which piece it is ("明 1/2", "明 2/2") instead of its bytes ("<0xE6><0x98>")."""
     labels = list(labels)
     for chars, members in _group_tokens(raws)[1]:
-        if len(members) > 1 and any(_is_partial(raws[m]) for m in members):
+        whole = not _is_partial(b"".join(raws[m] for m in members))  # not a character cut off at either end
+        if len(members) > 1 and whole and any(_is_partial(raws[m]) for m in members):
             for k, m in enumerate(members, 1):
                 labels[m] = f"{chars}\u00a0{k}/{len(members)}"  # a no-break space: not a token's own space (␣)
     return labels
