@@ -8,7 +8,7 @@ from transformer_core.analysis.alignment import alignment_rows
 from transformer_core.analysis.all_heads import head_view as all_heads_view
 from transformer_core.analysis.all_heads import model_view
 from transformer_core.analysis.attention_steps import query_steps, row_sums
-from transformer_core.analysis.heads import PROBE_COUNT, PROBE_PATTERNS, default_length, label_block
+from transformer_core.analysis.heads import PROBE_PATTERNS, default_length, label_block, probe_count
 from transformer_core.model.masks import MASK_MODES
 from transformer_core.model.memory import KEEP_ALL
 from transformer_core.model.transformer import DEFAULT_MASKS
@@ -438,7 +438,7 @@ try:
     all_heads(ctx, stages, kind, q_lab, k_lab)
     heads_table(records)
     if kind != "cross" and records:
-        st.caption(t("att_probe_note", count=PROBE_COUNT, length=default_length(model)))
+        st.caption(t("att_probe_note", count=probe_count(model), length=default_length(model)))
     st.subheader(t("att_before_after"))
     side_by_side(stages, head, q_lab, k_lab)
     one_query(stages, head, list(q_lab), list(k_lab))

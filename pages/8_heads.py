@@ -8,11 +8,11 @@ import streamlit as st
 
 from transformer_core.analysis.heads import (
     CROSS_PATTERNS,
-    PROBE_COUNT,
     SELF_PATTERNS,
     THRESHOLD,
     default_length,
     detect_heads,
+    probe_count,
 )
 from transformer_core.analysis.sinks import find_sinks, remove_sink
 from transformer_core.model.memory import KEEP_ALL
@@ -39,7 +39,7 @@ def heads_of(key, device, text, tgt, special, gen, length: int, threshold: float
     model, prep = prep_for(key, device, text, tgt, special, gen, KEEP_ALL)
     length = probe_length(model, length)
     with reserve(model, prep, keep=KEEP_ALL, at_least=2 * length):  # the text, or one probe sequence
-        records = detect_heads(model, prep, threshold=threshold, length=length, count=PROBE_COUNT,
+        records = detect_heads(model, prep, threshold=threshold, length=length, count=probe_count(model, length),
                                induction=cache.induction_by_block(key, device, length))
     return records, prep.longest, prep.cut_from, length
 
@@ -151,7 +151,7 @@ def catalogue(ctx) -> None:
         **{t(f"hd_pat_{p}"): [r.scores.get(p) for r in keep] for p in present},
     })
     table(df, "head_catalogue", formats={c: "%.3f" for c in [t("hd_col_score"), *(t(f"hd_pat_{p}") for p in present)]})
-    st.caption(t("hd_sort_hint") + " " + t("hd_probe_note", count=PROBE_COUNT, length=length))
+    st.caption(t("hd_sort_hint") + " " + t("hd_probe_note", count=probe_count(model, length), length=length))
 
     c1, c2 = st.columns([3, 1])
     choice = c1.selectbox(t("hd_open_pick"), range(len(records)), key=f"hd_open_{len(records)}",
@@ -160,7 +160,8 @@ def catalogue(ctx) -> None:
     if c2.button(t("hd_open_button"), key="hd_open_button", icon=":material/visibility:"):
         r = records[choice]
         open_head(r.kind, r.layer, r.head)
-    export_panel(records, "heads", ctx, threshold=threshold, length=length, count=PROBE_COUNT, seed=0)
+    export_panel(records, "heads", ctx, threshold=threshold, length=length, count=probe_count(model, length),
+                 seed=0)
 
 
 def labels_of(ctx, kind: str) -> tuple[list[str], list[str]]:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from transformer_core import InputError, build_model, load_model, prepare, preset, trace_text
+from transformer_core import PRESETS, InputError, build_model, load_model, param_counts, prepare, preset, trace_text
 from transformer_core.analysis.heads import (
     THRESHOLD,
     HeadRecord,
@@ -154,3 +154,24 @@ def test_bad_settings_are_refused_with_a_code(kwargs, code):
     with pytest.raises(InputError) as err:
         detect_heads(model, prepare(model, "a b"), **kwargs)
     assert err.value.code == code and "{" not in err.value.text("zh")
+
+
+def test_a_big_model_reads_fewer_probe_sequences(monkeypatch):
+    """The probe reads PROBE_COUNT sequences (every shipped model: its card's number), fewer where that would cost
+    more than PROBE_FLOPS, never fewer than MIN_PROBE_COUNT; induction_scores and detect_heads use that count."""
+    from transformer_core.analysis import heads
+
+    model = build_model(PRESETS["tiny"])
+    assert heads.probe_count(model) == heads.PROBE_COUNT
+    blocks = sum(n for c, n in param_counts(model).items() if c in ("attention", "ffn", "norms"))
+    per_sequence = 4 * blocks * heads.default_length(model)
+    monkeypatch.setattr(heads, "PROBE_FLOPS", 6 * per_sequence)  # as if the model were big: six fit
+    assert heads.probe_count(model) == 6
+    seen = []
+    real = heads.induction_batch
+    monkeypatch.setattr(heads, "induction_batch", lambda ids, length, count, seed=0: seen.append(count) or real(
+        ids, length, count, seed))
+    heads.induction_scores(model)
+    assert seen == [6]
+    monkeypatch.setattr(heads, "PROBE_FLOPS", 1.0)
+    assert heads.probe_count(model) == heads.MIN_PROBE_COUNT

@@ -223,3 +223,21 @@ def test_loading_a_model_holds_its_memory_while_it_loads(monkeypatch, server_env
     with pytest.raises(MemoryBudgetError) as info:
         catalog.load("preset:course-base@cl100k_base", "cpu")
     assert info.value.code == "memory_too_big"
+
+
+def test_a_small_models_trace_serves_every_layer(server_env):
+    """A trace that is small whole keeps every layer's heads, so the Attention page's layer picker and the other
+    pages reuse one trace per text; a long text on a big model keeps only the chosen layer's per-head maps."""
+    from ui import cache
+
+    server_env(TRANSFORMER_EXPLORER_MEMORY_BUDGET_MB=1024)
+    text, tgt = "d a c b", "= b c a"
+    first = cache.get_trace("shipped:reverse", "cpu", text, tgt, (), 0, False)
+    assert cache.get_trace("shipped:reverse", "cpu", text, tgt, (), 1, False) is first  # no second forward
+    _, trace = first
+    n_layers = cache.get_model("shipped:reverse", "cpu")[0].cfg.n_layers
+    assert all(trace.attention("enc_self", layer) is not None for layer in range(n_layers))
+    big = PRESETS["course-base"]
+    assert cache.trace_keep(big, "word " * 400, None, (), 3) == 3
+    assert cache.trace_keep(big, "a short text", None, (), 3) == memory.KEEP_ALL
+    assert memory.trace_bytes(big, 400, keep=memory.KEEP_ALL) > cache.WHOLE_TRACE_BYTES

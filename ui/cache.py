@@ -20,7 +20,8 @@ from service.settings import settings
 from transformer_core.errors import DeviceError
 from transformer_core.model.device import device_name, pick_device
 from transformer_core.model.hooks import layer_filter
-from transformer_core.model.memory import module_bytes
+from transformer_core.model.memory import KEEP_ALL, module_bytes
+from transformer_core.model.memory import trace_bytes as trace_bytes_of
 from transformer_core.model.trace import Trace, run, run_with_trace
 from transformer_core.text.inputs import Prepared, prepare
 
@@ -90,21 +91,37 @@ TRACES = BoundedCache(settings().trace_cache_mb * 2**20, lambda value: trace_byt
 MODELS = BoundedCache(settings().model_cache_mb * 2**20, lambda value: module_bytes(value[0]))
 
 
+WHOLE_TRACE_BYTES = 32 * 2**20  # a trace at most this big keeps every layer's heads: one per text for all views
+
+
+def trace_keep(cfg, text: str, tgt_text: str | None, extra: tuple, layer: int):
+    """What a page's trace keeps: every layer (KEEP_ALL) when the longest input this text can make fits in
+    WHOLE_TRACE_BYTES, so switching layers or pages reuses one trace (a small model: the room's load test spent a
+    fifth of the Attention page's CPU tracing the same text again per layer); else only `layer`'s per-head maps.
+    Decided from the config and the text's bytes (a token is at least one byte), before tokenizing."""
+    longest = min(cfg.max_len, len(str(text).encode("utf-8", "replace")) + len(extra) + 2)
+    n_tgt = None if tgt_text is None else min(cfg.max_len, len(str(tgt_text).encode("utf-8", "replace")) + 2)
+    whole = trace_bytes_of(cfg, longest, n_tgt, keep=KEEP_ALL) <= WHOLE_TRACE_BYTES
+    return KEEP_ALL if whole else layer
+
+
 def get_trace(key: str, device: str, text: str, tgt_text: str | None, masks: tuple, layer: int,
               allow_special: bool, extra: tuple = ()) -> tuple[Prepared, Trace]:
-    """Tokenize and trace once per input (shared by all sessions); per-head tensors kept for `layer` only."""
+    """Tokenize and trace once per input (shared by all sessions); per-head tensors kept for `layer` only, or
+    for every layer when that is small (trace_keep)."""
+    model, _ = get_model(key, device)
+    keep = trace_keep(model.cfg, text, tgt_text, tuple(extra), layer)
 
     def compute():
-        model, _ = get_model(key, device)
         prep = budget.cut_to_fit(model.cfg, prepare(model, text, tgt_text, allow_special=allow_special, extra=extra),
-                                 keep=layer)  # a long text on a big model: what fits
+                                 keep=keep)  # a long text on a big model: what fits
         n_tgt = None if prep.tgt_ids is None else prep.tgt_ids.size(1)
-        with budget.trace_reservation(model.cfg, prep.src_ids.size(1), n_tgt, keep=layer):  # in-flight work counts
+        with budget.trace_reservation(model.cfg, prep.src_ids.size(1), n_tgt, keep=keep):  # in-flight work counts
             _, trace = run_with_trace(model, prep.src_ids, prep.tgt_ids, masks=dict(masks),
-                                      names=layer_filter(layer))
+                                      names=None if keep == KEEP_ALL else layer_filter(layer))
         return prep, trace
 
-    return TRACES.get((key, device, text, tgt_text, masks, layer, allow_special, tuple(extra)), compute)
+    return TRACES.get((key, device, text, tgt_text, masks, keep, allow_special, tuple(extra)), compute)
 
 
 @st.cache_resource(show_spinner=False, max_entries=48, ttl=3600)
@@ -153,11 +170,20 @@ def neuron_index(key: str):
     return None if folder is None else load_index(folder)
 
 
-@st.cache_resource(show_spinner=False, max_entries=16)
 def induction_by_block(key: str, device: str, length: int | None = None) -> dict:
-    """(kind, layer) -> (nh,) induction scores of a model on the detector's probe (PROBE_COUNT random sequences of
+    """(kind, layer) -> (nh,) induction scores of a model on the detector's probe (probe_count random sequences of
     `length` tokens, default_length by default, each written twice): they do not depend on the learner's text, so
     each model is measured once per server, and every page shows the same number as the model card."""
+    from transformer_core.analysis.heads import default_length
+
+    model, _ = get_model(key, device)
+    return _induction(key, device, default_length(model) if length is None else int(length))
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _induction(key: str, device: str, length: int) -> dict:
+    """Keyed by the probe's resolved length: the Attention page (the default) and the Heads page (the same length,
+    given) share one measurement (they were two, 5.8 s each on SmolLM2-135M)."""
     from transformer_core.analysis.heads import induction_scores
 
     model, _ = get_model(key, device)

@@ -21,13 +21,15 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..model.transformer import Transformer
+from ..model.transformer import Transformer, param_counts
 from ..text.inputs import UNK, Prepared
 from ..text.tokenizer import load_encoding
 from .blocks import KIND_ORDER, block_weights, check_fraction
 
 THRESHOLD = 0.5
 PROBE_COUNT = 16  # random sequences the induction score averages over: the same probe on every page and card
+MIN_PROBE_COUNT = 4  # a big model reads fewer of them (probe_count), never fewer than this
+PROBE_FLOPS = 1e11  # what the probe may cost a big model: about a second of this 2-core CPU
 SELF_PATTERNS = ("previous_token", "first_token", "self", "induction")
 PROBE_PATTERNS = ("induction",)  # measured on the probe (random tokens written twice), not on the learner's text
 CROSS_PATTERNS = ("first_token", "diagonal", "anti_diagonal")
@@ -144,12 +146,23 @@ def _value(x: torch.Tensor, h: int) -> float | None:
     return None if v != v else round(v, 4)
 
 
-def induction_scores(model: Transformer, length: int | None = None, count: int = PROBE_COUNT,
+def probe_count(model: Transformer, length: int | None = None) -> int:
+    """How many random sequences the probe reads: PROBE_COUNT, or fewer (at least MIN_PROBE_COUNT) where that many
+    would cost more than PROBE_FLOPS (2 × the blocks' parameters per token: SmolLM2-135M reads 4, a first visit of
+    its Attention page took 5.8 s with 16). Every shipped model reads PROBE_COUNT, as its card says."""
+    length = default_length(model) if length is None else length
+    blocks = sum(n for c, n in param_counts(model).items() if c in ("attention", "ffn", "norms"))
+    per_sequence = 2 * blocks * 2 * length  # FLOPs of one forward of the 2L tokens, the output layer skipped
+    return max(MIN_PROBE_COUNT, min(PROBE_COUNT, int(PROBE_FLOPS // max(per_sequence, 1))))
+
+
+def induction_scores(model: Transformer, length: int | None = None, count: int | None = None,
                      seed: int = 0) -> dict[tuple[str, int], torch.Tensor]:
     """(kind, layer) -> (nh,) induction score of every self-attention block, one random sequence at a time
     (bounded memory: one forward holds 2L positions of logits); the mean over sequences of each one's mean.
-    The defaults (default_length, PROBE_COUNT, seed 0) are the one probe every page and every card shows."""
+    The defaults (default_length, probe_count, seed 0) are the one probe every page and every card shows."""
     length = default_length(model) if length is None else length
+    count = probe_count(model, length) if count is None else count
     seqs = induction_batch(vocab_ids(model), length, count, seed)  # (count, 2L)
     total: dict[tuple[str, int], torch.Tensor] = {}
     for seq in seqs:
@@ -189,7 +202,7 @@ def label_block(kind: str, layer: int, weights: torch.Tensor, induction_of_block
 
 
 def detect_heads(model: Transformer, prep: Prepared, *, threshold: float = THRESHOLD, length: int | None = None,
-                 count: int = PROBE_COUNT, seed: int = 0, induction: dict | None = None) -> list[HeadRecord]:
+                 count: int | None = None, seed: int = 0, induction: dict | None = None) -> list[HeadRecord]:
     """Score and label every head: patterns on the learner's text, induction on `count` random sequences of
     `length` tokens (default: default_length) repeated twice (self-attention blocks; both stacks read them).
     `induction`: those scores already measured (induction_scores of the same length, count and seed): they do
@@ -198,6 +211,7 @@ def detect_heads(model: Transformer, prep: Prepared, *, threshold: float = THRES
     length = default_length(model) if length is None else length
     if isinstance(length, bool) or not isinstance(length, int) or not 2 <= length <= model.cfg.max_len // 2:
         raise InputError("heads_length", lo=2, hi=model.cfg.max_len // 2, max_len=model.cfg.max_len)
+    count = probe_count(model, length) if count is None else count
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 256:
         raise InputError("heads_count", lo=1, hi=256)
     text = block_weights(model, prep.src_ids, prep.tgt_ids)
