@@ -136,7 +136,8 @@ kind, layer, head = selectors(model)
 if check_b(model, text, tgt) is None:
     st.stop()
 try:
-    found = comparison(*inputs(ctx), text, tgt, kind, layer, head)
+    with st.spinner(t("cmp_running")):  # seconds on a big model: never a still screen
+        found = comparison(*inputs(ctx), text, tgt, kind, layer, head)
 except Exception as exc:  # noqa: BLE001 - a message, never a traceback
     show_error(exc)
     st.stop()

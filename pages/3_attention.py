@@ -183,7 +183,10 @@ def head_labels(ctx, stages, kind: str) -> dict[int, object]:
     """head -> the detector's record for this block: its patterns on the traced text, and induction (measured once
     per model on random repeated sequences). {} if it cannot run: the maps stand without labels."""
     try:
-        induction = None if kind == "cross" else cache.induction_by_block(ctx.key, ctx.device).get((kind, ss.layer))
+        induction = None
+        if kind != "cross":  # measured once per model: a big one takes seconds, and says what it is doing
+            with st.spinner(t("att_probe_running", count=probe_count(ctx.model), length=default_length(ctx.model))):
+                induction = cache.induction_by_block(ctx.key, ctx.device).get((kind, ss.layer))
         return {r.head: r for r in label_block(kind, ss.layer, stages.weights, induction)}
     except Exception:  # noqa: BLE001 - labels are extra
         return {}

@@ -153,7 +153,8 @@ def ablation(ctx) -> None:
     head_list = tuple((k, int(layer), int(h)) for k, layer, h in (o.split(":") for o in picked_heads))
     ffn_list = tuple((s, int(layer)) for s, layer in (o.split(":") for o in picked_ffns))
     try:
-        found = ablation_of(*inputs(ctx), head_list, ffn_list, mode)
+        with st.spinner(t("ab_running")):
+            found = ablation_of(*inputs(ctx), head_list, ffn_list, mode)
     except Exception as exc:  # noqa: BLE001 - a message, never a traceback
         show_error(exc)
         return
@@ -186,7 +187,8 @@ def patching(ctx) -> None:
     if check_b(model, text, tgt) is None:
         return
     try:
-        found = patch_of(*inputs(ctx), text, tgt, kind, int(layer), int(head), align)
+        with st.spinner(t("pt_running")):
+            found = patch_of(*inputs(ctx), text, tgt, kind, int(layer), int(head), align)
     except Exception as exc:  # noqa: BLE001 - unequal lengths for "exact", and anything else: a message
         show_error(exc)
         return
