@@ -68,6 +68,11 @@ def capturing() -> bool:
     return _ACTIVE.get() is not None
 
 
+def observed() -> bool:
+    """Whether any hook point may matter in this thread / context: a capture is active or an edit is set."""
+    return _ACTIVE.get() is not None or bool(_EDITS.get())
+
+
 def name_hook_points(root: nn.Module) -> list[str]:
     """Give every HookPoint its attribute path (e.g. 'decoder.layers.0.self_attn.hook_weights')."""
     names = []
