@@ -13,7 +13,7 @@ try:
 
     from ui.i18n import t  # after the preload was sent
     from ui.nav import page
-    from ui.session import sidebar
+    from ui.sidebar import sidebar
 
     sidebar()
     preloading.empty()

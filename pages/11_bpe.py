@@ -10,7 +10,8 @@ from transformer_core.text.tokenizer import character_labels, display_bytes
 from ui.errors import show_error
 from ui.figures import axis_labels, bars, visible
 from ui.i18n import t
-from ui.session import load_selected_model, through_app
+from ui.model_choice import load_selected_model
+from ui.session import through_app
 from ui.tools import export_panel
 from ui.widgets import CHIP_COLOURS, chart, count_text, explain, table
 

@@ -15,7 +15,8 @@ from ui.errors import show_error
 from ui.figures import lines
 from ui.i18n import lang, t
 from ui.nav import link
-from ui.session import on_model_change, session_id, through_app, viewer
+from ui.session import through_app
+from ui.state import on_model_change, session_id, viewer
 from ui.widgets import chart, explain, table
 
 through_app()

@@ -9,7 +9,8 @@ from ui.errors import show_error
 from ui.figures import visible
 from ui.guidance import look_for
 from ui.i18n import t
-from ui.session import load_selected_model, through_app
+from ui.model_choice import load_selected_model
+from ui.session import through_app
 from ui.widgets import count_text, explain, table, token_chips
 
 through_app()

@@ -32,7 +32,9 @@ from ui.figures import (
 from ui.guidance import attention_hint
 from ui.head_view import head_view
 from ui.i18n import t
-from ui.session import generated, keep_view_in_model, load_selected_model, page_context, through_app
+from ui.model_choice import load_selected_model
+from ui.session import page_context, through_app
+from ui.state import generated, keep_view_in_model
 from ui.tools import export_panel, inputs, prep_for, reserve
 from ui.widgets import chart, clicked, explain, table, tensor_frame
 

@@ -13,7 +13,8 @@ from ui.errors import error_text, show_error
 from ui.figures import bars, lines, ranked_labels, visible
 from ui.guidance import look_for
 from ui.i18n import t
-from ui.session import generated, page_context, set_generated, through_app
+from ui.session import page_context, through_app
+from ui.state import generated, set_generated
 from ui.widgets import chart, count_text, explain, table, token_chips
 
 through_app()

@@ -28,7 +28,7 @@ from transformer_core.text.inputs import Prepared, prepare
 
 def get_model(key: str, device: str):
     """(model, card) for a catalog key, built once per server process and shared read-only. Who may open a
-    private model is checked before (ui.session.load_selected_model), not here: the cache is shared. Models are
+    private model is checked before (ui.model_choice.load_selected_model), not here: the cache is shared. Models are
     kept in a byte-bounded LRU shared by every session (MODELS): opening many models evicts the least recently
     used, so one session cannot fill the server with them."""
     return MODELS.get((key, device), lambda: catalog.load_any(key, device))

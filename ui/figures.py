@@ -165,8 +165,7 @@ def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL
     return go.Figure(go.Heatmap(
         z=z, x=xs, y=ys, colorscale=colorscale, zmin=zmin, zmax=zmax, zmid=zmid,
         colorbar={"thickness": 12, **(colorbar or {})}, customdata=customdata, hoverongaps=False,
-        text=None if names is None else np.asarray(names[0], dtype=object),
-        hovertext=None if names is None else np.asarray(names[1], dtype=object),
+        text=None if names is None else names[0].tolist(), hovertext=None if names is None else names[1].tolist(),
         hoverinfo="skip" if hovertemplate == "skip" else None,
         hovertemplate=None if hovertemplate == "skip" else hovertemplate or "%{y} → %{x}: %{z:.4f}<extra></extra>",
         name="values"),
@@ -192,7 +191,7 @@ def mark_cells(fig, masked, *, hovertemplate: str, value: float = 1.0, row=None,
         colorscale=[[0, MASK_COLOUR], [1, MASK_COLOUR]],
         hoverongaps=False,
         hovertemplate=hovertemplate + "<extra></extra>",
-        text=np.where(masked, "✕", "").astype(object) if marks else None, texttemplate="%{text}" if marks else None,
+        text=np.where(masked, "✕", "").tolist() if marks else None, texttemplate="%{text}" if marks else None,
         textfont={"color": "#555"}, name="mask"), row=row, col=col)
 
 
@@ -204,8 +203,8 @@ def click_targets(fig, n_q: int, n_k: int, customdata=None, names=None, hovertem
         x=ks, y=qs, mode="markers", marker={"size": max(6, min(28, 900 // max(n_q, n_k))), "symbol": "square",
                                             "color": "rgba(0,0,0,0)", "line": {"width": 0}},
         customdata=None if customdata is None else np.asarray(customdata).reshape(n_q * n_k, -1),
-        text=None if names is None else np.asarray(names[0], dtype=object).ravel(),
-        hovertext=None if names is None else np.asarray(names[1], dtype=object).ravel(),
+        text=None if names is None else names[0].ravel().tolist(),
+        hovertext=None if names is None else names[1].ravel().tolist(),
         hovertemplate=hovertemplate or "<extra></extra>", showlegend=False, name="cells"))
     fig.update_layout(clickmode="event+select", dragmode="zoom")
 

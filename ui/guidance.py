@@ -9,7 +9,8 @@ from service import catalog
 
 from .figures import prob_text, visible
 from .i18n import t
-from .session import try_example, viewer
+from .model_choice import try_example
+from .state import viewer
 
 
 def look_for(key: str, **params) -> None:
@@ -70,7 +71,7 @@ def sinks_hint(every: list, name) -> None:
 
 def try_these(key: str, *examples: dict) -> None:
     """A page's suggested experiments (the string `try_<key>`: figures measured on the models it names), with one
-    button per example that loads its model and texts (ui.session.try_example's arguments)."""
+    button per example that loads its model and texts (ui.model_choice.try_example's arguments)."""
     st.caption(t(f"try_{key}"))
     shown = [ex for ex in examples if catalog.entry(ex["model"], viewer()) is not None]
     for col, (i, ex) in zip(st.columns(max(len(shown), 3)), enumerate(shown)):

@@ -1,0 +1,170 @@
+"""A browser session's state: who it is (owner token, tab id), its controls read from and written back to the URL,
+the text and the tokens generated after it, and the selected model's key."""
+from __future__ import annotations
+
+import uuid
+
+import streamlit as st
+
+from service import catalog, urlstate
+from transformer_core.sources.presets import preset_key
+
+from .i18n import browser_lang
+
+# The course's example sentences (doc 000): the default texts learners arrive with.
+DEFAULT_TEXT = "同志们!我踩着地雷了"
+DEFAULT_TARGET = "我现在开始排雷。"
+TEXT_MAX_CHARS = 2_000_000  # hard cap on the text box; the model sees at most max_len tokens anyway
+OWNER_COOKIE = "te_owner"  # the browser's random token: models it trains or uploads are visible to it only
+# URL parameter -> session key of the control it mirrors (service.urlstate parses and writes the URL)
+URL_STATE = {"model": "model", "text": "text", "tgt": "tgt", "enc": "enc", "lang": "lang", "layer": "layer",
+             "head": "head", "block": "block", "mask": "mask_mode", "scale": "att_scale", "T": "log_T",
+             "k": "log_topk", "p": "log_topp", "seed": "log_seed", "gen": "gen_ids"}
+PERSIST_KEYS = (*URL_STATE.values(), "allow_special", "img_fmt", "log_greedy", "gen_for")
+
+
+def viewer() -> str:
+    """This browser's owner token (read from its cookie on a new session, else new; the cookie is set once)."""
+    ss = st.session_state
+    if "_owner" not in ss:
+        try:
+            cookie = st.context.cookies.get(OWNER_COOKIE)
+        except Exception:  # noqa: BLE001 - no browser context (AppTest)
+            cookie = None
+        ok = isinstance(cookie, str) and 20 <= len(cookie) <= 64 and cookie.replace("-", "").replace("_", "").isalnum()
+        ss._owner, ss._owner_set = (cookie, True) if ok else (catalog.new_token(), False)
+    return ss._owner
+
+
+def session_id() -> str:
+    """This tab's id: its training job is keyed by it (one training per tab)."""
+    return st.session_state.setdefault("_sid", uuid.uuid4().hex)
+
+
+def _remember_owner() -> None:
+    """Keep the token in a first-party cookie (a year), so a reload shows the same private models."""
+    ss = st.session_state
+    if ss.get("_owner_set"):
+        return
+    ss._owner_set = True
+    token = viewer()  # our own random token (letters, digits, - and _): nothing from a learner goes in here
+    st.iframe(f"<script>document.cookie = '{OWNER_COOKIE}={token}; path=/; max-age=31536000; "
+              "SameSite=Strict';</script>", height=1)
+
+
+def _init_state() -> None:
+    """A new session: every control from the URL (bad values fall back to their defaults, with one notice)."""
+    ss = st.session_state
+    if ss.get("_initialised"):
+        return
+    values, notices = urlstate.parse(dict(st.query_params), [e.key for e in catalog.entries(viewer())])
+    ss.model = values["model"] if values["model"] else catalog.default_key()
+    ss.text = values["text"] if values["text"] is not None else _example(ss.model, "example_src", DEFAULT_TEXT)
+    ss.tgt = values["tgt"] if values["tgt"] is not None else _example(ss.model, "example_tgt", DEFAULT_TARGET)
+    ss.lang = values["lang"] or browser_lang()
+    for param, key in URL_STATE.items():
+        if param not in ("model", "text", "tgt", "lang") and values[param] is not None:
+            ss[key] = list(values[param]) if param == "gen" else values[param]
+    ss.gen_ids = list(values["gen"] or ())
+    ss._url_asked = {name: values[name] for name in ("layer", "head") if values[name] is not None}
+    ss.gen_for = _fingerprint() if ss.gen_ids else None
+    if notices:
+        ss._url_notice = urlstate.summary(notices, ss.lang)
+    ss._initialised = True
+
+
+def _fingerprint() -> tuple:
+    """What generated tokens belong to: generation continues only from the sequence on screen."""
+    ss = st.session_state
+    return ss.get("model"), ss.get("text"), ss.get("tgt"), ss.get("enc")
+
+
+def set_generated(ids: list[int]) -> None:
+    """Generated tokens appended to the current sequence (every page traces them)."""
+    st.session_state.gen_ids = list(ids)
+    st.session_state.gen_for = _fingerprint()
+
+
+def generated() -> tuple[int, ...]:
+    """The generated tokens that belong to the current model and text (stale ones are dropped)."""
+    ss = st.session_state
+    if ss.get("gen_ids") and ss.get("gen_for") != _fingerprint():
+        ss.gen_ids = []
+    return tuple(ss.get("gen_ids") or ())
+
+
+def clear_generated() -> None:
+    """Forget the tokens generated on the logits page (a new text, target or encoding starts afresh)."""
+    st.session_state.gen_ids = []
+
+
+def _example(key: str, field: str, fallback: str) -> str:
+    entry = catalog.entry(key, viewer())
+    return entry.card[field] if entry is not None and entry.card.get(field) is not None else fallback
+
+
+def _persist() -> None:
+    """Re-assign widget values so Streamlit keeps them when their page is not rendered."""
+    for k in PERSIST_KEYS:
+        if k in st.session_state:
+            st.session_state[k] = st.session_state[k]
+
+
+def on_model_change() -> None:
+    """A newly selected model keeps the learner's text (re-tokenised for it); an encoder-decoder model gets its
+    own example target (what its decoder reads is specific to it). It opens on the first layer and head."""
+    ss = st.session_state
+    entry = catalog.entry(ss.model, viewer())
+    if entry is not None and entry.arch == "encoder_decoder":
+        ss.tgt = _example(ss.model, "example_tgt", ss.get("tgt") or DEFAULT_TARGET)
+    ss.gen_ids, ss.layer, ss.head = [], 0, 0
+
+
+def on_text_change() -> None:
+    """A new text or target: keep it within the cap (the model reads at most max_len tokens anyway) and start
+    generation afresh. (A max_chars on the text box would show a "18/2000000" counter to every learner.)"""
+    ss = st.session_state
+    for key in ("text", "tgt"):
+        if len(ss.get(key) or "") > TEXT_MAX_CHARS:
+            ss[key] = ss[key][:TEXT_MAX_CHARS]
+            ss._text_cut = True
+    clear_generated()
+
+
+def keep_view_in_model(n_layers: int, n_heads: int) -> None:
+    """Layer and head inside the model shown. A value out of range that the link asked for falls back to the
+    first layer / head with one notice in the sidebar (and leaves the URL); any other (an earlier model's) quietly."""
+    ss = st.session_state
+    asked = ss.pop("_url_asked", {})
+    values = {name: ss.get(name) for name in ("layer", "head")}
+    values = {k: v if isinstance(v, int) else 0 for k, v in values.items()}
+    fixed, notices = urlstate.clamp(values, n_layers, n_heads)
+    for name, v in fixed.items():
+        if ss.get(name) != v:
+            ss[name] = v
+    notices = [n for n in notices if asked.get(n.params.get("name")) == n.params.get("value")]
+    if notices:
+        st.sidebar.caption(f"🔗 {urlstate.summary(notices, ss.lang)}")
+    _sync_url()
+
+
+def _sync_url() -> None:
+    """Mirror every control that changes the view into the URL (defaults and over-long texts left out)."""
+    ss = st.session_state
+    values = {param: ss.get(key) for param, key in URL_STATE.items()}
+    values["gen"] = tuple(generated())
+    page_defaults = {"model": catalog.default_key(), "text": _example(ss.get("model"), "example_src", DEFAULT_TEXT),
+                     "tgt": _example(ss.get("model"), "example_tgt", DEFAULT_TARGET), "lang": browser_lang()}
+    params = urlstate.encode(values, page_defaults)
+    ss._text_left_out = params.text_left_out
+    if dict(st.query_params) != dict(params):
+        st.query_params.from_dict(dict(params))
+
+
+def model_key() -> str:
+    """The catalog key of the selected model (presets carry the chosen encoding)."""
+    ss = st.session_state
+    key = ss.model
+    if key.startswith("preset:"):
+        key = preset_key(key.split(":", 1)[1].split("@")[0], ss.get("enc", "cl100k_base"))
+    return key
