@@ -4,7 +4,7 @@ from dataclasses import replace
 import pandas as pd
 import streamlit as st
 
-from service import catalog, jobs, uploads
+from service import catalog, job_records, jobs, training_run, uploads
 from service.settings import settings as server_settings
 from transformer_core.train.corpus import TEXT
 from transformer_core.train.defaults import EXPERIMENT, EXPERIMENT_TASKS, quick
@@ -128,7 +128,7 @@ def loss_chart(job: jobs.Job) -> None:
     if job.experiment:
         series, x = {}, []
         for run, hist in job.histories.items():
-            steps, _, val = jobs.eval_curves(hist)
+            steps, _, val = training_run.eval_curves(hist)
             series[t(f"tr_pos_{run}")] = val
             x = max(x, steps, key=len)
         chart(lines(x, series, x_title=t("tr_step"), y_title=t("tr_val_loss")), "tr_pos_loss")
@@ -136,12 +136,12 @@ def loss_chart(job: jobs.Job) -> None:
     hist = job.histories.get("model")
     if hist is None:
         return
-    steps, train_loss, val_loss = jobs.eval_curves(hist)
+    steps, train_loss, val_loss = training_run.eval_curves(hist)
     if steps:
         fig = lines(steps, {t("tr_train_loss"): train_loss, t("tr_val_loss"): val_loss}, x_title=t("tr_step"),
                     y_title=t("tr_loss"))
     else:
-        x, y = jobs.step_curve(hist)
+        x, y = training_run.step_curve(hist)
         fig = lines(x, {t("tr_step_loss"): y}, x_title=t("tr_step"), y_title=t("tr_loss"))
     chart(fig, "tr_loss")
 
@@ -164,7 +164,7 @@ def results(job: jobs.Job) -> None:
     if "model" in job.accuracy:
         c1, c2 = st.columns(2)
         c1.metric(t("tr_accuracy"), f"{job.accuracy['model']:.1%}")
-        c2.metric(t("tr_checkpoint"), jobs.safe_name(job.name) if job.checkpoint else "—")
+        c2.metric(t("tr_checkpoint"), training_run.safe_name(job.name) if job.checkpoint else "—")
         st.caption(t("tr_acc_text" if tc.task is None else f"tr_acc_{TASKS[tc.task].arch}"))
     if job.checkpoint is None:
         return
@@ -194,12 +194,12 @@ def live() -> None:
 
 
 def header(job: jobs.Job) -> None:
-    name = t("tr_pos_title") if job.experiment else jobs.safe_name(job.name)  # no markdown from user text
+    name = t("tr_pos_title") if job.experiment else training_run.safe_name(job.name)  # no markdown from user text
     st.markdown(f"**{name}** · {t('tr_status_' + job.status)}")
 
 
 def your_models() -> None:
-    entries = jobs.user_models(viewer())
+    entries = training_run.user_models(viewer())
     if not entries:
         st.caption(t("tr_no_models"))
         return
@@ -256,7 +256,7 @@ with tab_pos:
 st.subheader(t("tr_live"))
 for lost in jobs.interrupted(viewer()):  # a server restart stopped these: say so once, then forget them
     st.warning(t("err.job_interrupted", name=lost["name"]), icon="🔌")
-    jobs.dismiss(viewer(), lost["id"])
+    job_records.dismiss(viewer(), lost["id"])
 job = jobs.get(sid)
 if job is None:
     st.caption(t("tr_idle", n=jobs.running_count(), limit=server_settings().max_trainings))

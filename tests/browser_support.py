@@ -247,7 +247,7 @@ def process_memory_mb(pid: int) -> dict[str, float]:
 
 def folder_bytes(root) -> int:
     """Bytes of the files under a folder (links not followed; 0 when it does not exist)."""
-    from service.jobs import disk_used
+    from service.training_run import disk_used
 
     return disk_used(Path(root))
 

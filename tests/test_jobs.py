@@ -5,7 +5,7 @@ import time
 import pytest
 import torch
 
-from service import catalog, jobs
+from service import catalog, jobs, training_run
 from transformer_core.errors import DeviceError, TrainingError
 from transformer_core.train.checkpoint import load_checkpoint
 from transformer_core.train.loop import MAX_ITERS, History, TrainConfig
@@ -49,7 +49,7 @@ def test_tiny_task_job_runs_to_a_saved_loadable_checkpoint(user_dir):
     assert 0.0 <= job.accuracy["model"] == meta["accuracy"] <= 1.0
     assert model.cfg.d_model == 16 and model.cfg.vocab_size == len(TASKS["copy"].vocab_map)
     entry = catalog.entry(job.model_key, viewer="s1")  # private: the owner (by default the session) sees it
-    assert entry.kind == "user" and entry.label == "My copy / ../x" and jobs.user_models("s1") == [entry]
+    assert entry.kind == "user" and entry.label == "My copy / ../x" and training_run.user_models("s1") == [entry]
     assert entry.card["mine"] and entry.card["private"] and "owner" not in entry.card
     catalog.load(job.model_key, "cpu", viewer="s1")  # the sidebar can open it
 
@@ -89,7 +89,7 @@ def test_a_job_thread_has_its_own_cpu_thread_count():
         th.start()
         th.join()
 
-    run("job", lambda: (jobs.own_threads(1), torch.get_num_threads())[1])
+    run("job", lambda: (training_run.own_threads(1), torch.get_num_threads())[1])
     run("later", torch.get_num_threads)  # e.g. the next page run
     assert seen == {"job": 1, "later": 2} and torch.get_num_threads() == 2
 
@@ -143,22 +143,22 @@ def test_positional_experiment_job_trains_both_runs():
     job = jobs.start_experiment("s1", "reverse", **{**TINY, "max_iters": 10, "eval_interval": 5, "eval_iters": 1})
     assert job.wait(120) and job.status == "done", job.error
     assert list(job.histories) == ["sinusoidal", "none"] and job.iteration == job.total_iters == 20
-    assert all(jobs.eval_curves(h)[0] == [0, 5, 9] for h in job.histories.values())
+    assert all(training_run.eval_curves(h)[0] == [0, 5, 9] for h in job.histories.values())
     assert set(job.accuracy) == {"sinusoidal", "none"} and job.checkpoint is None
 
 
 def test_curves_are_consistent_copies():
     hist = History(step_loss=[float(i) for i in range(10)], eval_steps=[0, 5], train_loss=[2.0, 1.0],
                         val_loss=[3.0])
-    assert jobs.eval_curves(hist) == ([0], [2.0], [3.0])  # a half-written evaluation is left out
-    assert jobs.step_curve(hist, points=3) == ([4, 8, 10], [1.5, 5.5, 8.5])
+    assert training_run.eval_curves(hist) == ([0], [2.0], [3.0])  # a half-written evaluation is left out
+    assert training_run.step_curve(hist, points=3) == ([4, 8, 10], [1.5, 5.5, 8.5])
 
 
 def test_safe_names():
-    assert jobs.safe_name("../../etc/passwd") == "etc-passwd"
-    assert jobs.safe_name("  ") == "model" and jobs.safe_name("...") == "model"
-    assert jobs.safe_name("我的 模型!") == "我的-模型"
-    assert len(jobs.safe_name("x" * 200)) == jobs.NAME_CHARS
+    assert training_run.safe_name("../../etc/passwd") == "etc-passwd"
+    assert training_run.safe_name("  ") == "model" and training_run.safe_name("...") == "model"
+    assert training_run.safe_name("我的 模型!") == "我的-模型"
+    assert len(training_run.safe_name("x" * 200)) == jobs.NAME_CHARS
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

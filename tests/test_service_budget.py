@@ -204,8 +204,9 @@ def test_an_upload_holds_memory_while_it_is_checked(tmp_path, monkeypatch):
     from test_uploads import VIEWER, exported
 
     seen = []
-    real = uploads._state_ok
-    monkeypatch.setattr(uploads, "_state_ok", lambda state: (seen.append(budget.current().in_use()), real(state))[1])
+    real = uploads.checked_state
+    monkeypatch.setattr(uploads, "checked_state",
+                        lambda state: (seen.append(budget.current().in_use()), real(state))[1])
     uploads.import_model(exported(tmp_path), "m.safetensors", "held", owner=VIEWER)
     assert seen and seen[0] > 0 and budget.current().in_use() == 0
 

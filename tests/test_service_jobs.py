@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from service import catalog, jobs
+from service import catalog, job_records, jobs
 from transformer_core.errors import ExplorerError
 from transformer_core.train.cards import chunked_accuracy, next_token_accuracy
 from transformer_core.train.loop import MAX_ITERS, TrainConfig
@@ -77,7 +77,7 @@ def test_a_touched_training_keeps_running(monkeypatch):
 
 
 def records(root: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted((root / jobs.RECORDS).glob("*.json"))]
+    return [json.loads(p.read_text()) for p in sorted((root / job_records.RECORDS).glob("*.json"))]
 
 
 def test_a_running_training_keeps_a_record_that_holds_no_token(user_dir, monkeypatch):
@@ -85,12 +85,12 @@ def test_a_running_training_keeps_a_record_that_holds_no_token(user_dir, monkeyp
     (rec,) = records(user_dir)
     assert rec["id"] == job.id and rec["status"] == "running" and rec["folder"] == job.folder.name
     assert rec["owner"] == catalog.owner_id(OWNER) and OWNER not in json.dumps(rec)
-    assert (rec["host"], rec["pid"], rec["instance"]) == (jobs.HOST, os.getpid(), jobs.INSTANCE)
+    assert (rec["host"], rec["pid"], rec["instance"]) == (job_records.HOST, os.getpid(), job_records.INSTANCE)
     monkeypatch.setattr(jobs, "HEARTBEAT_S", 0.0)
     time.sleep(0.05)
     jobs.janitor()
     assert records(user_dir)[0]["beat"] > rec["beat"]  # the heartbeat
-    assert jobs.sweep() == []  # its own live job is left alone
+    assert job_records.sweep() == []  # its own live job is left alone
     job.stop.set()
     assert job.wait(60) and records(user_dir) == []  # gone when the job ends
 
@@ -120,31 +120,31 @@ def test_after_a_restart_the_training_shows_as_interrupted_and_its_partial_files
         partial = user_dir / f".tmp-{folder}-1a2b3c4d"  # what a crash in the middle of the save leaves
         partial.mkdir()
         (partial / "model.safetensors").write_bytes(b"\0" * 1000)
-        assert jobs.sweep() == []  # the other process is alive: its record and files are left alone
+        assert job_records.sweep() == []  # the other process is alive: its record and files are left alone
         assert partial.exists()
     finally:
         server.kill()  # the server dies (SIGKILL: no clean-up of its own)
         server.wait(30)
-    assert jobs.sweep() == [job_id]  # the restarted server's first sweep
+    assert job_records.sweep() == [job_id]  # the restarted server's first sweep
     assert not partial.exists() and not (user_dir / folder).exists()
     shown = jobs.interrupted(OWNER)
     assert [(r["id"], r["name"]) for r in shown] == [(job_id, "my long run")]
     assert jobs.interrupted(OTHER) == [] and jobs.interrupted(None) == []
     text = ExplorerError("job_interrupted", name=shown[0]["name"]).text("en")
     assert "my long run" in text and "interrupted" in text
-    jobs.dismiss(OTHER, job_id)
+    job_records.dismiss(OTHER, job_id)
     assert len(jobs.interrupted(OWNER)) == 1  # someone else cannot dismiss it
-    jobs.dismiss(OWNER, job_id)
+    job_records.dismiss(OWNER, job_id)
     assert jobs.interrupted(OWNER) == [] and records(user_dir) == []
 
 
 def write_record(root: Path, rid: str, **fields) -> Path:
     name = rid
     rec = {"id": name, "status": "running", "name": name, "owner": catalog.owner_id(OWNER), "folder": f"m-{name}",
-           "host": jobs.HOST, "pid": os.getpid(), "instance": jobs.INSTANCE, "started": time.time(),
+           "host": job_records.HOST, "pid": os.getpid(), "instance": job_records.INSTANCE, "started": time.time(),
            "beat": time.time()} | fields
-    (root / jobs.RECORDS).mkdir(parents=True, exist_ok=True)
-    path = root / jobs.RECORDS / f"{name}.json"
+    (root / job_records.RECORDS).mkdir(parents=True, exist_ok=True)
+    path = root / job_records.RECORDS / f"{name}.json"
     path.write_text(json.dumps(rec))
     return path
 
@@ -153,14 +153,14 @@ def test_the_sweep_tells_dead_processes_from_live_ones(user_dir, caplog):
     now = time.time()
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     write_record(user_dir, "a0000000000a", host="another-replica")  # another container, beating: alive
-    write_record(user_dir, "b0000000000b", host="another-replica", beat=now - jobs.STALE_S - 1)  # silent: dead
+    write_record(user_dir, "b0000000000b", host="another-replica", beat=now - job_records.STALE_S - 1)  # silent: dead
     write_record(user_dir, "c0000000000c", instance="an-earlier-run")  # this pid, another process (pid 1 reused)
     write_record(user_dir, "d0000000000d", pid=int(dead.stdout))  # this host, its process has exited
-    write_record(user_dir, "e0000000000e", status="interrupted", interrupted=now - jobs.KEEP_INTERRUPTED_S - 1)
-    (user_dir / jobs.RECORDS / "broken.json").write_text("{not json")
-    (user_dir / jobs.RECORDS / "huge.json").write_bytes(b" " * (jobs.MAX_RECORD_BYTES + 1))
+    write_record(user_dir, "e0000000000e", status="interrupted", interrupted=now - job_records.KEEP_INTERRUPTED_S - 1)
+    (user_dir / job_records.RECORDS / "broken.json").write_text("{not json")
+    (user_dir / job_records.RECORDS / "huge.json").write_bytes(b" " * (job_records.MAX_RECORD_BYTES + 1))
     with caplog.at_level("WARNING"):
-        marked = jobs.sweep()
+        marked = job_records.sweep()
     assert sorted(marked) == ["b0000000000b", "c0000000000c", "d0000000000d"]
     assert {r["id"]: r["status"] for r in records(user_dir)} == {
         "a0000000000a": "running", "b0000000000b": "interrupted", "c0000000000c": "interrupted",
@@ -173,8 +173,8 @@ def test_the_sweep_removes_old_leftover_temporary_folders_only(user_dir):
     for d in (old, fresh):
         d.mkdir(parents=True)
         (d / "model.safetensors").write_bytes(b"x")
-    os.utime(old, (time.time() - jobs.TMP_STALE_S - 10,) * 2)
-    jobs.sweep()
+    os.utime(old, (time.time() - job_records.TMP_STALE_S - 10,) * 2)
+    job_records.sweep()
     assert not old.exists() and fresh.exists()  # another replica may be saving into the fresh one right now
 
 
@@ -188,7 +188,7 @@ def test_a_save_that_fails_half_way_leaves_no_model_and_no_partial_files(user_di
     monkeypatch.setattr(checkpoint, "save_file", broken_disk)
     job = jobs.start("s1", TrainConfig(**{**TINY, "max_iters": 5, "eval_interval": 0}), "broken", owner=OWNER)
     assert job.wait(60) and job.status == "error" and isinstance(job.error, OSError)
-    assert [p.name for p in user_dir.iterdir() if p.name != jobs.RECORDS] == []  # atomic: all or nothing
+    assert [p.name for p in user_dir.iterdir() if p.name != job_records.RECORDS] == []  # atomic: all or nothing
     assert catalog.entries(OWNER) == catalog.entries(None)
 
 
@@ -221,16 +221,16 @@ def test_a_folder_of_corrupt_records_never_stops_the_sweep_and_orphans_are_still
     write_record(user_dir, "a2000000000a", pid=True, beat=[now], started="soon")
     write_record(user_dir, "a3000000000a", status="interrupted", interrupted=now, name=["a", "b"], started={"t": 1})
     write_record(user_dir, "a4000000000a", host=7, instance=None, owner=3, folder={"f": 1})
-    (user_dir / jobs.RECORDS / "folder.json").mkdir()  # not a file at all
-    (user_dir / jobs.RECORDS / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (user_dir / job_records.RECORDS / "folder.json").mkdir()  # not a file at all
+    (user_dir / job_records.RECORDS / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
     orphan = user_dir / ".tmp-m-0123456789abcdef-33333333"
     orphan.mkdir()
-    os.utime(orphan, (now - jobs.TMP_STALE_S - 10,) * 2)
-    jobs.sweep()  # raises nothing
+    os.utime(orphan, (now - job_records.TMP_STALE_S - 10,) * 2)
+    job_records.sweep()  # raises nothing
     jobs.janitor(now=time.monotonic())
     assert not orphan.exists()
     shown = jobs.interrupted(OWNER)
     assert all(isinstance(r["name"], str) and "{" not in r["name"] and "[" not in r["name"] for r in shown)
     assert all(r["started"] is None or isinstance(r["started"], float) for r in shown)
     assert "a3000000000a" in {r["id"] for r in shown}  # its bad fields are dropped, the record itself is kept
-    assert not jobs._pid_alive(10**30) and not jobs._pid_alive(True) and not jobs._pid_alive("1")
+    assert not job_records._pid_alive(10**30) and not job_records._pid_alive(True) and not job_records._pid_alive("1")

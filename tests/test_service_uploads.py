@@ -16,7 +16,7 @@ from model_files import deflated_zeros, pt_pickle_of, zip_file
 from safetensors.torch import save as save_safetensors
 from test_uploads import VIEWER, pt_bytes, small_model
 
-from service import catalog, uploads
+from service import catalog, upload_json, uploads
 from transformer_core.errors import CheckpointError, ConfigError, ExplorerError
 from transformer_core.model.config import TransformerConfig
 from transformer_core.model.transformer import build_model
@@ -183,7 +183,7 @@ def test_deeply_nested_json_is_a_clear_error_never_a_recursion_error(depth):
     nested = "[" * depth + "]" * depth
     for attempt in (lambda: uploads.import_model(safetensors_with_config(nested), "m.safetensors", "deep",
                                                  owner=VIEWER),
-                    lambda: uploads.check_config(nested),
+                    lambda: upload_json.check_config(nested),
                     lambda: uploads.import_model(safetensors_with_config(json.dumps({"d_model": json.loads(
                         "[" * 40 + "]" * 40)})), "m.safetensors", "deep", owner=VIEWER)):
         with pytest.raises(ExplorerError) as info:
@@ -238,9 +238,9 @@ def test_config_bounds_give_clear_errors(changes, code):
 
 
 def test_json_depth_counts_brackets_outside_strings_only():
-    assert uploads.json_depth('{"a": "[[[[[[[[[[[[[["}') == 1
-    assert uploads.json_depth('{"a": [1, {"b": [2]}]}') == 4
-    assert uploads.json_depth(r'{"a": "\"[[[[[[[[[["}') == 1
+    assert upload_json.json_depth('{"a": "[[[[[[[[[[[[[["}') == 1
+    assert upload_json.json_depth('{"a": [1, {"b": [2]}]}') == 4
+    assert upload_json.json_depth(r'{"a": "\"[[[[[[[[[["}') == 1
 
 
 @pytest.mark.parametrize(("raw", "taken", "expected"), [
