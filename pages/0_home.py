@@ -7,9 +7,10 @@ from transformer_core.analysis.residual import active_fraction, stream, sublayer
 from transformer_core.model.transformer import param_counts
 from transformer_core.text.inputs import token_labels
 from ui import cache
-from ui.figures import model_map, visible
+from ui.figures import visible
 from ui.guidance import look_for
 from ui.i18n import lang, t
+from ui.model_map import model_map
 from ui.nav import link, switch
 from ui.session import page_context, through_app
 from ui.widgets import clicked
