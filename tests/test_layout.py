@@ -39,6 +39,16 @@ def test_the_service_package_does_not_import_streamlit_or_the_ui():
         assert not imported_modules(path) & {"streamlit", "ui"}, path
 
 
+MAX_ROOM_LINES = 300  # a module of ui/ or service/ holds one concern: beyond this it is two
+
+
+def test_every_ui_and_service_module_is_one_room():
+    """Every file of ui/ and service/ stays under MAX_ROOM_LINES lines (split by concern when it grows)."""
+    big = {str(p.relative_to(ROOT)): n for folder in ("ui", "service") for p in (ROOT / folder).glob("*.py")
+           if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_ROOM_LINES}
+    assert big == {}, f"split by concern: {big}"
+
+
 def test_only_the_settings_module_reads_environment_variables():
     readers = [p for p in py_files("app.py", "pages", "ui", "transformer_core", "service")
                if re.search(r"os\.environ|os\.getenv|getenv\(", p.read_text(encoding="utf-8"))]
