@@ -6,11 +6,11 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from service import budget
 from transformer_core.analysis.blocks import kinds, sides
 from transformer_core.analysis.head_effects import CHUNK_BYTES, METRICS, head_effects, residual_effects
 from transformer_core.analysis.interventions import ABLATION_MODES, ALIGNMENTS, ablate, patch
-from transformer_core.model.memory import KEEP_NONE, param_count
+from transformer_core.model.memory import KEEP_NONE
+from transformer_core.model.transformer import param_counts
 from transformer_core.text.inputs import sequence_labels, token_labels
 from ui.errors import show_error
 from ui.figures import axis_labels, bars, ranked_labels, token_heatmap, visible
@@ -46,7 +46,7 @@ def ablation_of(key, device, text, tgt, special, gen, heads: tuple, ffns: tuple,
 @st.cache_data(show_spinner=False, max_entries=64, ttl=1800)
 def effects_of(key, device, text, tgt, special, gen, metric: str, token_a, token_b, mode: str):
     model, prep = prep_for(key, device, text, tgt, special, gen, KEEP_NONE)
-    with budget.reserve(CHUNK_BYTES, "head effects"):
+    with reserve(model, prep, keep=KEEP_NONE, batches_of=CHUNK_BYTES):
         return head_effects(model, prep, metric, token_a, token_b, mode=mode), prep.longest, prep.cut_from
 
 
@@ -54,7 +54,7 @@ def effects_of(key, device, text, tgt, special, gen, metric: str, token_a, token
 def residual_of(key, device, text, tgt, special, gen, text_b, metric: str, token_a, token_b):
     model, prep = prep_for(key, device, text, tgt, special, gen, KEEP_NONE)
     prep_b = prepared(model, text_b, None, special, KEEP_NONE)
-    with budget.reserve(CHUNK_BYTES, "residual patching"):
+    with reserve(model, prep, prep_b, keep=KEEP_NONE, batches_of=CHUNK_BYTES):
         return residual_effects(model, prep, prep_b, metric, token_a, token_b), prep.longest, prep.cut_from
 
 
@@ -257,7 +257,7 @@ def effects(ctx) -> None:
         st.info(t("he_same"), icon="👆")
         return
     n_parts = len(kinds(model)) * cfg.n_layers * cfg.n_heads + cfg.n_layers
-    if param_count(cfg) * n_parts > AUTO_SWEEP_WORK and not st.toggle(t("he_run", n=n_parts), key="he_run"):
+    if param_counts(model)["total"] * n_parts > AUTO_SWEEP_WORK and not st.toggle(t("he_run", n=n_parts), key="he_run"):
         return  # a big model: hundreds of forwards of it, on request (a small one runs at once)
     try:
         with st.spinner(t("he_running", n=n_parts)):

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from transformer_core.errors import ExplorerError, ModelSourceError
 from transformer_core.sources import ModelEntry, list_entries, load_model
+from transformer_core.sources import load_bytes as sources_load_bytes
 from transformer_core.sources.folders import REF, folder_card
 from transformer_core.sources.presets import preset_key
 from transformer_core.train.checkpoint import CARD, WEIGHTS
@@ -156,34 +157,8 @@ def load_any(key: str, device=None):
 
 
 def load_bytes(key: str) -> int:
-    """Memory a load takes while it runs, estimated from what is on disk (0 when it cannot tell): a saved
-    model's weights file twice (read, then copied into the model), a preset's parameters, a GPT-2 file 2.5 times
-    (read; its transposed matrices, about 70% of it, copied into our layout; the model built), a hub decoder's
-    bfloat16 file 2.5 times (read whole, then turned into the float32 model one tensor at a time)."""
-    from transformer_core.model.config import PRESETS
-    from transformer_core.model.memory import param_bytes
-    from transformer_core.sources.gpt2 import models_dir_file, weights_file
-
-    kind, _, ref = str(key).partition(":") if ":" in str(key) else ("shipped", "", str(key))
-    places = settings().places
-    try:
-        if kind in ("user", "shipped") and REF.fullmatch(ref):
-            root = places.user_dir if kind == "user" else places.shipped_dir
-            return 2 * (Path(root) / ref / WEIGHTS).stat().st_size
-        if kind == "preset":
-            name, _, encoding = ref.partition("@")
-            cfg = PRESETS[name]
-            return param_bytes(cfg.replace(vocab_size=max(cfg.vocab_size, 200_019 if encoding == "o200k_base" else 0)))
-        if kind == "gpt2":
-            path = weights_file(places) if ref == "small" else models_dir_file(places, ref.removeprefix("file:"))
-            return int(2.5 * path.stat().st_size) if path is not None else 0
-        if kind == "hf":  # bfloat16 on disk, read (1×), becomes the float32 model (2×) tensor by tensor
-            from transformer_core.sources.hf_decoder import hub_folder
-            folder = hub_folder(ref, offline=True)
-            return int(2.5 * (folder / "model.safetensors").stat().st_size) if folder is not None else 0
-    except (OSError, KeyError, ExplorerError, ValueError):
-        return 0  # the load itself will say what is wrong
-    return 0
+    """Memory a load takes while it runs, asked of the key's source (0 when it cannot tell: the load will say)."""
+    return sources_load_bytes(key, settings().places)
 
 
 def is_admin(token: str | None) -> bool:

@@ -34,6 +34,15 @@ def test_the_core_imports_neither_the_server_package_nor_streamlit():
         assert not imported_modules(path) & {"service", "streamlit", "ui"}, path
 
 
+def test_pages_hold_memory_only_through_the_one_computation_helper():
+    """Every page reaches the memory budget through ui.tools (prepared / reserve), never service.budget itself."""
+    for path in py_files("pages"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "service"
+                 for a in n.names} | {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not names & {"budget", "service.budget"}, path
+
+
 def test_the_service_package_does_not_import_streamlit_or_the_ui():
     for path in py_files("service"):
         assert not imported_modules(path) & {"streamlit", "ui"}, path

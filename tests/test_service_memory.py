@@ -1,7 +1,9 @@
-"""Memory before work (transformer_core.model.memory): the estimates against real runs.
+"""Memory before work (transformer_core.model.memory, measured by model/footprint.py): the estimates against real
+runs, for every family the core builds (the course's translator and GPT, GPT-2's layout, today's decoders).
 
 Stated factors, pinned here:
 * parameters: exact (== sum(p.numel()) of the built model, for every preset and a grid of options);
+* a loaded model measured on its device and its config measured on the meta device: the same figures;
 * a trace's kept tensors + logits + probabilities: an upper bound within 1.15x of the bytes the trace holds;
 * a forward's peak: an upper bound within 1.5x of the peak RSS growth of a fresh process (glibc told to return freed
   blocks, MALLOC_MMAP_THRESHOLD_, as deploy/Dockerfile does: the estimate counts live tensors, not allocator slack);
@@ -18,7 +20,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_core.model import memory
+from transformer_core.model import footprint, memory
 from transformer_core.model.config import PRESETS, TransformerConfig
 from transformer_core.model.hooks import layer_filter
 from transformer_core.model.trace import run_with_trace
@@ -27,6 +29,15 @@ from transformer_core.model.transformer import Transformer, build_model
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 WIDE = dict(d_model=32, n_heads=4, n_layers=2, d_ffn=64, vocab_size=512, max_len=1024, dropout=0.0)
+FAMILIES = {  # the architectures the core builds; memory.py has no formula for any of them
+    "translator": TransformerConfig(arch="encoder_decoder", **WIDE),
+    "course-gpt": TransformerConfig(arch="decoder_only", **WIDE),
+    "gpt2-layout": TransformerConfig(arch="decoder_only", positional="learned", norm_first=True, final_norm=True,
+                                     tie_embeddings=True, activation="gelu_tanh", output_bias=False, **WIDE),
+    "modern": TransformerConfig(arch="decoder_only", positional="rope", norm="rmsnorm", ffn="gated",
+                                activation="silu", n_kv_heads=2, norm_first=True, final_norm=True, linear_bias=False,
+                                tie_embeddings=True, output_bias=False, **WIDE),
+}
 
 
 def meta_counts(cfg: TransformerConfig) -> tuple[int, int]:
@@ -36,7 +47,7 @@ def meta_counts(cfg: TransformerConfig) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
-def test_param_count_formula_equals_the_built_presets(name):
+def test_param_count_equals_the_built_presets(name):
     params, buffers = meta_counts(PRESETS[name])
     assert memory.param_count(PRESETS[name]) == params
     assert memory.param_bytes(PRESETS[name]) == 4 * (params + buffers)
@@ -45,17 +56,28 @@ def test_param_count_formula_equals_the_built_presets(name):
 @pytest.mark.parametrize(("arch", "positional", "final_norm", "tie", "bias"), list(itertools.product(
     ["encoder_decoder", "decoder_only"], ["sinusoidal", "learned", "none"], [False, True], [False, True],
     [False, True])))
-def test_param_count_formula_covers_every_option(arch, positional, final_norm, tie, bias):
+def test_param_count_covers_every_option(arch, positional, final_norm, tie, bias):
     cfg = TransformerConfig(arch=arch, d_model=8, n_heads=2, n_layers=3, d_ffn=12, vocab_size=37, max_len=11,
                             positional=positional, final_norm=final_norm, tie_embeddings=tie, output_bias=bias)
     params, buffers = meta_counts(cfg)
     assert (memory.param_count(cfg), memory.param_bytes(cfg)) == (params, 4 * (params + buffers))
 
 
-def test_huge_configs_are_counted_instantly_without_building_anything():
+@pytest.mark.parametrize(("norm", "ffn", "positional", "kv"), list(itertools.product(
+    ["layernorm", "rmsnorm"], ["mlp", "gated"], ["rope", "learned"], [0, 1])))
+def test_param_count_covers_todays_decoders(norm, ffn, positional, kv):
+    cfg = TransformerConfig(arch="decoder_only", d_model=8, n_heads=2, n_layers=3, d_ffn=12, vocab_size=37,
+                            max_len=11, norm=norm, ffn=ffn, positional=positional, n_kv_heads=kv, qkv_bias=kv == 0,
+                            linear_bias=False)
+    real = build_model(cfg, "cpu")
+    assert memory.param_count(cfg) == sum(p.numel() for p in real.parameters())
+    assert memory.param_bytes(cfg) == memory.module_bytes(real)
+
+
+def test_huge_configs_are_counted_without_allocating_anything():
     cfg = TransformerConfig(d_model=16_384, n_heads=256, n_layers=256, d_ffn=65_536, vocab_size=1_000_000,
                             max_len=100_000)
-    assert memory.param_count(cfg) > 10**12  # would be terabytes: a formula, not an allocation
+    assert memory.param_count(cfg) > 10**12  # would be terabytes: counted on the meta device, never allocated
     assert memory.param_bytes(cfg) > 4 * memory.param_count(cfg)  # plus the sine/cosine tables
 
 
@@ -68,19 +90,45 @@ def stored_bytes(tensors) -> int:
     return sum(seen.values())
 
 
-@pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
 @pytest.mark.parametrize("keep", [memory.KEEP_ALL, 0, 1, 9])
-def test_trace_estimate_bounds_the_bytes_a_trace_holds(arch, keep):
-    cfg = TransformerConfig(arch=arch, **WIDE)
+def test_trace_estimate_bounds_the_bytes_a_trace_holds(family, keep):
+    cfg = FAMILIES[family]
     model = build_model(cfg, "cpu")
     for T in (7, 96):
         src = torch.randint(0, cfg.vocab_size, (1, T))
-        tgt = torch.randint(0, cfg.vocab_size, (1, T + 3)) if arch == "encoder_decoder" else None
+        tgt = torch.randint(0, cfg.vocab_size, (1, T + 3)) if cfg.arch == "encoder_decoder" else None
         _, trace = run_with_trace(model, src, tgt, names=None if keep == memory.KEEP_ALL else layer_filter(keep))
         held = stored_bytes([*trace.tensors.values(), trace.probs])
         est = memory.trace_estimate(cfg, T, T + 3, keep=keep)
         assert held <= est.kept + est.logits + est.probs <= 1.15 * held
         assert est.total >= est.kept + est.logits + est.probs
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_loaded_model_measures_what_its_config_measures_on_the_meta_device(family):
+    """Two paths to one footprint: the built model run on the CPU, and its config run with shapes only."""
+    cfg = FAMILIES[family].replace(seed=7)  # a config nobody measured yet in this process
+    from_model = footprint.measure(build_model(cfg, "cpu"))
+    footprint._FOOTPRINTS.clear()
+    from_meta = footprint.footprint(cfg)
+    assert from_model.hooks.keys() == from_meta.hooks.keys()
+    for n_src, n_tgt in ((1, 1), (5, 9), (300, 200)):
+        for keep in (memory.KEEP_ALL, 1):
+            chosen = memory.wanted(keep)
+            assert from_model.kept(chosen, n_src, n_tgt) == from_meta.kept(chosen, n_src, n_tgt) > 0
+        assert from_model.logits(n_src, n_tgt) == from_meta.logits(n_src, n_tgt) == 4 * cfg.vocab_size * (
+            n_tgt if cfg.arch == "encoder_decoder" else n_src)
+        assert from_model.peak(n_src, n_tgt) == from_meta.peak(n_src, n_tgt)
+
+
+def test_a_new_block_type_changes_the_estimate_with_no_formula():
+    """A gated FFN keeps its gate and up projections: the estimate grows by exactly those (B, T, d_ffn) tensors."""
+    plain = FAMILIES["course-gpt"]
+    gated = plain.replace(ffn="gated")
+    T = 50
+    grew = memory.trace_estimate(gated, T).kept - memory.trace_estimate(plain, T).kept
+    assert grew == plain.n_layers * 2 * T * plain.d_ffn * 4
 
 
 def test_keeping_one_layer_costs_less_than_keeping_all_and_more_than_none():
@@ -95,15 +143,16 @@ PEAK_SCRIPT = r"""
 import gc, json, sys
 import torch
 torch.set_num_threads(1)
-from transformer_core.model import memory
+from transformer_core.model import footprint, memory
 from transformer_core.model.config import TransformerConfig
 from transformer_core.model.hooks import layer_filter
 from transformer_core.model.trace import run, run_with_trace
 from transformer_core.model.transformer import build_model
 
-arch, T, keep = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+T, keep = int(sys.argv[1]), sys.argv[2]
 keep = int(keep) if keep.isdigit() else keep
-cfg = TransformerConfig(arch=arch, **json.loads(sys.argv[4]))
+cfg = TransformerConfig.from_dict(json.loads(sys.argv[3]))
+arch = cfg.arch
 model = build_model(cfg, "cpu")
 src = torch.randint(0, cfg.vocab_size, (1, T))
 tgt = torch.randint(0, cfg.vocab_size, (1, T)) if arch == "encoder_decoder" else None
@@ -137,10 +186,10 @@ def run_fresh(script: str, *args: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize(("arch", "keep"), [("encoder_decoder", "all"), ("decoder_only", "0"),
-                                            ("encoder_decoder", "none")])
-def test_trace_estimate_bounds_the_measured_peak_of_a_fresh_process(arch, keep):
-    got = run_fresh(PEAK_SCRIPT, arch, "768", keep, json.dumps(WIDE))
+@pytest.mark.parametrize(("family", "keep"), [("translator", "all"), ("course-gpt", "0"), ("translator", "none"),
+                                              ("modern", "all"), ("modern", "none")])
+def test_trace_estimate_bounds_the_measured_peak_of_a_fresh_process(family, keep):
+    got = run_fresh(PEAK_SCRIPT, "768", keep, FAMILIES[family].to_json())
     assert got["grew"] > 20 * 2**20  # the run is big enough to measure
     assert got["grew"] <= got["estimate"] <= 1.5 * got["grew"], got
 
@@ -175,12 +224,19 @@ def test_training_activation_estimate_bounds_what_autograd_saves(arch, dropout, 
     assert saved <= memory.train_activation_bytes(cfg, batch, T, T) <= 2.5 * saved
 
 
+@pytest.mark.parametrize("family", ["modern", "gpt2-layout"])
+def test_training_activation_estimate_bounds_what_autograd_saves_in_other_families(family):
+    cfg = FAMILIES[family].replace(dropout=0.1)
+    saved = saved_for_backward(cfg, 4, 128)
+    assert saved <= memory.train_activation_bytes(cfg, 4, 128, 128) <= 2.5 * saved
+
+
 TRAIN_SCRIPT = r"""
 import gc, json, sys
 import torch
 import torch.nn.functional as F
 torch.set_num_threads(1)
-from transformer_core.model import memory
+from transformer_core.model import footprint, memory
 from transformer_core.model.config import TransformerConfig
 from transformer_core.model.transformer import build_model
 

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from ..model.hooks import ATTENTION_STAGES
 from ..model.trace import AttentionStages
 from .heads import CROSS_PATTERNS, PROBE_COUNT, SELF_PATTERNS, HeadRecord
 from .next_token import Distribution
@@ -38,8 +39,7 @@ def arrays_of(result) -> dict[str, np.ndarray]:
     elif hasattr(result, "arrays"):
         out = result.arrays()
     elif isinstance(result, AttentionStages):
-        out = {s: getattr(result, s)[0] for s in ("q", "k", "v", "scores", "scaled", "mask", "masked", "weights", "z",
-                                                   "concat", "out") if getattr(result, s) is not None}
+        out = {s: getattr(result, s)[0] for s in ATTENTION_STAGES if getattr(result, s, None) is not None}
     elif isinstance(result, Distribution):
         out = {"ids": result.ids, "logits": result.logits, "probs": result.probs, "raw": result.raw}
     elif isinstance(result, list) and all(isinstance(r, HeadRecord) for r in result):

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import TransformerConfig
-from .hooks import HookPoint, observed
+from .hooks import ATTENTION_STAGES, ROTARY_STAGES, HookPoint, observed
 from .positional import RotaryEmbedding
 
 
@@ -37,6 +37,11 @@ def attention(q, k, v, mask=None, *, hook: Callable[[str, torch.Tensor], torch.T
     return z, weights
 
 
+def no_empty_row(mask) -> bool:
+    """Whether every query may attend to some key (a shapes-only meta tensor is taken to: the common case)."""
+    return mask is None or mask.device.type == "meta" or bool(mask.any(-1).all())
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention: self-attention (kv = x) or cross-attention (kv = encoder memory).
 
@@ -54,9 +59,9 @@ class MultiHeadAttention(nn.Module):
         self.W_o = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.linear_bias)
         self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta) if rotary and cfg.positional == "rope" else None
         self.dropout = nn.Dropout(cfg.dropout)
-        rot = ("q_rot", "k_rot") if self.rotary is not None else ()  # hook points only where the model has them
-        for stage in ("q", "k", "v", *rot, "scores", "scaled", "mask", "masked", "weights", "z", "concat", "out"):
-            setattr(self, f"hook_{stage}", HookPoint())
+        for stage in ATTENTION_STAGES:  # hook points only where the model has them
+            if self.rotary is not None or stage not in ROTARY_STAGES:
+                setattr(self, f"hook_{stage}", HookPoint())
 
     @property
     def group(self) -> int:
@@ -95,7 +100,7 @@ class MultiHeadAttention(nn.Module):
             k, v = k.repeat_interleave(self.group, dim=1), v.repeat_interleave(self.group, dim=1)  # (B, nh, Tk, hs)
         if mask is not None:
             mask = mask.expand(-1, self.n_heads, -1, -1)  # (B, nh, Tq, Tk) True = attend
-        if self.training and not observed() and (mask is None or bool(mask.any(-1).all())):
+        if self.training and not observed() and no_empty_row(mask):
             # training with nothing watching (no row fully masked): PyTorch's fused kernel of the same formula,
             # without the masked copies the stages need (bench/train_speed.py)
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout.p)  # (B, nh, Tq, hs)

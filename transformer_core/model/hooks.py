@@ -114,6 +114,34 @@ def capture_all(names: Iterable[str] | Callable[[str], bool] | None = None,
         _ACTIVE.reset(token)
 
 
+class _Count:
+    """What a trace would keep, by hook path: (bytes, storage or None for a view, which a trace copies); a storage
+    another hook point kept already counts 0. Nothing is stored: for measuring on the meta device."""
+
+    def __init__(self) -> None:
+        self.sizes: dict[str, tuple[int, int | None]] = {}
+        self._seen: set[int] = set()
+        self._held: list = []  # the storages counted stay alive, so no later tensor reuses their address
+
+    def save(self, name: str, x: torch.Tensor) -> None:
+        key = None if x._is_view() else x.untyped_storage()._cdata
+        self.sizes[name] = (0 if key in self._seen else x.numel() * x.element_size(), key)
+        if key is not None:
+            self._seen.add(key)
+            self._held.append(x.untyped_storage())
+
+
+@contextmanager
+def counting() -> Iterator[dict[str, tuple[int, int | None]]]:
+    """Count (never keep) what every hook point of forwards run in this context would keep in a trace."""
+    store = _Count()
+    token = _ACTIVE.set(store)
+    try:
+        yield store.sizes
+    finally:
+        _ACTIVE.reset(token)
+
+
 @contextmanager
 def intervene(edits: dict[str, Callable[[torch.Tensor], torch.Tensor]]) -> Iterator[None]:
     """Forwards run in this context (this thread only) see edits[name](x) at hook point `name` instead of x.
@@ -145,10 +173,12 @@ def editing() -> bool:
 # Which stack and module an attention block lives in; the course's three kinds of attention.
 BLOCKS = {"enc_self": ("encoder", "self_attn"), "dec_self": ("decoder", "self_attn"),
           "cross": ("decoder", "cross_attn")}
-# q_rot / k_rot: after RoPE's rotation (rotary models only); k, v, k_rot have cfg.kv_heads heads (fewer with GQA)
-ATTENTION_STAGES = ("q", "k", "v", "q_rot", "k_rot", "scores", "scaled", "mask", "masked", "weights", "z", "concat",
-                    "out")
-PER_HEAD_STAGES = ("q", "k", "v", "q_rot", "k_rot", "scores", "scaled", "mask", "masked", "weights", "z")
+# The one list of attention's traced stages, in the order they happen (MultiHeadAttention makes a hook point for each;
+# the trace, the memory measurement, the exports and the pages read them from here).
+ROTARY_STAGES = ("q_rot", "k_rot")  # after RoPE's rotation (rotary models only)
+MAP_STAGES = ("scores", "scaled", "mask", "masked", "weights")  # (B, h, Tq, Tk): one map per head
+ATTENTION_STAGES = ("q", "k", "v", *ROTARY_STAGES, *MAP_STAGES, "z", "concat", "out")
+PER_HEAD_STAGES = ATTENTION_STAGES[:-2]  # all but concat and out, which are (B, T, d); k, v, k_rot: cfg.kv_heads
 SIDE_STAGES = {  # stage -> path below a stack ("encoder" or "decoder")
     "embed_tok": "embed.hook_tok", "embed_scaled": "embed.hook_scaled", "pe": "embed.pos.hook_pe",
     "embed": "embed.hook_sum", "stack_out": "hook_out",

@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .hooks import ATTENTION_STAGES, BLOCKS, CaptureDone, act_name, capture_all
+from .hooks import ATTENTION_STAGES, BLOCKS, MAP_STAGES, PER_HEAD_STAGES, CaptureDone, act_name, capture_all
 from .transformer import DEFAULT_MASKS, Transformer
 
 KV_STAGES = ("k", "v", "k_rot")  # one per K/V head
-VECTOR_STAGES = ("q", "k", "v", "q_rot", "k_rot", "z")  # (T, hs) per head, not maps
+VECTOR_STAGES = tuple(s for s in PER_HEAD_STAGES if s not in MAP_STAGES)  # (T, hs) per head, not maps
 
 
 @dataclass(frozen=True)

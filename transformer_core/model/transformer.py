@@ -39,6 +39,8 @@ class Transformer(nn.Module):
             raise InputError("ids_shape", what=what, shape=tuple(ids.shape))
         if ids.size(1) > self.cfg.max_len:
             raise InputError("ids_too_long", what=what, n=ids.size(1), max_len=self.cfg.max_len)
+        if ids.device.type == "meta":  # shapes only (memory.py measures forwards there): no values to check
+            return
         if int(ids.min()) < 0 or int(ids.max()) >= self.cfg.vocab_size:
             raise InputError("ids_out_of_vocab", what=what, top=self.cfg.vocab_size - 1)
 

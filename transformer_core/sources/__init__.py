@@ -13,7 +13,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
 
-from ..errors import ModelSourceError
+from ..errors import ExplorerError, ModelSourceError
+from ..model.footprint import measure
 from ..model.transformer import Transformer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,6 +52,9 @@ class ModelSource(Protocol):
     def load(self, ref: str, places: Places, device=None) -> tuple[Transformer, dict]:
         """(model in eval mode, its card) for the part of a key after "kind:"."""
 
+    def load_bytes(self, ref: str, places: Places) -> int:
+        """Memory its load takes while it runs, from what is on disk (cheap; 0 when it cannot tell)."""
+
 
 @lru_cache(maxsize=1)
 def sources() -> dict[str, ModelSource]:
@@ -73,7 +77,24 @@ def list_entries(places: Places = Places()) -> list[ModelEntry]:
 def load_model(key: str, places: Places = Places(), device=None) -> tuple[Transformer, dict]:
     """Build or load the model a key names ("shipped:reverse", or just "reverse" for a shipped model, or
     "preset:course-base@cl100k_base", "gpt2:small"); returns (model in eval mode, its card)."""
+    kind, ref = split_key(key)
+    model, card = sources()[kind].load(ref, places, device)
+    measure(model)  # its forward's memory, from the model itself: later estimates of its config need no meta run
+    return model, card
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """(kind, ref) of a key whose kind some source offers (ModelSourceError `model_unknown` otherwise)."""
     kind, _, ref = str(key).partition(":") if ":" in str(key) else ("shipped", "", str(key))
     if kind not in sources() or not ref:
         raise ModelSourceError("model_unknown")
-    return sources()[kind].load(ref, places, device)
+    return kind, ref
+
+
+def load_bytes(key: str, places: Places = Places()) -> int:
+    """Memory loading a key takes while it runs, asked of its source (0 when it cannot tell: the load will say)."""
+    try:
+        kind, ref = split_key(key)
+        return int(sources()[kind].load_bytes(ref, places))
+    except (OSError, KeyError, ExplorerError, ValueError):
+        return 0

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from ..errors import ModelSourceError
-from ..model.config import PRESETS, preset
+from ..model.config import PRESETS, TransformerConfig, preset
+from ..model.memory import param_bytes
 from ..model.transformer import build_model
 from ..text.tokenizer import ENCODINGS, load_encoding
 from . import ModelEntry, Places
@@ -22,12 +23,21 @@ class PresetSource:
                                                           "random_init": True}) for p in SHOWN]
 
     def load(self, ref: str, places: Places, device=None):
+        cfg = self.config(ref)
+        return build_model(cfg, device), {"name": ref.partition("@")[0], "arch": cfg.arch, "encoding": cfg.encoding,
+                                          "random_init": True}
+
+    def config(self, ref: str) -> TransformerConfig:
+        """The preset's config on its encoding ("course-base@o200k_base"), its vocabulary the encoding's."""
         name, _, encoding = ref.partition("@")
         encoding = encoding or "cl100k_base"
         if name not in PRESETS or encoding not in ENCODINGS:
             raise ModelSourceError("model_unknown")
-        cfg = preset(name, encoding=encoding, vocab_size=load_encoding(encoding).n_vocab)
-        return build_model(cfg, device), {"name": name, "arch": cfg.arch, "encoding": encoding, "random_init": True}
+        return preset(name, encoding=encoding, vocab_size=load_encoding(encoding).n_vocab)
+
+    def load_bytes(self, ref: str, places: Places) -> int:
+        """The model it builds (counted on the meta device: nothing allocated)."""
+        return param_bytes(self.config(ref))
 
 
 SOURCES = [PresetSource()]
