@@ -20,8 +20,7 @@ from service.settings import settings
 from transformer_core.errors import DeviceError
 from transformer_core.model.device import device_name, pick_device
 from transformer_core.model.hooks import layer_filter
-from transformer_core.model.memory import KEEP_ALL, module_bytes
-from transformer_core.model.memory import trace_bytes as trace_bytes_of
+from transformer_core.model.memory import KEEP_ALL, module_bytes, trace_bytes
 from transformer_core.model.trace import Trace, run, run_with_trace
 from transformer_core.text.inputs import Prepared, prepare
 
@@ -44,7 +43,7 @@ def get_device() -> tuple[str, str]:
     return str(dev), device_name(dev)
 
 
-def trace_bytes(trace: Trace) -> int:
+def held_bytes(trace: Trace) -> int:
     return sum(t.numel() * t.element_size() for t in trace.tensors.values())
 
 
@@ -87,7 +86,7 @@ class BoundedCache:
             self._items.clear()
 
 
-TRACES = BoundedCache(settings().trace_cache_mb * 2**20, lambda value: trace_bytes(value[1]))
+TRACES = BoundedCache(settings().trace_cache_mb * 2**20, lambda value: held_bytes(value[1]))
 MODELS = BoundedCache(settings().model_cache_mb * 2**20, lambda value: module_bytes(value[0]))
 
 
@@ -101,7 +100,7 @@ def trace_keep(cfg, text: str, tgt_text: str | None, extra: tuple, layer: int):
     Decided from the config and the text's bytes (a token is at least one byte), before tokenizing."""
     longest = min(cfg.max_len, len(str(text).encode("utf-8", "replace")) + len(extra) + 2)
     n_tgt = None if tgt_text is None else min(cfg.max_len, len(str(tgt_text).encode("utf-8", "replace")) + 2)
-    whole = trace_bytes_of(cfg, longest, n_tgt, keep=KEEP_ALL) <= WHOLE_TRACE_BYTES
+    whole = trace_bytes(cfg, longest, n_tgt, keep=KEEP_ALL) <= WHOLE_TRACE_BYTES
     return KEEP_ALL if whole else layer
 
 
