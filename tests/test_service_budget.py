@@ -242,3 +242,22 @@ def test_a_small_models_trace_serves_every_layer(server_env):
     assert cache.trace_keep(big, "word " * 400, None, (), 3) == 3
     assert cache.trace_keep(big, "a short text", None, (), 3) == memory.KEEP_ALL
     assert memory.trace_bytes(big, 400, keep=memory.KEEP_ALL) > cache.WHOLE_TRACE_BYTES
+
+
+def test_every_source_says_what_its_load_takes(tmp_path, monkeypatch):
+    """load_bytes is each source's own method: a saved folder's weights twice, a preset's parameters, a GPT-2
+    file 2.5 times, a hub model not downloaded 0 (the load says so), an unknown key 0."""
+    from transformer_core.sources import Places, load_bytes, sources
+    from transformer_core.train.checkpoint import WEIGHTS
+
+    assert all(callable(getattr(s, "load_bytes", None)) for s in sources().values())
+    shipped = Places().shipped_dir / "copy" / WEIGHTS
+    assert load_bytes("shipped:copy") == 2 * shipped.stat().st_size
+    assert load_bytes("preset:course-gpt@r50k_base") == memory.param_bytes(PRESETS["course-gpt"].replace(
+        vocab_size=50257, encoding="r50k_base"))
+    (tmp_path / "gpt2.safetensors").write_bytes(b"x" * 1000)
+    assert load_bytes("gpt2:file:gpt2.safetensors", Places(models_dir=tmp_path)) == 2500
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    assert load_bytes("hf:smollm2-135m") == 0
+    assert load_bytes("nowhere:x") == load_bytes("shipped:../etc") == 0
