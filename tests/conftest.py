@@ -16,6 +16,8 @@ if "TIKTOKEN_CACHE_DIR" not in os.environ and SHARED_CACHE.is_dir():
     os.environ["TIKTOKEN_CACHE_DIR"] = str(tmp)
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# the pages' threads (one on a shared server) stay the process's in tests, which run one page at a time
+os.environ.setdefault("TRANSFORMER_EXPLORER_PAGE_THREADS", str(torch.get_num_threads()))
 
 
 @pytest.fixture

@@ -86,6 +86,10 @@ class BoundedCache:
             self._items.clear()
 
 
+# Intra-op threads of the pages' tensor work, set once as the server's first run imports this module; every later
+# run's script thread starts with it. Many learners' pages run at once, and with OpenMP each calling thread gets its
+# own team: two threads per op on two cores made the sessions wait on each other's spinning teams.
+torch.set_num_threads(settings().page_threads)
 TRACES = BoundedCache(settings().trace_cache_mb * 2**20, lambda value: held_bytes(value[1]))
 MODELS = BoundedCache(settings().model_cache_mb * 2**20, lambda value: module_bytes(value[0]))
 
