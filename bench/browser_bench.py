@@ -1,21 +1,14 @@
-"""Browser helpers for the benches, on top of tests/browser_support.py (server start, Chromium, waits)."""
+"""Browser helpers for the benches, on top of harness.server (server start) and harness.browser (Chromium, waits)."""
 from __future__ import annotations
 
 import os
 import time
 from urllib.parse import urlencode, urlparse
 
-from browser_support import (  # noqa: F401 - re-exported for the bench scripts
-    CHART,
-    CHART_SVG,
-    EXCEPTION,
-    IDLE_APP,
-    launch_browser,
-    log_tail,
-    start_app,
-    wait_rendered,
-)
 from common import DEVICE_ENV
+
+from harness.browser import CHART, CHART_SVG, EXCEPTION, IDLE_APP, launch_browser, wait_rendered  # noqa: F401
+from harness.server import log_tail, start_app  # noqa: F401 - re-exported for the bench scripts
 
 # A bench server: no file watcher (a colleague saving a page must not pause every session with a
 # "source changed" prompt), and the device the bench was asked for.

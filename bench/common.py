@@ -1,5 +1,8 @@
 """Shared by the bench scripts: paths, env, result files, tables, process memory, texts of exact token counts.
 
+What tests use too (starting a server, Chromium, the protocol client, AppTest) is in harness/ at the repository root;
+importing this module puts the root on sys.path, so a bench script run as `python bench/NAME.py` imports both.
+
 Every bench writes bench/results/<name>.json = {"name", "env", "figures": [figure(...), ...], ...raw data};
 bench/run_all.py reads the "figures" lists (name, value, unit, target, ok) into one summary table.
 """
@@ -15,28 +18,24 @@ import platform
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-SHARED_CACHE = ROOT.parent / "shared" / "tiktoken-cache"
 COURSE_BASE = "preset:course-base@cl100k_base"
 DEVICE_ENV = "TRANSFORMER_EXPLORER_DEVICE"
 OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
-for p in (ROOT, ROOT / "tests"):  # transformer_core, ui, and tests/browser_support.py
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
+if str(ROOT) not in sys.path:  # transformer_core, ui, service and harness
+    sys.path.insert(0, str(ROOT))
 
 
 def setup_env(device: str | None = None) -> dict:
     """Offline tiktoken and the device for this process and the servers it starts; returns the env dict."""
-    if "TIKTOKEN_CACHE_DIR" not in os.environ and SHARED_CACHE.is_dir():
-        tmp = Path(tempfile.mkdtemp(prefix="tiktoken-cache-"))  # tiktoken deletes files whose hash is off
-        for f in SHARED_CACHE.iterdir():
-            shutil.copy(f, tmp / f.name)
-        os.environ["TIKTOKEN_CACHE_DIR"] = str(tmp)  # servers and child benches inherit it
+    from harness.server import tiktoken_cache
+
+    if "TIKTOKEN_CACHE_DIR" not in os.environ and (tmp := tiktoken_cache()):  # a writable copy of the shared files
+        os.environ["TIKTOKEN_CACHE_DIR"] = tmp  # servers and child benches inherit it
         atexit.register(shutil.rmtree, tmp, ignore_errors=True)
     if device:
         os.environ[DEVICE_ENV] = device

@@ -39,12 +39,11 @@ PAGE_TARGET_S = 3.0
 def stand_in_cache(home: Path, ref: str) -> None:
     """Random weights of the model's real config in the HF cache layout (refs/main -> snapshots/<commit>/...)."""
     import torch
-    import transformers
-    from test_hf_decoder import trained_tokenizer
+
+    from harness.hf_models import hf_classes, trained_tokenizer
 
     repo, family, sizes = CONFIGS[ref]
-    cls = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
-           "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM)}[family]
+    cls = hf_classes(family)
     snap = home / "hub" / f"models--{repo.replace('/', '--')}" / "snapshots" / ("0" * 40)
     snap.mkdir(parents=True, exist_ok=True)
     (snap.parents[1] / "refs").mkdir(exist_ok=True)
@@ -88,7 +87,8 @@ def main(argv=None) -> int:
     setup_env(args.device)
     quiet_streamlit()
     import page_cost
-    from apptest_support import no_pages_dir_mode, page_files
+
+    from harness.apptest import no_pages_dir_mode, page_files
 
     rows, pages, figures = [], [], []
     for name in args.models:

@@ -62,8 +62,9 @@ def timed_run(at) -> float:
 
 def measure_page(page: str, n: int, reruns: int, model: str = COURSE_BASE, encoding: str = "cl100k_base") -> dict:
     """`encoding`: the model's own tokenizer, so the texts are exactly n of its tokens."""
-    from apptest_support import APP
     from streamlit.testing.v1 import AppTest
+
+    from harness.apptest import APP
 
     src, tgt = text_of_tokens(n, encoding=encoding), text_of_tokens(n, TARGET_SENTENCE, encoding=encoding)
     at = AppTest.from_file(APP, default_timeout=300)
@@ -96,7 +97,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     setup_env(args.device)
     quiet_streamlit()
-    from apptest_support import no_pages_dir_mode, page_files
+    from harness.apptest import no_pages_dir_mode, page_files
 
     lengths = args.lengths or ([64] if args.quick else [16, 64, 256])
     reruns = args.reruns or (3 if args.quick else 5)

@@ -3,7 +3,7 @@
     python bench/protocol_check.py [--start-server | --url http://127.0.0.1:8501] [--reps 6]
                                    [--page attention] [--key head] [--model KEY] [--json out.json]
 
-Chromium (Debian's /usr/bin/chromium through Playwright) and one bench/st_protocol.py client open the same
+Chromium (Debian's /usr/bin/chromium through Playwright) and one harness/st_protocol.py client open the same
 page with the same text and model; then, alternating, each changes the select box `--key` to the same next
 option. Reported per repetition and as medians:
 
@@ -29,15 +29,17 @@ import sys
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from protocol_load import Server, pid_listening_on, sentence
-from st_protocol import StreamlitClient
-from streamlit.proto.BackMsg_pb2 import BackMsg
-from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # harness, when run as a script
+    sys.path.insert(0, str(ROOT))
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync"]
+from protocol_load import Server, pid_listening_on, sentence  # noqa: E402
+from streamlit.proto.BackMsg_pb2 import BackMsg  # noqa: E402
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg  # noqa: E402
+
+from harness.browser import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
+from harness.st_protocol import StreamlitClient  # noqa: E402
+
 IDLE = "[data-testid='stApp'][data-test-script-state='notRunning'][data-test-connection-state='CONNECTED']"
 
 # Instruments the page before streamlit's code runs: WebSocket sends and script_finished arrivals (found by

@@ -4,7 +4,7 @@
                                   [--start-server] [--model KEY] [--think 1 3] [--ramp S] [--json out.json]
 
 Each learner is one websocket on /_stcore/stream speaking streamlit's BackMsg/ForwardMsg protobufs
-(bench/st_protocol.py), so 20 to 60 of them cost the client almost nothing. A learner opens the app, types
+(harness/st_protocol.py), so 20 to 60 of them cost the client almost nothing. A learner opens the app, types
 its own sentence (40-64 cl100k tokens, English or Chinese, a learner-specific name in front so no two
 learners share a cached trace), and then walks SCRIPT (a list of actions; edit it to change the walk) with
 a random think time between actions, over and over until --duration is over (each new round types the
@@ -44,10 +44,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from st_protocol import MissingWidget, ProtocolError, RunResult, StreamlitClient, random_other
-
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # harness, when run as a script
+    sys.path.insert(0, str(ROOT))
+
+from harness.st_protocol import MissingWidget, ProtocolError, RunResult, StreamlitClient, random_other  # noqa: E402
+
 # ../shared/tiktoken-cache from the project root (or from a checkout one level further down)
 SHARED_CACHE = next((p / "shared" / "tiktoken-cache" for p in ROOT.parents[:2]
                      if (p / "shared" / "tiktoken-cache").is_dir()), ROOT.parent / "shared" / "tiktoken-cache")

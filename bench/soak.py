@@ -4,7 +4,7 @@
                          [--model KEY] [--no-browser] [--seed 0]
 
 A fresh server (`streamlit run app.py`) with a temporary checkpoints folder, then --sessions simulated learners
-speaking Streamlit's own websocket protocol (bench/st_protocol.py, no browsers) for --duration seconds:
+speaking Streamlit's own websocket protocol (harness/st_protocol.py, no browsers) for --duration seconds:
 
 * learners (all but five): bench/protocol_load.py's walk (type a sentence, attention, layer/head/mask, logits,
   temperature, append tokens, tokenizer, embeddings, home) on --model, over and over;
@@ -17,7 +17,7 @@ speaking Streamlit's own websocket protocol (bench/st_protocol.py, no browsers) 
   course's 198 M-parameter preset (cut to what the memory budget allows), training settings that would exhaust
   memory (batch 512 x context 1024 x d_model 1024), and opening a trainer's private model by its URL key;
 * one Chromium tab (Playwright; --no-browser skips it, with a note) uploading the hostile model files of
-  tests/browser_support.hostile_model_files in turn (200 000 layers, a zip bomb, a stride-0 tensor, deep nesting, a
+  harness.model_files.hostile_model_files in turn (200 000 layers, a zip bomb, a stride-0 tensor, deep nesting, a
   float d_model, a path as encoding): the protocol client cannot upload files.
 
 Every refusal the app is expected to give (a notice, a warning or an error box naming the limit) is counted as an
@@ -45,13 +45,14 @@ from pathlib import Path
 from urllib.parse import quote, urlencode
 
 ROOT = Path(__file__).resolve().parents[1]
-for p in (ROOT / "bench", ROOT / "tests", ROOT):
+for p in (ROOT / "bench", ROOT):  # protocol_load, and harness
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
 import protocol_load as pl  # noqa: E402
-from browser_support import folder_bytes, fresh_app  # noqa: E402
-from st_protocol import MissingWidget, ProtocolError, RunResult, StreamlitClient  # noqa: E402
+
+from harness.server import folder_bytes, fresh_app  # noqa: E402
+from harness.st_protocol import MissingWidget, ProtocolError, RunResult, StreamlitClient  # noqa: E402
 
 COURSE_BASE = pl.COURSE_BASE
 # a substring of a message -> the kind of expected refusal it is (the more specific first)
@@ -360,7 +361,9 @@ async def attacker(s: Soak, who: int, start_delay: float, model: str) -> None:
 
 def browser_uploads(s: Soak, proc, files: list[tuple[Path, str]], ready: threading.Event) -> None:
     """In its own thread (Playwright's sync API): upload each hostile file in turn on the Train page."""
-    from browser_support import (
+    from playwright.sync_api import sync_playwright
+
+    from harness.browser import (
         ERROR_BOX,
         IDLE_APP,
         MAIN,
@@ -370,7 +373,6 @@ def browser_uploads(s: Soak, proc, files: list[tuple[Path, str]], ready: threadi
         upload_model_file,
         wait_rendered,
     )
-    from playwright.sync_api import sync_playwright
 
     rng = random.Random(7)
     try:
@@ -505,7 +507,8 @@ def main(argv: list[str] | None = None) -> int:
     folder = tmp / "checkpoints"
     files = []
     if not args.no_browser:
-        from browser_support import CHROMIUM, hostile_model_files
+        from harness.browser import CHROMIUM
+        from harness.model_files import hostile_model_files
 
         if os.access(CHROMIUM, os.X_OK):
             files = hostile_model_files(tmp / "hostile")

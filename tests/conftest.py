@@ -1,19 +1,15 @@
-"""Test setup: offline tiktoken through ../shared/tiktoken-cache (copied to a writable temp dir)."""
+"""Test setup for every layer: offline tiktoken through ../shared/tiktoken-cache (copied to a writable temp dir),
+torch's threads, and the fixtures tests of more than one layer use. A layer's own fixtures are in its conftest.py
+(core/, service/, ui/, browser/); helpers tests and benches share are in harness/."""
 import os
-import shutil
-import tempfile
-from pathlib import Path
 
 import pytest
 import torch
 
-SHARED_CACHE = Path(__file__).resolve().parents[2] / "shared" / "tiktoken-cache"
+from harness.server import tiktoken_cache
 
-if "TIKTOKEN_CACHE_DIR" not in os.environ and SHARED_CACHE.is_dir():
-    tmp = Path(tempfile.mkdtemp(prefix="tiktoken-cache-"))
-    for f in SHARED_CACHE.iterdir():
-        shutil.copy(f, tmp / f.name)
-    os.environ["TIKTOKEN_CACHE_DIR"] = str(tmp)
+if "TIKTOKEN_CACHE_DIR" not in os.environ and (cache := tiktoken_cache()):
+    os.environ["TIKTOKEN_CACHE_DIR"] = cache
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 # the pages' threads (one on a shared server) stay the process's in tests, which run one page at a time
@@ -28,31 +24,6 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """One Debian Chromium per browser-test module (skips when Playwright or Chromium is missing)."""
-    from browser_support import launch_browser, require_browser
-
-    sync_api = require_browser()
-    sync_api.expect.set_options(timeout=60_000)
-    with sync_api.sync_playwright() as p:
-        b = launch_browser(p)
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def tab(browser):
-    """A fresh English tab that records every JS dialog in `tab.dialogs` (none may open)."""
-    ctx = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1000})
-    page = ctx.new_page()
-    page.set_default_timeout(60_000)
-    page.dialogs = []
-    page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
-    yield page
-    ctx.close()
 
 
 @pytest.fixture
@@ -78,3 +49,19 @@ def user_dir(tmp_path, server_env):
     folder = tmp_path / "user"
     server_env(TRANSFORMER_EXPLORER_CHECKPOINTS=folder)
     return folder
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """The tiny encoder-decoder preset (d_model 16), random weights, on the CPU (one per test module)."""
+    from transformer_core import build_model, preset
+
+    return build_model(preset("tiny"), "cpu")
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt():
+    """The tiny decoder-only preset, random weights, on the CPU (one per test module)."""
+    from transformer_core import build_model, preset
+
+    return build_model(preset("tiny-gpt"), "cpu")

@@ -91,9 +91,48 @@ def test_readme_layout_table_matches_the_tree():
     tree = {p.name + "/" for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")
             and p.name not in {"checkpoints", "artifacts", "screenshots"} and "cache" not in p.name}
     tree |= {"app.py", "transformer_core/errors.py"}
-    tree |= {f"transformer_core/{p.name}/" for p in (ROOT / "transformer_core").iterdir()
+    tree |= {f"{top}/{p.name}/" for top in ("transformer_core", "tests") for p in (ROOT / top).iterdir()
              if p.is_dir() and (p / "__init__.py").is_file()}
     assert listed == tree
+
+
+TEST_LAYERS = {"core", "service", "ui", "browser"}
+
+
+def imports_and_path_edits(path: Path) -> tuple[set[str], bool, set[str]]:
+    """(the modules a file imports, full dotted names; whether it edits sys.path; its string constants)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    mods, edits, consts = set(), False, set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            mods |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            mods.add(node.module)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in {
+                "insert", "append"} and ast.unparse(node.func.value) == "sys.path":
+            edits = True
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            consts.add(node.value)
+    return mods, edits, consts
+
+
+def test_tests_sit_in_their_layer_and_share_code_through_the_harness():
+    """tests/<layer>/ per floor (core, service, ui through AppTest, browser through Chromium), project-wide checks at
+    the top. What tests and benches share is in harness/, fixtures in conftest.py: no test imports another test
+    module or a conftest, nothing that edits sys.path names tests/, harness/ imports neither tests nor bench, and
+    only tests/browser/ drives Chromium."""
+    tests = ROOT / "tests"
+    assert {p.name for p in tests.iterdir() if (p / "__init__.py").is_file()} == TEST_LAYERS
+    assert sorted(p.name for p in tests.glob("test_*.py")) == ["test_layout.py", "test_lint.py"]
+    for path in py_files("tests", "bench", "harness"):
+        mods, edits_path, consts = imports_and_path_edits(path)
+        tops, where = {m.split(".")[0] for m in mods}, path.relative_to(ROOT)
+        assert not {m for m in tops if m.startswith("test_") or m == "conftest"}, where
+        assert not (edits_path and {c for c in consts if c == "tests" or c.startswith("tests/")}), where
+        if path.is_relative_to(ROOT / "harness"):
+            assert not tops & {"tests", "bench", "common"}, where
+        elif path.is_relative_to(tests) and not path.is_relative_to(tests / "browser"):
+            assert not mods & {"harness.browser", "playwright.sync_api", "playwright.async_api"}, where
 
 
 def test_readme_settings_table_lists_every_setting():

@@ -3,7 +3,7 @@ itself (`footprint.py`: its forward measured at a few lengths, from the loaded m
 fitted), so a server can refuse or shorten work that would not fit before it starts. No figure here knows a
 layer type: a new family is measured like the course's.
 
-Every figure is in bytes. They are upper bounds for the forwards of `Transformer`: tests/test_service_memory.py
+Every figure is in bytes. They are upper bounds for the forwards of `Transformer`: tests/service/test_service_memory.py
 compares them with real runs (the bytes a trace holds, the tensors autograd saves, and the peak RSS of a fresh
 process) for every family and pins the factor.
 
@@ -23,7 +23,8 @@ from .hooks import layer_filter
 FLOAT = 4  # bytes of a float32 (every model the core builds or loads is float32)
 KEEP_ALL, KEEP_NONE = "all", "none"
 # What no tensor shows: the allocator's rounding and the kernels' own buffers, on top of the most bytes alive at
-# once (a fresh process's RSS grew 1% more than the live tensors of an untraced forward: tests/test_service_memory.py)
+# once (a fresh process's RSS grew 1% more than the live tensors of an untraced forward:
+# tests/service/test_service_memory.py)
 PEAK_SLACK = 1.1
 # Training: what the formula-free measurement cannot see, because it happens after the forward.
 LOSS_GRADIENTS = 2  # (B, T, vocab) floats at the start of backward: the logits' gradient and log-softmax's

@@ -1,0 +1,136 @@
+"""AppTest helpers for the page tests (tests/ui/) and the page benches: open the app on a page, read what it shows.
+
+Streamlit quirk: with a folder named `pages/` next to app.py, AppTest (and a fresh server's first run) takes
+Streamlit's old "pages directory" path and runs a page file WITHOUT app.py, so the sidebar and session setup
+never happen. `no_pages_dir_mode()` switches that path off, as app.py's own st.navigation call does.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import re
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+from streamlit.runtime.pages_manager import PagesManager
+from streamlit.runtime.scriptrunner import get_script_run_ctx
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+SMALL = "preset:course-gpt@cl100k_base"  # decoder-only, d_model 64, max_len 16: fast on a CPU
+
+
+def page_names() -> list[str]:
+    """The page names app.py registers, in navigation order."""
+    return re.findall(r'\bpage\(\s*"([a-z_]+)"', (ROOT / "app.py").read_text(encoding="utf-8"))
+
+
+def page_files() -> list[str]:
+    """The page scripts app.py registers, relative to the app (in navigation order)."""
+    return [page_file(n) for n in page_names()]
+
+
+def page_file(name: str) -> str:
+    """The page file of a name (e.g. "logits" -> "pages/5_logits.py")."""
+    matches = [p for p in (ROOT / "pages").glob("*.py") if p.stem.split("_", 1)[-1] == name]
+    assert len(matches) == 1, f"no single page named {name!r}"
+    return f"pages/{matches[0].name}"
+
+
+@contextmanager
+def no_pages_dir_mode():
+    """Make every AppTest run go through app.py (st.navigation), never the legacy pages-directory runner."""
+    original = PagesManager.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        PagesManager.uses_pages_directory = False
+
+    PagesManager.__init__ = init
+    try:
+        yield
+    finally:
+        PagesManager.__init__ = original
+
+
+@contextmanager
+def harness_language(code: str):
+    """AppTest re-formats widget options outside any script run, where t() cannot see the app's language;
+    make t() use `code` there (inside the app's runs it still reads st.session_state)."""
+    from ui import i18n
+
+    original = i18n.lang
+    i18n.lang = lambda: original() if get_script_run_ctx(suppress_warning=True) else code
+    try:
+        yield
+    finally:
+        i18n.lang = original
+
+
+def open_app(page: str | None = None, timeout: float = 120, **query) -> AppTest:
+    """Run the app once with these URL query params, then (if given) switch to a page by name and run it."""
+    at = AppTest.from_file(APP, default_timeout=timeout)
+    for k, v in query.items():
+        at.query_params[k] = v
+    at.run()
+    if page:
+        at.switch_page(page_file(page)).run()
+    return at
+
+
+def assert_clean(at: AppTest) -> None:
+    """The run showed no exception and no error box."""
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def metric(at: AppTest, label: str) -> str:
+    """The shown value of the metric with this label."""
+    values = [m.value for m in at.metric if m.label == label]
+    assert values, f"no metric {label!r} in {[m.label for m in at.metric]}"
+    return values[0]
+
+
+def messages(at: AppTest) -> list[str]:
+    """Every error, warning and info text shown (main area and sidebar)."""
+    return [e.value for kind in ("error", "warning", "info", "success") for e in getattr(at, kind)]
+
+
+def shown_texts(at: AppTest) -> list[str]:
+    """Every heading, text, message, widget and metric label, table column and chart title / axis title /
+    legend name the run shows (e.g. to look for strings left in English on a Chinese page)."""
+    texts = [e.value for kind in ("title", "header", "subheader", "markdown", "caption") for e in getattr(at, kind)]
+    texts += messages(at) + [m.label for m in at.metric]
+    texts += [w.label for kind in ("selectbox", "radio", "slider", "number_input", "button", "text_area", "checkbox")
+              for w in getattr(at, kind)]
+    texts += [str(c) for d in at.dataframe for c in d.value.columns]
+    for chart in at.get("plotly_chart"):
+        spec = json.loads(chart.proto.spec)
+        layout = spec.get("layout", {})
+        texts += [a.get("text") for a in layout.get("annotations", [])] + [tr.get("name") for tr in spec["data"]]
+        texts += [x for tr in spec["data"] if "text" in str(tr.get("mode", "")) for x in tr.get("text") or []
+                  if isinstance(x, str)]  # labels drawn as a text trace (the model map's boxes)
+        texts += [v.get("title", {}).get("text") for k, v in layout.items() if k.startswith(("xaxis", "yaxis"))]
+        texts.append(layout.get("title", {}).get("text"))
+    return [s for s in texts if s]
+
+
+def figure(at: AppTest, key: str) -> dict:
+    """The plotly spec (data, layout) the page sent for the chart rendered with `key`."""
+    for chart in at.get("plotly_chart"):
+        if chart.proto.id.endswith(f"-{key}"):
+            return json.loads(chart.proto.spec)
+    raise KeyError(f"no plotly chart with key {key!r}")
+
+
+def array(value) -> np.ndarray:
+    """A plotly array as numpy: a plain list, or the {'dtype', 'bdata', 'shape'} typed-array encoding."""
+    if isinstance(value, dict) and "bdata" in value:
+        arr = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        shape = value.get("shape")
+        if isinstance(shape, str):
+            shape = [int(s) for s in shape.split(",")]
+        return arr.reshape(shape) if shape else arr
+    return np.asarray(value, dtype=float)

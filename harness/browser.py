@@ -1,0 +1,546 @@
+"""Drive the app with Debian Chromium through Playwright: launch, wait for a run to be over, read and act on a page.
+
+Importable without Playwright installed (tests skip through require_browser()). The server these pages come from is
+harness.server's start_app / fresh_app.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+from harness.server import ROOT, App, log_tail
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
+APP = "[data-testid='stApp']"
+IDLE_APP = "[data-testid='stApp'][data-test-script-state='notRunning'][data-test-connection-state='CONNECTED']"
+RUNNING_ICON = "[data-testid='stStatusWidgetRunningIcon'], [data-testid='stStatusWidgetRunningManIcon']"
+CHART = "[data-testid='stPlotlyChart']"
+CHART_SVG = "[data-testid='stPlotlyChart'] .main-svg"
+EXCEPTION = "[data-testid='stException']"
+
+
+def launch_browser(playwright, **kwargs):
+    """Debian's Chromium through Playwright (Playwright cannot download its own browser here)."""
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, **kwargs)
+
+
+def wait_rendered(page, *, charts: bool = False, timeout: float = 120_000, chart_timeout: float = 20_000,
+                  settle_ms: int = 400) -> None:
+    """Wait until the app shows and its script run is over (and stays over for settle_ms).
+
+    With charts=True, also wait (up to chart_timeout ms more) for a plotly chart whose svg has drawn,
+    and raise AssertionError if none does. Timeouts are in milliseconds, like Playwright's.
+    """
+    page.wait_for_selector(APP, state="attached", timeout=timeout)
+    deadline = time.monotonic() + timeout / 1000
+    idle_since = None
+    while True:
+        idle = page.locator(IDLE_APP).count() > 0 and page.locator(RUNNING_ICON).count() == 0
+        now = time.monotonic()
+        if idle:
+            idle_since = idle_since or now
+            if (now - idle_since) * 1000 >= settle_ms:
+                break
+        else:
+            idle_since = None
+        if now > deadline:
+            raise TimeoutError(f"the app was still running after {timeout / 1000:.0f} s")
+        page.wait_for_timeout(100)
+    if charts:
+        try:
+            page.wait_for_selector(CHART_SVG, state="visible", timeout=chart_timeout)
+        except Exception as exc:  # playwright's TimeoutError
+            raise AssertionError(f"no plotly chart drew on {page.url} within {chart_timeout / 1000:.0f} s") from exc
+
+def full_screenshot(page, path, *, max_height: int = 12_000) -> None:
+    """A screenshot of the whole page: Streamlit scrolls inside stMain, so grow the viewport to fit first."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    size = page.viewport_size
+    height = page.evaluate("""() => Math.max(...['stMain', 'stSidebarContent'].map(
+        id => document.querySelector(`[data-testid='${id}']`)?.scrollHeight || 0))""")
+    page.set_viewport_size({"width": size["width"], "height": min(max(height, size["height"]), max_height)})
+    try:
+        page.wait_for_timeout(500)  # plotly relayouts on resize
+        page.screenshot(path=str(path), full_page=True)
+    finally:
+        page.set_viewport_size(size)
+
+
+def require_browser():
+    """playwright.sync_api, or skip the calling test module when Playwright or Chromium is missing."""
+    import pytest
+
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (python) is not installed")
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.skip(f"{CHROMIUM} is missing (run scripts/install_browser.sh)", allow_module_level=True)
+    return sync_api
+
+
+def page_problem(page, proc: subprocess.Popen) -> str | None:
+    """Why a rendered page is broken: an exception box, or a modal (Streamlit's "Page not found" makes the
+    page inert); None when neither is shown."""
+    modals = page.locator("[role='dialog']")
+    if modals.count():
+        return f"a modal is open: {modals.first.inner_text()[:300]!r}"
+    boxes = page.locator(EXCEPTION)
+    if boxes.count():
+        return (f"exception shown in the page:\n{boxes.first.inner_text()[:1500]}\n"
+                f"--- server log ---\n{log_tail(proc, 1500)}")
+    return None
+
+
+def check_clean(page, app: App, where: str) -> None:
+    """No traceback, no modal, no JS dialog (a tab from new_tab records them), and the server still answers."""
+    import pytest
+
+    problem = page_problem(page, app.proc)
+    if problem:
+        pytest.fail(f"{where}: {problem}")
+    assert getattr(page, "dialogs", []) == [], f"{where}: a JS dialog opened: {page.dialogs}"
+    assert app.alive(), f"{where}: the server is down:\n{app.log(3000)}"
+
+
+# ---- hostile / workshop tests: the sidebar's models, script runs, the Train page's upload -------------------------
+
+MAIN = "[data-testid='stMain']"
+SIDEBAR = "[data-testid='stSidebar']"
+
+
+def s(key: str, lang: str = "en", **fmt) -> str:
+    """A UI string as a learner reads it in `lang` (formatted when fmt is given)."""
+    from ui.i18n import strings
+
+    text = strings()[key][lang]
+    return text.format(**fmt) if fmt else text
+
+
+def app_url(app, path: str = "", lang: str = "en", **params) -> str:
+    """A page of a running app with its URL state (values quoted), in `lang`."""
+    from urllib.parse import quote
+
+    query = "&".join(f"{k}={quote(str(v), safe='')}" for k, v in {**params, "lang": lang}.items())
+    return f"{app.url}/{path}?{query}"
+
+
+def _shipped_shown() -> list[str]:
+    """The shipped models as the sidebar lists them (catalog order), the default first."""
+    cards = [json.loads(p.read_text(encoding="utf-8")) for p in (ROOT / "assets" / "models").glob("*/card.json")]
+    return [f"{c['name']} · trained" for c in sorted(cards, key=lambda c: (c.get("order", 99), c["name"]))]
+
+
+SHIPPED_SHOWN = _shipped_shown()
+DEFAULT_SHOWN = SHIPPED_SHOWN[0]
+ERROR_BOX = "[data-testid='stAlertContentError']"
+WARNING_BOX = "[data-testid='stAlertContentWarning']"
+# React tracks a text box's value through its prototype setter: set it there, then say it changed (a paste)
+SET_TEXTAREA_JS = """(el, value) => {
+    Object.getOwnPropertyDescriptor(HTMLTextAreaElement.prototype, 'value').set.call(el, value);
+    el.dispatchEvent(new Event('input', {bubbles: true}));
+}"""
+
+
+def sidebar_model_options(page) -> list[str]:
+    """The labels of the sidebar's model select box ("reverse · trained", ...), read by opening it."""
+    select = page.locator(SIDEBAR).locator("[data-testid='stSelectbox']").first
+    select.click()
+    options = page.get_by_role("option")
+    options.first.wait_for(state="visible")
+    labels = options.all_inner_texts()
+    page.keyboard.press("Escape")
+    return [label.strip() for label in labels]
+
+
+RUNS_ENDED_JS = """() => {  // how many script runs have ended since this was first called on the page
+    if (window.__runsEnded === undefined) {
+        window.__runsEnded = 0;
+        // the whole document, not the app element: React may replace that element, and an observer on the old one
+        // would never count again
+        new MutationObserver(records => records.forEach(r => {
+            if (r.oldValue === 'running') window.__runsEnded++;
+        })).observe(document.body, {subtree: true, attributes: true, attributeOldValue: true,
+                                    attributeFilter: ['data-test-script-state']});
+    }
+    return window.__runsEnded;
+}"""
+
+
+def runs_ended(page) -> int:
+    """Script runs this page has seen end (counting starts at the first call on a page)."""
+    return page.evaluate(RUNS_ENDED_JS)
+
+
+def wait_next_run(page, since: int, timeout: float = 120_000) -> None:
+    """Wait until a script run that started after runs_ended() said `since` is over, and the app is idle."""
+    page.wait_for_function(f"() => window.__runsEnded > {since}", timeout=timeout)
+    wait_rendered(page, timeout=timeout)
+
+
+def act_until_run(page, action, *, tries: int = 4, start_ms: float = 20_000, timeout: float = 120_000) -> None:
+    """Do `action` and wait for the script run it causes to end; when no run has ended after start_ms and none is
+    going (the event was lost: a click or an upload that landed while the element was being redrawn on a busy
+    machine), do it again. A run still going is waited for (up to `timeout`), never doubled."""
+    ended = "() => window.__runsEnded > {}"
+    for attempt in range(tries):
+        before = runs_ended(page)
+        action()
+        try:
+            page.wait_for_function(ended.format(before), timeout=start_ms)
+        except Exception:  # playwright's TimeoutError: no run has ended yet
+            if page.locator("[data-testid='stApp'][data-test-script-state='running']").count():
+                page.wait_for_function(ended.format(before), timeout=timeout)
+            elif attempt == tries - 1:
+                raise
+            else:
+                continue
+        wait_rendered(page, timeout=timeout)
+        return
+
+
+def upload_model_file(page, path, name: str | None = None) -> None:
+    """On the Train page: open "Upload a model", choose the file, (type a name), press "Check and add"; returns once
+    the run it starts is over (read the outcome from the expander's alerts). Each step waits for the run it causes
+    (the file's upload ends in a run of its own: a click before it would be lost in it), and the expander is opened
+    again whenever a rerun closed it (it does when the elements above it change)."""
+    from ui.i18n import strings
+
+    s = strings()
+    upload = page.locator(MAIN).locator("[data-testid='stExpander']").filter(has_text=s["tr_ckpt_title"]["en"])
+    chooser = upload.locator("[data-testid='stFileUploader']")
+
+    def opened():
+        if not chooser.is_visible():
+            upload.locator("summary").click()
+            chooser.wait_for(state="visible")
+        return upload
+
+    remove = opened().get_by_role("button", name=f"Remove {Path(path).name}", exact=True)
+    if remove.count():  # the same file again: the uploader would see no change (and start no run)
+        remove.click()  # gone from the page once the removal is done (a run may or may not follow)
+        remove.wait_for(state="detached", timeout=120_000)
+        wait_rendered(page)
+
+    def choose_file():
+        chosen = opened().locator("[data-testid='stFileUploader'] input[type='file']")
+        chosen.evaluate("el => { el.value = ''; }")  # an input still holding this very file would ignore it
+        chosen.set_input_files(str(path))
+
+    act_until_run(page, choose_file)  # the upload is complete and its run is over
+    if name is not None:
+        box = opened().get_by_role("textbox", name=s["tr_name"]["en"], exact=True)
+        if box.input_value() != name:
+            # typed and committed (Tab leaves the box), with no wait for a run of its own: a retry after a run
+            # that was not seen typed the same name again, which changes nothing and starts no run, so the
+            # wait failed (CI, why10). The button pressed below sends the committed name with its own run.
+            box.fill(name)
+            box.press("Tab")
+            wait_rendered(page)
+    opened().get_by_text(Path(path).name).first.wait_for(state="visible")  # the file is still chosen
+    no_file = upload.get_by_text(s["tr_ckpt_pair"]["en"])
+    for _ in range(5):  # a busy machine: the page may still say no file was chosen; press again
+        act_until_run(page, lambda: opened().get_by_role("button", name=s["tr_ckpt_import"]["en"], exact=True).click())
+        if not no_file.count():
+            break
+        page.wait_for_timeout(1_000)
+
+
+def set_number(page, label: str, value) -> None:
+    """Type a value into the main area's number input with this label and commit it (Enter)."""
+    box = page.locator(MAIN).get_by_label(label, exact=True).first
+    box.fill(str(value))
+    box.press("Enter")
+    wait_rendered(page)
+
+
+def new_tab(browser, context=None):
+    """An English tab (in a new browser context, i.e. another browser with its own cookies, unless `context` is
+    given) that records every JS dialog in `tab.dialogs` (tests/browser/conftest.py's `tab` fixture is one)."""
+    ctx = context or browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1000})
+    page = ctx.new_page()
+    page.set_default_timeout(60_000)
+    page.dialogs = []
+    page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
+    return page
+
+
+# ---- issue 12 / 14 views and tools: settled pages, plotly charts read from the DOM, language checks ---------------
+
+PLOTS = "[data-testid='stPlotlyChart'] .js-plotly-plot"
+INFO_BOX = "[data-testid='stAlertContentInfo']"
+NOT_SETTLED = "[data-testid='stSkeleton'], [data-stale='true']"
+# every drawn plotly chart: its title (tags removed), trace names, the token ticks of its axes
+PLOTS_JS = """() => Array.from(document.querySelectorAll("[data-testid='stPlotlyChart'] .js-plotly-plot")).map(p => {
+    const title = (p.layout.title && (p.layout.title.text ?? p.layout.title)) || '';
+    const ticks = a => (p.layout[a] && p.layout[a].ticktext) ? Array.from(p.layout[a].ticktext) : null;
+    return {title: String(title).replace(/<[^>]*>/g, ''), names: p._fullData.map(d => d.name), xticks: ticks('xaxis'),
+            yticks: ticks('yaxis'), annotations: (p.layout.annotations || []).map(a => a.text || '')};
+})"""
+# page coordinates of a data point (x, y) on one chart's axes (the chart must be in view)
+PLOT_POINT_JS = """([i, xa, ya, x, y]) => {
+    const p = document.querySelectorAll("[data-testid='stPlotlyChart'] .js-plotly-plot")[i];
+    const X = p._fullLayout[xa], Y = p._fullLayout[ya], r = p.getBoundingClientRect();
+    return [r.left + X._offset + X.l2p(x), r.top + Y._offset + Y.l2p(y)];
+}"""
+PLOT_Z_JS = """([i, name]) => {
+    const p = document.querySelectorAll("[data-testid='stPlotlyChart'] .js-plotly-plot")[i];
+    const d = p._fullData.find(t => t.name === name);
+    return Array.from(d.z, row => Array.from(row, v => (v === null || Number.isNaN(v)) ? null : v));
+}"""
+# a point of a named trace: its data coordinates and the axes it is drawn on
+TRACE_POINT_JS = """([i, name, k]) => {
+    const p = document.querySelectorAll("[data-testid='stPlotlyChart'] .js-plotly-plot")[i];
+    const d = p._fullData.find(t => t.name === name);
+    const axis = (a, n) => a + 'axis' + (n.length > 1 ? n.slice(1) : '');
+    return {x: d.x[k], y: d.y[k], xaxis: axis('x', d.xaxis), yaxis: axis('y', d.yaxis),
+            customdata: d.customdata ? Array.from(d.customdata) : null};
+}"""
+HOVER_JS = "() => Array.from(document.querySelectorAll('.hoverlayer .hovertext')).map(e => e.textContent)"
+# the visible text of the app (main area and sidebar), without formulas (KaTeX spells out its letters) or code blocks
+APP_TEXT_JS = """() => ['stSidebarUserContent', 'stSidebarNav', 'stMain'].map(id => {
+    const el = document.querySelector(`[data-testid='${id}']`);
+    if (!el) return '';
+    const copy = el.cloneNode(true);
+    const hidden = ".katex, [data-testid='stCode'], code, [data-testid='stTooltipIcon']";
+    copy.querySelectorAll(hidden).forEach(e => e.remove());
+    copy.style.position = 'absolute'; copy.style.left = '-10000px';
+    document.body.appendChild(copy);
+    const text = copy.innerText;
+    copy.remove();
+    return text;
+}).join('\\n')"""
+RERUN_STARTED_JS = """() => document.querySelector("[data-testid='stApp']")?.dataset.testScriptState === 'running'
+    || !!document.querySelector("[data-stale='true']")"""
+INTERNAL_WORDS = ("hook_", "seed's", "seed’s", "/work/", "/home/", "/root/", "/tmp/", "site-packages", ".py",
+                  "checkpoints/", "Traceback")
+
+
+def settle(page, *, timeout: float = 120_000, charts: bool = False) -> None:
+    """wait_rendered, then until no skeleton placeholder or stale (faded) element is left: Streamlit reports the run
+    over a moment before the last elements replace their placeholders."""
+    wait_rendered(page, timeout=timeout, charts=charts, settle_ms=250)
+    if page.locator(NOT_SETTLED).count():
+        page.wait_for_function(f"() => !document.querySelector(\"{NOT_SETTLED}\")", timeout=30_000)
+        wait_rendered(page, timeout=timeout, settle_ms=250)
+
+
+def rerun_settled(page, *, timeout: float = 120_000, charts: bool = False) -> None:
+    """After an action that reruns the script (a click, a new value): wait for the run to start (at most 2 s: an
+    action may change nothing), then to be over and settled."""
+    try:
+        page.wait_for_function(RERUN_STARTED_JS, timeout=2_000)
+    except Exception:  # noqa: BLE001 - playwright's TimeoutError: no rerun came
+        pass
+    settle(page, timeout=timeout, charts=charts)
+
+
+def plots(page) -> list[dict]:
+    """The drawn plotly charts, in page order: {"title", "names", "xticks", "yticks", "annotations"}."""
+    return page.evaluate(PLOTS_JS)
+
+
+def plot_index(page, title: str) -> int:
+    """The index of the first chart whose title contains `title` (AssertionError when none does)."""
+    found = [i for i, p in enumerate(plots(page)) if title in p["title"]]
+    assert found, f"no chart titled {title!r}: {[p['title'] for p in plots(page)]}"
+    return found[0]
+
+
+def plot_point(page, index: int, x: float, y: float, xaxis: str = "xaxis", yaxis: str = "yaxis") -> tuple[float, float]:
+    """Scroll chart `index` into view; the page coordinates of data point (x, y) on its axes."""
+    page.locator(PLOTS).nth(index).scroll_into_view_if_needed()
+    page.wait_for_timeout(200)
+    return tuple(page.evaluate(PLOT_POINT_JS, [index, xaxis, yaxis, x, y]))
+
+
+def plot_z(page, index: int, trace: str = "values") -> list[list[float | None]]:
+    """The z values of a chart's heatmap trace (by name), as plotly decoded them (None for NaN)."""
+    return page.evaluate(PLOT_Z_JS, [index, trace])
+
+
+def trace_point(page, index: int, name: str, k: int = 0) -> dict:
+    """Point k of the trace named `name` on chart `index`: {"x", "y", "xaxis", "yaxis", "customdata" (all points)}."""
+    return page.evaluate(TRACE_POINT_JS, [index, name, k])
+
+
+def hover_texts(page, index: int, x: float, y: float, xaxis: str = "xaxis", yaxis: str = "yaxis") -> list[str]:
+    """Move the mouse over a data point of a chart; the hover labels' text."""
+    px, py = plot_point(page, index, x, y, xaxis, yaxis)
+    page.mouse.move(px - 3, py - 3)
+    page.mouse.move(px, py)
+    try:
+        page.wait_for_function("() => document.querySelectorAll('.hoverlayer .hovertext').length > 0", timeout=5_000)
+    except Exception:  # noqa: BLE001 - playwright's TimeoutError: no label, say so in the assertion
+        return []
+    return page.evaluate(HOVER_JS)
+
+
+def click_plot(page, index: int, x: float, y: float, xaxis: str = "xaxis", yaxis: str = "yaxis") -> None:
+    """Click a data point of a chart (a plotly selection event: the app reruns) and wait for the run to end."""
+    px, py = plot_point(page, index, x, y, xaxis, yaxis)
+    page.mouse.move(px, py)
+    page.mouse.click(px, py)
+    rerun_settled(page)
+
+
+def app_text(page) -> str:
+    """What a learner reads in the sidebar and the main area (chart titles and labels included; formulas, code and
+    tooltips left out)."""
+    return page.evaluate(APP_TEXT_JS)
+
+
+def english_only(strings: dict[str, dict[str, str]], ignore=()) -> list[tuple[str, str]]:
+    """(key, phrase): literal English pieces of the UI strings whose Chinese differs, that no Chinese string uses
+    itself and that are long enough not to be a token or a model name: a page in Chinese must show none of them.
+    A piece is a run of text between {placeholders} and markdown marks, with at least two words or one word of 5+
+    letters that is the whole string (a label)."""
+    import re
+
+    zh_all = "\n".join(v.get("zh", "") for v in strings.values()).lower()
+    out = []
+    for key, entry in strings.items():
+        en, zh = entry.get("en", ""), entry.get("zh", "")
+        if not en or en == zh:
+            continue
+        for piece in re.split(r"\{[^}]*\}|\*\*|`|\n|[()（）:;：；·|]", en):
+            piece = piece.strip(" .,!?'\"‘’“”-–—→=+/")
+            words = re.findall(r"[A-Za-z]{2,}", piece)
+            label = len(words) == 1 and len(words[0]) >= 5 and piece == words[0] and piece == en.strip()
+            if not (len(words) >= 2 and len(piece) >= 10) and not label:
+                continue
+            if piece.lower() in zh_all or piece.lower() in {i.lower() for i in ignore}:
+                continue
+            out.append((key, piece))
+    return out
+
+
+def english_shown(text: str, phrases: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The phrases (key, English) that occur in a page's text as whole words."""
+    import re
+
+    return [(k, p) for k, p in phrases if re.search(rf"(?<![A-Za-z]){re.escape(p)}(?![A-Za-z])", text)]
+
+
+def internal_words(text: str) -> list[str]:
+    """Words a learner must never read (hook names, the seed documents, file paths, tracebacks) found in a text."""
+    return [w for w in INTERNAL_WORDS if w in text]
+
+
+def screenshot(page, path) -> None:
+    """A settled full-page screenshot (charts drawn), for a person to look at."""
+    try:
+        settle(page)
+        page.wait_for_timeout(300)
+    finally:
+        full_screenshot(page, path)
+
+
+def assert_clean(page, app: App, where: str) -> None:
+    """No traceback, no modal, no error box, and none of the words a learner must never read."""
+    problem = page_problem(page, app.proc)
+    assert not problem, f"{where}: {problem}"
+    errors = page.locator(ERROR_BOX).all_inner_texts()
+    assert not errors, f"{where}: error shown: {errors}\n--- server log ---\n{app.log(3000)}"
+    leaked = internal_words(app_text(page))
+    assert not leaked, f"{where}: internal words shown to the learner: {leaked}"
+
+
+def choose(page, label: str, option: str, where: str = MAIN) -> None:
+    """Pick an option of a select box (by its label) and wait for the rerun."""
+    page.locator(where).get_by_role("combobox", name=label, exact=True).click()
+    page.get_by_role("option", name=option, exact=True).click()
+    rerun_settled(page)
+
+
+def combobox_value(page, label: str, where: str = MAIN) -> str:
+    """What a select box shows."""
+    return page.locator(where).get_by_role("combobox", name=label, exact=True).input_value()
+
+
+def radio(page, label: str, option: str, where: str = MAIN) -> None:
+    """Click an option of a radio group (by the group's label) and wait for the rerun."""
+    group = page.locator(where).locator("[data-testid='stRadio']").filter(has_text=label).first
+    group.get_by_text(option, exact=True).click()
+    rerun_settled(page)
+
+
+def radio_value(page, label: str, where: str = MAIN) -> str:
+    """The selected option of a radio group (by the group's label)."""
+    group = page.locator(where).locator("[data-testid='stRadio']").filter(has_text=label).first
+    return group.evaluate("""g => Array.from(g.querySelectorAll("[data-testid='stRadioOption']"))
+        .filter(o => o.dataset.selected === 'true' || o.querySelector('input').checked)
+        .map(o => o.innerText.trim()).join('|')""")
+
+
+def enter_text(page, label: str, text: str, where: str = SIDEBAR) -> None:
+    """Type into a text box (by its label) and apply it (Ctrl+Enter, as a learner would)."""
+    box = page.locator(where).get_by_role("textbox", name=label, exact=True)
+    box.fill(text)
+    box.press("Control+Enter")
+    rerun_settled(page)
+
+
+def enter_number(page, label: str, value, where: str = MAIN) -> None:
+    """Type a value into a number input (by its label) and commit it (Enter)."""
+    box = page.locator(where).get_by_label(label, exact=True).first
+    box.fill(str(value))
+    box.press("Enter")
+    rerun_settled(page)
+
+
+def slider(page, label: str, where: str = MAIN):
+    """A slider's input (type=range: value, min and max are attributes); its accessible name also holds the value."""
+    return page.locator(where).get_by_role("slider", name=label)
+
+
+def press_slider(page, label: str, key: str = "ArrowLeft", times: int = 1, where: str = MAIN) -> None:
+    """Move a slider with the keyboard (each press one step; Home / End: its ends) and wait for the rerun."""
+    slider(page, label, where).focus()
+    for _ in range(times):
+        page.keyboard.press(key)
+    rerun_settled(page)
+
+
+def press_button(page, name: str, where: str = MAIN, *, charts: bool = False) -> None:
+    """Click a button (by its name) and wait for the rerun."""
+    page.locator(where).get_by_role("button", name=name, exact=True).first.click()
+    rerun_settled(page, charts=charts)
+
+
+def camera(page, index: int):
+    """Click the camera of chart `index`'s toolbar; the Playwright Download it starts."""
+    chart = page.locator(PLOTS).nth(index)
+    chart.scroll_into_view_if_needed()
+    chart.hover()
+    with page.expect_download() as dl:
+        chart.locator(".modebar-btn[data-title^='Download']").click()
+    return dl.value
+
+
+def download(page, name: str, where=MAIN):
+    """Click a download button (by its name, inside `where`: a selector or a locator); the Download it starts."""
+    root = page.locator(where) if isinstance(where, str) else where
+    with page.expect_download() as dl:
+        root.get_by_role("button", name=name, exact=True).first.click()
+    return dl.value
+
+
+LEGENDS_JS = """() => Array.from(document.querySelectorAll("[data-testid='stPlotlyChart'] .legendtext"))
+    .map(e => e.textContent)"""
+CJK = re.compile(r"[\u3400-\u9fff\uff00-\uffef]")
+
+
+def legend_texts(page) -> list[str]:
+    """The legend entries of every drawn chart."""
+    return page.evaluate(LEGENDS_JS)
+
+
+def not_chinese(texts, strings: dict[str, dict[str, str]]) -> list[str]:
+    """The texts (legend entries, labels) a page in 中文 shows in English: a word of 4+ letters, no Chinese, and
+    spelled by no Chinese string (formulas such as "d0 (sin, i=0)" pass)."""
+    zh = {v.get("zh", "") for v in strings.values()}
+    return [x for x in texts if re.search(r"[A-Za-z]{4,}", x) and not CJK.search(x) and x not in zh]

@@ -1,0 +1,543 @@
+"""Real browser (Debian Chromium), issue 12 in English and 中文: attention readable at 60 tokens (a label per token,
+hover with every number, a click on a cell explains it, colour scales, before/after masking side by side), the whole
+model in one picture (a click opens its block), the FFN & residual page, "what to look for" on every step, complete
+中文, a URL that reproduces the view on a fresh server, the defects of the issue, and downloads (PNG, SVG, CSV).
+
+Models are named in every URL (shipped reverse / repeat / copy, the course-base preset), never the default. One server
+serves the module (a second, fresh one only for the shared-link test). Screenshots go to screenshots/ (git-ignored).
+"""
+import json
+import re
+import time
+from urllib.parse import parse_qs, unquote, urlparse
+
+import pytest
+
+from harness.browser import (
+    ERROR_BOX,
+    INFO_BOX,
+    MAIN,
+    PLOTS,
+    SET_TEXTAREA_JS,
+    SIDEBAR,
+    WARNING_BOX,
+    app_text,
+    app_url,
+    assert_clean,
+    camera,
+    choose,
+    click_plot,
+    combobox_value,
+    download,
+    english_only,
+    english_shown,
+    enter_number,
+    enter_text,
+    hover_texts,
+    legend_texts,
+    new_tab,
+    not_chinese,
+    plot_index,
+    plot_z,
+    plots,
+    press_button,
+    press_slider,
+    radio,
+    radio_value,
+    require_browser,
+    rerun_settled,
+    s,
+    screenshot,
+    settle,
+    slider,
+    trace_point,
+)
+from harness.server import ROOT, fresh_app
+from ui.i18n import strings
+
+sync_api = require_browser()
+expect = sync_api.expect
+
+SHOTS = ROOT / "screenshots"
+S = strings()
+REVERSE, REPEAT, COPY = "shipped:reverse", "shipped:repeat", "shipped:copy"
+COURSE_BASE = "preset:course-base@cl100k_base"
+FIRST_RUN_MS = 300_000  # the first run builds the random-init course-base preset (~200M parameters) on 2 busy cores
+# 58 cl100k tokens, every one labelled on both axes of the large map
+LONG_TEXT = ("The quick brown fox jumps over the lazy dog while the curious cat watches from the warm windowsill, and "
+             "a small bird sings softly in the old oak tree as the morning sun rises slowly over the quiet green "
+             "hills, the river, the meadow and the distant sleepy village far below us.")
+MODEL_NAMES = ("reverse", "repeat", "copy", "sort", "count", "course-base", "course-gpt")
+ENGLISH_ONLY = english_only(S, ignore=MODEL_NAMES)
+# what some tests see and later tests judge (so that a check costs no page load of its own)
+SEEN: dict[str, object] = {}
+X_LABELS_JS = """(i) => {
+    const p = document.querySelectorAll("[data-testid='stPlotlyChart'] .js-plotly-plot")[i];
+    const xa = p._fullLayout.xaxis, step = Math.abs(xa.l2p(1) - xa.l2p(0));
+    return {step, angle: xa.tickangle, font: xa.tickfont.size,
+            gap: step * Math.abs(Math.sin((Number(xa.tickangle) || 0) * Math.PI / 180)),
+            zerolines: p.querySelectorAll('.zerolinelayer path').length};
+}"""
+DRAWN_TICKS_JS = """(i) => {
+    const p = document.querySelectorAll("[data-testid='stPlotlyChart'] .js-plotly-plot")[i];
+    return [p.querySelectorAll('.xaxislayer-above .xtick text').length,
+            p.querySelectorAll('.yaxislayer-above .ytick text').length];
+}"""
+
+
+def go(page, app, path: str = "", lang: str = "en", *, charts: bool = True, timeout: float = 120_000,
+       **params) -> None:
+    page.goto(app_url(app, path, lang, **params))
+    settle(page, timeout=timeout, charts=charts)
+    assert_clean(page, app, f"/{path} ({lang})")
+
+
+def type_sidebar_text(page, text: str, lang: str = "en") -> None:
+    enter_text(page, s("input_text", lang), text, SIDEBAR)
+
+
+def main_map(page, head: int, lang: str = "en", scale: str = "01") -> int:
+    return plot_index(page, s("att_main_title", lang, head=head, scale=s(f"att_scale_{scale}", lang)))
+
+
+def number_after(label: str, text: str) -> float:
+    found = re.search(re.escape(label) + r"\s*=?\s*\**(-?[0-9.]+(?:e-?[0-9]+)?)", text)
+    assert found, f"no number after {label!r} in {text!r}"
+    return float(found.group(1))
+
+
+def check_attention_map(page, lang: str, n_q: int, n_k: int) -> dict:
+    """The large map: one tick label per token on both axes (in the layout and drawn), a hover with the query, the
+    key, q·k, the scaled score and the weight; before/after masking side by side; one thumbnail per head."""
+    i = main_map(page, 0, lang)
+    chart = plots(page)[i]
+    assert len(chart["yticks"]) == n_q and len(chart["xticks"]) == n_k, (len(chart["yticks"]), len(chart["xticks"]))
+    assert len(set(chart["yticks"])) == n_q and all(lab.startswith(f"{j} ‘") for j, lab in enumerate(chart["yticks"]))
+    drawn = page.evaluate(DRAWN_TICKS_JS, i)
+    assert drawn == [n_k, n_q], f"tick labels drawn (x, y) {drawn}, expected {[n_k, n_q]}: some were dropped"
+    q, k = min(10, n_q - 1), min(5, n_k - 1)
+    hover = " ".join(hover_texts(page, i, k, q))
+    for part in (f"{s('attn_queries', lang)}: {chart['yticks'][q]}", f"{s('attn_keys', lang)}: {chart['xticks'][k]}",
+                 "q·k =", "q·k/√d_k =", f"{s('attn_col_weight', lang)} ="):
+        assert part in hover, f"hover {hover!r} lacks {part!r}"
+    before, after = plot_index(page, s("att_before", lang)), plot_index(page, s("att_after", lang))
+    box_b, box_a = (page.locator(PLOTS).nth(j).bounding_box() for j in (before, after))
+    assert abs(box_b["y"] - box_a["y"]) < 5 and box_a["x"] > box_b["x"] + box_b["width"] / 2, (box_b, box_a)
+    thumbs = [p for p in plots(page) if "pick 0" in p["names"]]
+    assert thumbs and sum(n.startswith("head ") for n in thumbs[0]["names"]) >= 2
+    return {"index": i, "q": q, "k": k, "hover": hover, "chart": chart}
+
+
+def check_cell_click(page, lang: str, seen: dict) -> None:
+    """A click on a cell: "Why <query> gives <key> this weight" with q·k, the scaling and the weight of that cell."""
+    chart, q, k = seen["chart"], seen["q"], seen["k"]
+    click_plot(page, seen["index"], k, q)
+    title = s("att_cell_title", lang, q=chart["yticks"][q], k=chart["xticks"][k])
+    expect(page.locator(MAIN).get_by_role("heading", name=title)).to_be_visible()
+    numbers = page.locator(MAIN).locator("[data-testid='stMarkdownContainer']").filter(has_text="√d_k = √").first
+    text = numbers.inner_text()
+    assert number_after("q·k", text) == pytest.approx(number_after("q·k", seen["hover"]), abs=1e-3)
+    weight = number_after(s("attn_col_weight", lang), seen["hover"])
+    assert f"{weight:.4f}" in text, f"the cell's weight {weight:.4f} is not in {text!r}"
+
+
+def check_scales(page, lang: str, head: int = 0) -> None:
+    """0–1, per row (each row's largest weight is 1) and log (log10 of the weights) colour the same map differently."""
+    z01 = plot_z(page, main_map(page, head, lang, "01"))
+    radio(page, s("att_scale", lang), s("att_scale_row", lang))
+    z_row = plot_z(page, main_map(page, head, lang, "row"))
+    assert z_row != z01
+    assert all(max(v for v in row if v is not None) == pytest.approx(1.0) for row in z_row if any(row))
+    radio(page, s("att_scale", lang), s("att_scale_log", lang))
+    z_log = plot_z(page, main_map(page, head, lang, "log"))
+    assert all(-6.0 - 1e-6 <= v <= 1e-6 for row in z_log for v in row if v is not None)
+    assert z_log != z01 and z_log != z_row
+
+
+# ---- attention you can read at any length -------------------------------------------------------------------------
+
+def see_chinese(page, where: str) -> None:
+    """Record what a page in 中文 shows that is not Chinese (judged by the tests below)."""
+    SEEN.setdefault("zh_legends", {})[where] = not_chinese(legend_texts(page), S)
+    SEEN.setdefault("zh_stars", {})[where] = app_text(page).count("**")
+    SEEN["zh_nav"] = page.locator("[data-testid='stSidebarNav']").inner_text()
+
+
+def test_attention_is_readable_at_60_tokens(app, tab):
+    """58 tokens on course-base (encoder self-attention): a tick label per token on both axes of the large map (in
+    the layout and drawn), a hover with query, key, q·k, the scaled score and the weight, thumbnails of every head,
+    before/after masking side by side, the random-weights guidance; a click on a cell explains that cell."""
+    from transformer_core.text.tokenizer import load_encoding
+
+    n = len(load_encoding("cl100k_base").encode(LONG_TEXT))  # the shipped BPE file: no download, no cache needed
+    t0 = time.monotonic()
+    go(tab, app, "attention", model=COURSE_BASE, text=LONG_TEXT, block="enc_self", timeout=FIRST_RUN_MS)
+    print(f"\nattention, {n} tokens on course-base: first view in {time.monotonic() - t0:.1f} s")
+    seen = check_attention_map(tab, "en", n, n)
+    SEEN["x_labels_58"] = tab.evaluate(X_LABELS_JS, seen["index"])
+    expect(tab.locator(INFO_BOX).filter(has_text=s("look_attention_random").split(":")[0])).to_be_visible()
+    screenshot(tab, SHOTS / "attention_60_tokens_en.png")
+    t0 = time.monotonic()
+    check_cell_click(tab, "en", seen)
+    print(f"\nattention, 58 tokens: a click on a cell explained in {time.monotonic() - t0:.1f} s")
+    assert_clean(tab, app, "attention, 60 tokens")
+
+
+def test_attention_in_chinese_hover_cell_scale_and_masks(app, tab):
+    """The same in 中文 on reverse (decoder self-attention, causal mask marked after masking), and the colour scales:
+    per row (each row's largest weight is 1) and log change the map's values."""
+    go(tab, app, "attention", "zh", model=REVERSE, layer=1, block="dec_self")
+    seen = check_attention_map(tab, "zh", 4, 4)
+    SEEN["hover"] = seen["hover"]
+    after = plots(tab)[plot_index(tab, s("att_after", "zh"))]
+    assert "mask" in after["names"]  # the causal mask's cells are marked (✕) after masking
+    check_cell_click(tab, "zh", seen)
+    check_scales(tab, "zh")
+    screenshot(tab, SHOTS / "attention_zh.png")
+    assert_clean(tab, app, "attention in Chinese")
+    see_chinese(tab, "/attention")
+    # last: a click on head 2's thumbnail (judged by the test below)
+    thumbs = next(i for i, p in enumerate(plots(tab)) if "pick 2" in p["names"])
+    pt = trace_point(tab, thumbs, "pick 2")
+    click_plot(tab, thumbs, pt["x"], pt["y"], pt["xaxis"], pt["yaxis"])
+    SEEN["thumbnail"] = {"errors": tab.locator(ERROR_BOX).all_inner_texts(),
+                         "titles": [p["title"] for p in plots(tab)], "head": combobox_value(tab, s("att_head", "zh"))}
+
+
+def seen(key: str):
+    if key not in SEEN:
+        pytest.skip(f"the test that looks at this ({key}) did not run")
+    return SEEN[key]
+
+
+def test_clicking_a_thumbnail_shows_that_head_large():
+    clicked = seen("thumbnail")
+    assert not clicked["errors"], clicked["errors"]
+    # head 2 large, in the colour scale chosen last (check_scales ends on log): a click keeps the learner's choice
+    assert s("att_main_title", "zh", head=2, scale=s("att_scale_log", "zh")) in clicked["titles"], clicked["titles"]
+    assert clicked["head"] == "2"
+
+
+def test_hover_numbers_are_rounded():
+    long_numbers = re.findall(r"-?\d+\.\d{7,}", seen("hover"))
+    assert not long_numbers, f"hover shows unrounded numbers: {long_numbers} in {seen('hover')!r}"
+
+
+def test_key_labels_of_a_60_token_map_do_not_overlap():
+    x = seen("x_labels_58")
+    assert x["gap"] >= x["font"], f"key labels {x['gap']:.1f} px apart (perpendicular), font {x['font']} px: {x}"
+
+
+def test_no_zero_line_through_the_first_row():
+    assert seen("x_labels_58")["zerolines"] == 0
+
+
+# ---- the whole model in one picture ---------------------------------------------------------------------------------
+
+# the model map's block labels (its "labels" trace) and, per block, whether its drawn label lies inside its drawn
+# box (the i-th shape is the i-th block, as is the i-th text point)
+MAP_JS = """(i) => {
+    const p = document.querySelectorAll("[data-testid='stPlotlyChart'] .js-plotly-plot")[i];
+    const k = p._fullData.findIndex(d => d.name === 'labels');
+    const boxes = p.querySelectorAll('.shapelayer path');
+    const points = p.querySelectorAll('.scatterlayer .trace')[k].querySelectorAll('.textpoint');
+    const outside = [];
+    boxes.forEach((b, j) => {
+        const r = b.getBoundingClientRect(), t = points[j].getBoundingClientRect();
+        if (t.left < r.left - 1 || t.right > r.right + 1 || t.top < r.top - 1 || t.bottom > r.bottom + 1)
+            outside.push(points[j].textContent);
+    });
+    return {labels: Array.from(p._fullData[k].text), outside: outside};
+}"""
+
+
+def map_blocks(page) -> tuple[int, str]:
+    """The model map's index and all its block labels (a title wrapped in a narrow box read on one line)."""
+    i = next(j for j, p in enumerate(plots(page)) if "blocks" in p["names"])
+    labels = [re.sub(r"<b>(.*?)</b>", lambda m: "<b>" + m[1].replace("<br>", " ") + "</b>", a)
+              for a in page.evaluate(MAP_JS, i)["labels"]]
+    return i, "\n".join(labels)
+
+
+def text_outside_boxes(page, i: int) -> list[str]:
+    return page.evaluate(MAP_JS, i)["outside"]
+
+
+def click_block(page, index: int, target: str) -> None:
+    blocks = trace_point(page, index, "blocks")
+    pt = trace_point(page, index, "blocks", blocks["customdata"].index(target))
+    click_plot(page, index, pt["x"], pt["y"])
+
+
+def test_whole_model_picture_encoder_decoder_and_a_click_opens_the_block(app, tab):
+    """Every block of reverse (tokens, embedding, self-attention, Add & Norm, FFN, memory, cross-attention, logits,
+    softmax) with live shapes; a click on layer 1's cross-attention opens the attention page there; its colour
+    scales (English)."""
+    go(tab, app, "", model=REVERSE)
+    look = tab.locator(INFO_BOX).filter(has_text=s("look_map").split(":")[0])
+    expect(look).to_be_visible()
+    i, text = map_blocks(tab)
+    for key, fmt in (("map_tokens", {"side": s("map_side_encoder")}), ("map_tokens", {"side": s("map_side_decoder")}),
+                     ("map_embed", {}), ("map_enc_self", {}), ("map_dec_self", {}), ("map_cross", {}),
+                     ("map_addnorm", {}), ("map_ffn", {}), ("map_memory", {}), ("map_softmax", {})):
+        assert f"<b>{s(key, **fmt)}</b>" in text, f"block {key} missing from the picture:\n{text}"
+    assert s("map_logits") in text or s("map_logits_norm") in text
+    assert "1×4×128" in text and "1×4×21" in text  # live shapes: embeddings (d_model 128) and logits (21 tokens)
+    assert text_outside_boxes(tab, i) == []  # ten boxes a row: every text still inside its box
+    screenshot(tab, SHOTS / "whole_model_en_reverse.png")
+    click_block(tab, i, "attention:1:cross")
+    expect(tab.locator("h1").first).to_have_text(s("nav_attention"))
+    assert urlparse(tab.url).path == "/attention"
+    assert combobox_value(tab, s("att_layer")) == "1"
+    assert combobox_value(tab, s("att_block")) == s("block_cross")
+    assert_clean(tab, app, "attention opened from the picture")
+    check_scales(tab, "en")
+
+
+def test_whole_model_picture_in_chinese_decoder_only(app, tab):
+    """The picture of repeat (decoder-only: no cross-attention) in 中文; a click on layer 1's attention opens it."""
+    go(tab, app, "", "zh", model=REPEAT)
+    i, text = map_blocks(tab)
+    for key in ("map_embed", "map_dec_self", "map_addnorm", "map_ffn", "map_softmax"):
+        assert f"<b>{s(key, 'zh')}</b>" in text, f"block {key} missing from the picture:\n{text}"
+    assert s("map_cross", "zh") not in text and s("map_memory", "zh") not in text  # decoder-only: no cross-attention
+    assert text_outside_boxes(tab, i) == []
+    assert not english_shown(app_text(tab), ENGLISH_ONLY)
+    screenshot(tab, SHOTS / "whole_model_zh_repeat.png")
+    click_block(tab, i, "attention:1:dec_self")
+    expect(tab.locator("h1").first).to_have_text(s("nav_attention", "zh"))
+    assert combobox_value(tab, s("att_layer", "zh")) == "1"
+    assert_clean(tab, app, "attention opened from the picture, in Chinese")
+
+
+# ---- guidance, the FFN & residual stream, complete 中文 --------------------------------------------------------------
+
+LOOK = {"en": "What to look for", "zh": "看点"}
+STEP_PAGES = ("", "embeddings", "attention", "ffn", "logits")
+
+
+def check_ffn(page, lang: str) -> None:
+    """The FFN & residual page: its four charts (stream mean, norms per token and step, what each sub-layer adds, the
+    LayerNorm's histogram), the LayerNorm's numbers for one token and the table of what each step adds."""
+    titles = [p["title"] for p in plots(page)]
+    assert len(titles) >= 4, titles
+    heat = plots(page)[plot_index(page, s("ffn_stream_tokens", lang))]
+    assert len(heat["yticks"]) == 4  # the encoder's 4 tokens (its stack is shown first)
+    assert len(heat["xticks"]) == 1 + 2 * 2  # the embeddings, then self-attention and FFN in each of the 2 layers
+    ln = page.locator(MAIN).locator("[data-testid='stMarkdownContainer']").filter(has_text="LayerNorm").filter(
+        has_text=re.compile(r"\d+\.\d{3}")).first
+    assert len(re.findall(r"-?\d+\.\d{2,3}", ln.inner_text())) >= 6, ln.inner_text()
+    assert page.locator(MAIN).locator("[data-testid='stDataFrame']").count() >= 1
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_each_step_page_says_what_to_look_for(app, tab, lang):
+    """Overview, embeddings, attention, FFN and logits each show one "what to look for" box (with this model's own
+    numbers); the FFN & residual page draws its charts and numbers; in 中文 no English-only string shows."""
+    english = {}
+    for path in STEP_PAGES:
+        go(tab, app, path, lang, model=REVERSE)
+        box = tab.locator(INFO_BOX).filter(has_text=LOOK[lang])
+        assert box.count() == 1, f"/{path}: {box.count()} boxes saying {LOOK[lang]!r}"
+        assert len(box.inner_text()) > 40, box.inner_text()
+        if path == "ffn":
+            check_ffn(tab, lang)
+        if lang == "zh":
+            english.update({f"/{path}: {k}": p for k, p in english_shown(app_text(tab), ENGLISH_ONLY)})
+            see_chinese(tab, f"/{path}")
+            if path in ("ffn", "logits"):
+                screenshot(tab, SHOTS / f"{path}_zh.png")
+    assert not english, f"English shown in 中文: {english}"
+
+
+def test_tokenizer_says_what_to_look_for_in_a_chinese_text(app, tab):
+    """A text whose characters cl100k splits into byte pieces gets the tokenizer's guidance."""
+    go(tab, app, "tokenizer", model=COURSE_BASE, text="同志们!我踩着地雷了", charts=False, timeout=FIRST_RUN_MS)
+    expect(tab.locator(INFO_BOX).filter(has_text=LOOK["en"])).to_be_visible()
+
+
+def test_chinese_pages_show_no_english_only_string(app, tab):
+    """Every string whose English and Chinese differ: its English never shows in 中文 (sidebar, text, chart titles
+    and labels) on the tokenizer and model pages (the step pages: above) and in a message from the core (a text
+    the model cannot read)."""
+    found = {}
+    for path in ("tokenizer", "model"):
+        go(tab, app, path, "zh", model=REVERSE, charts=path == "model")
+        expect(tab.locator("h1").first).to_have_text(s(f"nav_{path}", "zh"))
+        found.update({f"/{path}: {k}": p for k, p in english_shown(app_text(tab), ENGLISH_ONLY)})
+        see_chinese(tab, f"/{path}")
+        if path == "tokenizer":  # the model's own example text, all ASCII (judged by a test below)
+            SEEN["tokenizer_look"] = tab.locator(INFO_BOX).filter(has_text=LOOK["zh"]).count()
+        screenshot(tab, SHOTS / f"{path}_zh.png")
+    go(tab, app, "attention", "zh", model=REVERSE, text="hello world", charts=False)
+    expect(tab.locator(WARNING_BOX).filter(has_text=s("err.tokens_not_in_vocab", "zh")[:8])).to_be_visible()
+    found.update({f"/attention, unreadable text: {k}": p for k, p in english_shown(app_text(tab), ENGLISH_ONLY)})
+    screenshot(tab, SHOTS / "attention_unreadable_text_zh.png")
+    assert not found, f"English shown in 中文: {found}"
+
+
+def test_tokenizer_says_what_to_look_for_in_any_text():
+    assert seen("tokenizer_look") == 1
+
+
+def test_chinese_sidebar_menu_has_no_english_button():
+    assert not re.search(r"View \d+ more|View less", seen("zh_nav")), seen("zh_nav")
+
+
+def test_chart_legends_are_chinese():
+    bad = {k: v for k, v in seen("zh_legends").items() if v}
+    assert not bad, f"legend entries in 中文 without Chinese: {bad}"
+
+
+def test_no_markdown_asterisks_shown_in_chinese():
+    shown = {k: v for k, v in seen("zh_stars").items() if v}
+    assert not shown, f"literal ** shown: {shown}"
+
+
+# ---- the URL reproduces the view ------------------------------------------------------------------------------------
+
+def generated_chips(page) -> list[str]:
+    """The token chips of the logits page's sequence."""
+    return page.locator(MAIN).locator("[data-testid='stHtml']").first.locator("span").all_inner_texts()
+
+
+def test_url_reproduces_the_view_on_a_fresh_server(app, tab, browser, tmp_path):
+    """Model, text, layer, head, block, mask, colour scale, temperature, top-k, top-p, seed and two generated tokens
+    set by hand; the page's link, opened in a new browser on a fresh server, shows all of them (in 中文, chosen too)."""
+    go(tab, app, "attention", model=COPY)
+    choose(tab, s("model"), f"reverse · {s('kind_shipped')}", where=SIDEBAR)
+    type_sidebar_text(tab, "b d a c")
+    choose(tab, s("att_layer"), "1")
+    choose(tab, s("att_block"), s("block_enc_self"))
+    choose(tab, s("att_head"), "2")
+    radio(tab, s("att_mask_mode"), s("mask_none"))
+    radio(tab, s("att_scale"), s("att_scale_log"))
+    main_map(tab, 2, scale="log")
+    assert_clean(tab, app, "attention, every control set")
+    tab.locator("[data-testid='stSidebarNav']").get_by_text(s("nav_logits"), exact=True).click()
+    rerun_settled(tab, charts=True)
+    press_slider(tab, s("log_temperature"), times=6)  # 1.00 -> 0.70
+    press_slider(tab, s("log_topp"), times=10)  # 1.00 -> 0.90
+    enter_number(tab, s("log_topk"), 5)
+    radio(tab, s("log_mode"), s("log_sample"))
+    enter_number(tab, s("log_seed"), 7)
+    press_button(tab, s("log_next"), charts=True)
+    press_button(tab, s("log_next"), charts=True)
+    expect(tab.locator(SIDEBAR).get_by_text(s("log_gen_count", n=2))).to_be_visible()
+    chips = generated_chips(tab)
+    radio(tab, s("language"), "中文", where=SIDEBAR)
+    assert_clean(tab, app, "logits, every control set")
+    link = tab.url
+    params = parse_qs(urlparse(link).query)
+    expected = {"text": "b d a c", "layer": "1", "head": "2", "block": "enc_self", "mask": "none",
+                "scale": "log", "T": "0.7", "k": "5", "p": "0.9", "seed": "7", "lang": "zh"}
+    assert {k: params.get(k, [None])[0] for k in expected} == expected, link
+    assert len(params["gen"][0].split(",")) == 2
+    assert str(ROOT) not in unquote(link) and "checkpoints" not in unquote(link) and len(link) < 2500  # no paths
+
+    with fresh_app(tmp_path / "fresh") as fresh:
+        other = new_tab(browser)
+        try:
+            shared = link.replace(app.url, fresh.url)
+            other.goto(shared)  # the first request this server ever gets
+            settle(other, charts=True)
+            assert_clean(other, fresh, "shared logits link on a fresh server")
+            expect(other.locator("h1").first).to_have_text(s("nav_logits", "zh"))
+            side = other.locator(SIDEBAR)
+            expect(side.get_by_role("textbox", name=s("input_text", "zh"), exact=True)).to_have_value("b d a c")
+            assert combobox_value(other, s("model", "zh"), SIDEBAR) == f"reverse · {s('kind_shipped', 'zh')}"
+            assert slider(other, s("log_temperature", "zh")).input_value() == "0.7"
+            assert slider(other, s("log_topp", "zh")).input_value() == "0.9"
+            assert other.locator(MAIN).get_by_label(s("log_topk", "zh"), exact=True).first.input_value() == "5"
+            assert other.locator(MAIN).get_by_label(s("log_seed", "zh"), exact=True).first.input_value() == "7"
+            expect(side.get_by_text(s("log_gen_count", "zh", n=2))).to_be_visible()
+            assert generated_chips(other) == chips
+            screenshot(other, SHOTS / "shared_link_logits_zh.png")
+            other.goto(urlparse(shared)._replace(path="/attention").geturl())
+            settle(other, charts=True)
+            assert_clean(other, fresh, "shared attention link on a fresh server")
+            assert combobox_value(other, s("att_layer", "zh")) == "1"
+            assert combobox_value(other, s("att_head", "zh")) == "2"
+            assert combobox_value(other, s("att_block", "zh")) == s("block_enc_self", "zh")
+            assert radio_value(other, s("att_mask_mode", "zh")) == s("mask_none", "zh")
+            assert radio_value(other, s("att_scale", "zh")) == s("att_scale_log", "zh")
+            main_map(other, 2, "zh", "log")
+        finally:
+            other.context.close()
+
+
+def test_a_text_too_long_for_a_link_is_left_out_with_a_note(app, tab, browser):
+    """A 2240-character text (in 中文): the link leaves it out and the sidebar says so; the link opens on the model's
+    example text."""
+    go(tab, app, "surprise", "zh", model=REPEAT)
+    long_text = "a b c d e f g h " * 140  # 2240 characters
+    box = tab.locator(SIDEBAR).get_by_role("textbox", name=s("input_text", "zh"), exact=True)
+    box.evaluate(SET_TEXTAREA_JS, long_text)
+    box.press("Control+Enter")
+    rerun_settled(tab, charts=True)
+    assert_clean(tab, app, "a 2240-character text")
+    expect(tab.locator(SIDEBAR).get_by_text(s("text_not_in_url", "zh"))).to_be_visible()
+    assert "text" not in parse_qs(urlparse(tab.url).query) and len(tab.url) < 2500, tab.url
+    other = new_tab(browser)
+    try:
+        other.goto(tab.url)
+        settle(other, charts=True)
+        box = other.locator(SIDEBAR).get_by_role("textbox", name=s("input_text", "zh"), exact=True)
+        example = json.loads((ROOT / "assets" / "models" / "repeat" / "card.json").read_text())["example_src"]
+        expect(box).to_have_value(example)  # the model's example text instead
+    finally:
+        other.context.close()
+
+
+# ---- the defects of the issue ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_defects_are_gone(app, tab, lang):
+    """Temperature and top-p stop above 0; no character counter, no Deploy button; generated tokens go when the text
+    changes; the text survives a model switch."""
+    go(tab, app, "logits", lang, model=REVERSE, text="c a d b")
+    for label, low in (("log_temperature", "0.05"), ("log_topp", "0.01")):
+        box = slider(tab, s(label, lang))
+        assert box.get_attribute("min") == low, box.get_attribute("min")
+        press_slider(tab, s(label, lang), "Home")
+        assert slider(tab, s(label, lang)).input_value() == low
+    expect(tab.locator(WARNING_BOX).filter(has_text=s("log_bad_sampling", lang)[:10])).to_have_count(0)
+    side = tab.locator(SIDEBAR)
+    assert not re.search(r"\d+\s*/\s*2[,.]?000[,.]?000", side.inner_text()), "a character counter shows"
+    assert tab.locator("[data-testid='stAppDeployButton']").count() == 0
+    assert tab.get_by_role("button", name="Deploy").count() == 0
+    expect(tab.locator(INFO_BOX).filter(has_text=LOOK[lang])).to_be_visible()
+    press_button(tab, s("log_next", lang), charts=True)
+    expect(side.get_by_text(s("log_gen_count", lang, n=1))).to_be_visible()
+    assert "gen" in parse_qs(urlparse(tab.url).query)
+    type_sidebar_text(tab, "d b a c", lang)
+    expect(side.get_by_text(s("log_gen_count", lang, n=1))).to_have_count(0)
+    assert "gen" not in parse_qs(urlparse(tab.url).query)
+    choose(tab, s("model", lang), f"copy · {s('kind_shipped', lang)}", where=SIDEBAR)
+    expect(side.get_by_role("textbox", name=s("input_text", lang), exact=True)).to_have_value("d b a c")
+    assert_clean(tab, app, f"logits after a model switch ({lang})")
+
+
+# ---- downloads ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_chart_downloads_png_then_svg_and_table_downloads_csv(app, tab, lang, tmp_path):
+    """The chart toolbar's camera saves transformer-explorer-….png, then .svg once the sidebar says SVG; a table's
+    Download CSV saves its columns."""
+    go(tab, app, "logits", lang, model=REVERSE)
+    i = plot_index(tab, s("log_chart", lang))
+    png = camera(tab, i)
+    assert png.suggested_filename.startswith("transformer-explorer-") and png.suggested_filename.endswith(".png")
+    png.save_as(tmp_path / "chart.png")
+    assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    radio(tab, s("img_fmt", lang), "SVG", where=SIDEBAR)
+    svg = camera(tab, plot_index(tab, s("log_chart", lang)))
+    assert svg.suggested_filename.startswith("transformer-explorer-") and svg.suggested_filename.endswith(".svg")
+    svg.save_as(tmp_path / "chart.svg")
+    assert "<svg" in (tmp_path / "chart.svg").read_text(encoding="utf-8", errors="replace")[:2000]
+    csv = download(tab, s("download_csv", lang))
+    assert csv.suggested_filename.endswith(".csv")
+    csv.save_as(tmp_path / "table.csv")
+    header = (tmp_path / "table.csv").read_text(encoding="utf-8").splitlines()[0]
+    assert s("col_token", lang) in header and s("col_prob", lang) in header, header
+    assert_clean(tab, app, f"logits after downloads ({lang})")

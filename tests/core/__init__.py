@@ -1,0 +1,1 @@
+"""Tests of transformer_core: the model, tokenizer, analyses, training, translation, model sources."""

@@ -1,0 +1,136 @@
+"""The default model reads any text: a byte-fallback vocabulary (a merge-closed subset of cl100k_base), no ⟨unk⟩
+in any shipped language model, its card's everyday figures recomputed from the shipped weights, and no card names a
+folder of the machine it was built on."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from transformer_core.text.compare import compare_counts
+from transformer_core.text.inputs import UNK, prepare
+from transformer_core.text.subset import is_merge_closed, merge_parts
+from transformer_core.text.tokenizer import BUNDLED, decode, load_encoding, tokenize
+from transformer_core.train.build import DEFAULT_MODEL
+from transformer_core.train.checkpoint import load_checkpoint
+from transformer_core.train.corpora import brown_words, parse_peoples_daily
+from transformer_core.train.defaults import SHIPPED_LMS
+from transformer_core.train.everyday import GROUPS, read_groups
+from transformer_core.train.kneser_ney import KneserNeyTrigram
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets" / "models"
+SUBSET = "cl100k_8k"
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
+
+
+@pytest.fixture(scope="module")
+def default():
+    return load_checkpoint(ASSETS / DEFAULT_MODEL)
+
+
+def test_the_shipped_vocabulary_has_every_byte_and_is_merge_closed():
+    sub, base = load_encoding(SUBSET), load_encoding("cl100k_base")
+    ranks = sub._mergeable_ranks
+    assert len(ranks) == json.loads((BUNDLED / f"{SUBSET}.json").read_text())["size"] == 8192
+    assert all(base._mergeable_ranks[t] == r for t, r in ranks.items())  # cl100k_base's own ids
+    assert is_merge_closed(ranks, base._mergeable_ranks)
+
+
+def test_merge_parts_lists_the_tokens_bpe_builds_on_the_way():
+    ranks = load_encoding("cl100k_base")._mergeable_ranks
+    parts = merge_parts(b" hello", ranks)
+    assert parts[-1] == b" hello" and all(p in ranks for p in parts) and len(parts) >= 2
+
+
+@pytest.mark.parametrize("name", list(SHIPPED_LMS))
+def test_no_shipped_language_model_has_an_unknown_token(name):
+    cfg = json.loads((ASSETS / name / "config.json").read_text())
+    assert UNK not in cfg["vocab_map"] and cfg["encoding"] == SUBSET
+    assert set(load_encoding(SUBSET)._mergeable_ranks.values()) <= set(cfg["vocab_map"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(min_size=1, max_size=60))
+def test_any_unicode_text_reads_without_an_unknown_token_and_decodes_back(default, text):
+    model, _ = default
+    if not text.strip():
+        return  # empty input has its own message
+    prep = prepare(model, text)
+    assert prep.src_unknown == []
+    if not prep.src.truncated:
+        assert decode(prep.src.ids, SUBSET) == prep.src.text
+
+
+def test_special_token_text_emoji_and_broken_unicode_read_without_unknown_tokens(default):
+    model, _ = default
+    for text in ("<|endoftext|> hi", "🙂🎉 ok", "bad \udcff byte", "<b>html</b>", "日本語の文と中文"):
+        for allow in (False, True):
+            assert prepare(model, text, allow_special=allow).src_unknown == []
+
+
+def test_the_card_everyday_figures_are_what_the_shipped_weights_give(default):
+    model, card = default
+    got = read_groups(model)
+    assert set(got) == set(GROUPS) == set(card["everyday"]["groups"])
+    for group, figures in card["everyday"]["groups"].items():
+        assert got[group]["unknown"] == 0
+        assert got[group]["bits_per_byte"] == pytest.approx(figures["bits_per_byte"], abs=2e-3), group
+        assert got[group]["top1"] == pytest.approx(figures["top1"], abs=1e-3), group
+
+
+def test_no_card_names_a_folder_of_the_machine_it_was_built_on():
+    folder = re.compile(r"(/root|/home/|/tmp/|/Users/|[A-Z]:\\\\|~/|\.cache)")
+    for card in ASSETS.glob("*/card.json"):
+        text = card.read_text(encoding="utf-8")
+        assert not folder.search(text), (card.parent.name, folder.search(text).group(0))
+        assert "cache_dir" not in json.loads(text).get("train_config", {}), card.parent.name
+
+
+def test_the_tokenizer_comparison_says_how_many_base_tokens_the_subset_spells_in_pieces():
+    text = "Supercalifragilistic 今天天气很好 🙂"
+    why = compare_counts(text, SUBSET)
+    assert why["subset"] and why["base"] == "cl100k_base" and why["size"] == 8192
+    assert why["counts"][SUBSET] >= why["counts"]["cl100k_base"]
+    kept = set(load_encoding(SUBSET)._mergeable_ranks.values())
+    assert why["not_kept"] == sum(i not in kept for i in tokenize(text, "cl100k_base").ids)
+
+
+def test_brown_tags_are_dropped_and_spacing_rebuilt():
+    tokens = ["``/``", "Only/rb", "a/at", "handful/nn", "''/''", ",/,", "the/at", "jury/nn", "said/vbd", "./.",
+              "It/pps", "didn't/dod*", "(/(", "see/vb", ")/)"]
+    assert brown_words(tokens) == '"Only a handful", the jury said. It didn\'t (see)'
+
+
+def test_peoples_daily_words_are_joined_and_digits_made_half_width():
+    assert parse_peoples_daily("１９９８年/t  [中国/ns  人民/n]nt  ，/w  好/a") == ["1998年中国人民，好"]
+
+
+def test_kneser_ney_trigram_is_a_distribution_for_every_context():
+    import random
+
+    rng = random.Random(0)
+    kn = KneserNeyTrigram([[rng.randrange(20) for _ in range(2000)]], vocab_size=25)
+    for u, v in ((1, 2), (None, 3), (24, 23)):
+        assert sum(kn.prob(u, v, w) for w in range(25)) == pytest.approx(1.0)
+
+
+def test_sequence_labels_show_a_character_and_its_piece_not_bytes(default):
+    from transformer_core.text.inputs import sequence_labels, token_labels
+
+    model, _ = default
+    ids = prepare(model, "他踩了一脚，龘！").src_ids[0].tolist()
+    plain, shown = token_labels(model, ids), sequence_labels(model, ids)
+    assert any(x.startswith("‹") for x in plain)  # the rare characters are byte pieces in this vocabulary ‹E9 BE›
+    assert not any(x.startswith(("<0x", "‹")) for x in shown)
+    pieces = [x for x in shown if x.startswith("龘\u00a0")]  # a no-break space: never drawn as a token's ␣
+    assert pieces == [f"龘\u00a0{k}/{len(pieces)}" for k in range(1, len(pieces) + 1)] and len(pieces) >= 2
+    assert [x for x, p in zip(shown, plain) if not p.startswith("‹")] == [p for p in plain if not p.startswith("‹")]
+    # taken one by one (a prediction), a piece is named by the text when the text holds it as one character's piece
+    # (a byte that starts two characters of the text, 踩 and 脚 both E8 …, stays in hex: it is not one piece)
+    named = token_labels(model, ids, context=ids)
+    assert all(n == s or (n == p and p.startswith("‹")) for n, s, p in zip(named, shown, plain))
+    assert [n for n in named if n.startswith("龘\u00a0")] == pieces  # unique pieces are named by their character
+    assert token_labels(model, ids, context=[]) == plain

@@ -1,0 +1,129 @@
+"""What keeps a shared server fast (bench/protocol_load.py measures it): the server settings, every chart on
+plotly's fast JSON path, the attention map's hover made of numbers and labels, tables built only when asked."""
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import plotly.io._json as plotly_json
+import pytest
+
+from harness.apptest import SMALL, array, figure, open_app, page_names
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_server_settings_skip_the_collection_after_each_run_and_the_file_watcher():
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text(encoding="utf-8"))
+    assert config["runner"]["postScriptGC"] is False  # gc.collect(2) after every run: 38% of the server's CPU
+    assert config["server"]["fileWatcherType"] == "none"
+
+
+def test_a_full_collection_runs_every_tenth_run_and_frees_tensors_in_cycles(monkeypatch):
+    import gc
+    import weakref
+
+    import torch
+
+    from ui import runs
+
+    class Holder:  # a frame-like cycle holding a tensor, as an interrupted script leaves behind
+        pass
+
+    h = Holder()
+    h.me, h.tensor = h, torch.zeros(1000)
+    gone = weakref.ref(h.tensor)
+    del h
+    gc.disable()  # only the app's own collections count here
+    try:
+        calls = []
+        real = gc.collect
+        monkeypatch.setattr(gc, "collect", lambda *a: calls.append(1) or real(*a))
+        for _ in range(2 * runs.COLLECT_EVERY):
+            runs.end(runs.begin())
+        assert len(calls) == 2
+        assert gone() is None  # the tensor in the cycle is freed
+    finally:
+        gc.enable()
+
+
+def test_the_first_run_freezes_the_imported_heap_once_and_every_run_is_counted(monkeypatch):
+    import gc
+
+    from ui import runs
+
+    counted = []
+    begin = runs.begin
+    monkeypatch.setattr(runs, "begin", lambda: counted.append(1) or begin())
+    runs.freeze_startup_heap.clear()
+    gc.unfreeze()
+    try:
+        at = open_app(lang="en")
+        assert gc.get_freeze_count() > 100_000  # streamlit, torch, plotly: out of every later collection's scan
+        assert gc.isenabled()  # switched off only during the server's first run
+        at.run()
+        assert len(counted) >= 2  # each run counts towards the full collection every tenth run
+    finally:
+        gc.unfreeze()
+
+
+def test_a_first_run_that_fails_still_turns_collection_back_on(monkeypatch):
+    import gc
+
+    from ui import runs, session
+
+    def broken():
+        raise RuntimeError("a page that fails")
+
+    monkeypatch.setattr(runs, "first_run", lambda: True)  # the next run counts as the server's first
+    monkeypatch.setattr(session, "page_context", broken)
+    try:
+        at = open_app(lang="en")
+        assert at.exception  # the run ended in the page's error
+        assert gc.isenabled()
+    finally:
+        gc.enable()
+
+
+@pytest.fixture
+def slow_json_walks(monkeypatch):
+    """Calls of plotly's Python walk over a figure, which it falls back to when orjson cannot encode one (an
+    array of mixed strings and numbers): five times the time of the chart it serialises."""
+    calls = []
+    walk = plotly_json.clean_to_json_compatible
+
+    def recording(obj, **kwargs):
+        calls.append(type(obj).__name__)
+        return walk(obj, **kwargs)
+
+    monkeypatch.setattr(plotly_json, "clean_to_json_compatible", recording)
+    return calls
+
+
+@pytest.mark.parametrize("page", [p for p in page_names() if p != "train"])
+def test_every_chart_of_every_page_takes_plotlys_fast_json_path(page, slow_json_walks):
+    at = open_app(page, lang="en")
+    assert not at.exception
+    assert slow_json_walks == [], f"{page}: a chart fell back to plotly's slow JSON walk"
+
+
+def test_attention_hover_is_numbers_in_customdata_and_token_labels_in_text():
+    at = open_app("attention", model=SMALL, lang="en", text="a b c d")
+    cells = next(tr for tr in figure(at, "att_main")["data"] if tr.get("name") == "cells")
+    custom = array(cells["customdata"])
+    n = len(figure(at, "att_main")["layout"]["yaxis"]["ticktext"])
+    assert custom.dtype.kind == "f" and custom.shape == (n * n, 3)  # q·k, q·k/√d_k, weight
+    labels = figure(at, "att_main")["layout"]["yaxis"]["ticktext"]
+    assert cells["text"] == [q for q in labels for _ in labels]  # the query of each cell
+    assert cells["hovertext"] == labels * n  # its key
+    assert "%{text}" in cells["hovertemplate"] and "%{customdata[2]:.4f}" in cells["hovertemplate"]
+    weights = array(figure(at, "att_main")["data"][0]["z"])
+    np.testing.assert_allclose(np.nan_to_num(weights).ravel(), custom[:, 2], atol=1e-6)  # weights as drawn
+
+
+def test_qkv_tables_are_built_only_when_their_expander_is_opened():
+    at = open_app("attention", model=SMALL, lang="en", text="a b c d")
+    before = len(at.dataframe)
+    at.session_state["att_qkv_open"] = True
+    at.run()
+    assert not at.exception
+    assert len(at.dataframe) == before + 3  # Q, K and V

@@ -1,0 +1,374 @@
+"""Attention page through the real app: before/after masking, softmax rows, every head, one query's arithmetic."""
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from harness.apptest import (
+    SMALL,
+    array,
+    assert_clean,
+    figure,
+    harness_language,
+    messages,
+    open_app,
+    shown_texts,
+)
+from transformer_core.analysis.attention_steps import (
+    query_steps,
+    row_sums,
+)
+from transformer_core.model.config import preset
+from transformer_core.model.masks import attention_mask
+from transformer_core.model.trace import run_with_trace
+from transformer_core.model.transformer import build_model
+from transformer_core.text.tokenizer import load_encoding
+from ui.figures import mark_cells, token_heatmap
+from ui.i18n import strings
+
+PAGE = "attention"
+BASE = "preset:course-base@cl100k_base"
+SRC_TOKENS, TGT_TOKENS = 13, 7  # the course's sentences 同志们!我踩着地雷了 / 我现在开始排雷。 in cl100k
+WEIGHT, MASKED, KEY = "softmax weight", "masked score", "key token"
+ENGLISH_ONLY = {v["en"] for v in strings().values() if v["en"] != v["zh"]}
+BAD_INPUTS = {
+    "empty": "",
+    "endoftext": "<|endoftext|>",
+    "script": "<script>alert(1)</script>",
+    "emoji_combining_rtl": "👩‍👩‍👧‍👦 🏳️‍🌈 שלום عربي e\u0301 a\u0308\u0323 \u202eabc",
+    "hundred_thousand_chars": "同志们!我踩着地雷了 " * 9_091,
+}
+
+
+def values(fig: dict) -> list[np.ndarray]:
+    """The value heatmaps of a figure (mask overlays left out)."""
+    return [array(tr["z"]) for tr in fig["data"] if tr["type"] == "heatmap" and tr.get("name") != "mask"]
+
+
+def hover_values(fig: dict) -> list[np.ndarray]:
+    """The value heatmaps with each masked (NaN) cell read from its subplot's mask overlay, as hover shows it."""
+    overlays = {tr.get("xaxis", "x"): array(tr["z"]) for tr in fig["data"] if tr.get("name") == "mask"}
+    out = []
+    for tr in fig["data"]:
+        if tr["type"] == "heatmap" and tr.get("name") != "mask":
+            z, over = array(tr["z"]), overlays.get(tr.get("xaxis", "x"))
+            out.append(z if over is None else np.where(np.isnan(z), over, z))
+    return out
+
+
+def step_table(at):
+    return next(df.value for df in at.dataframe if WEIGHT in df.value.columns)
+
+
+def chart_bytes(at) -> int:
+    return sum(len(c.proto.spec.encode("utf-8")) for c in at.get("plotly_chart"))
+
+
+def main_values(at) -> np.ndarray:
+    return values(figure(at, "att_main"))[0]
+
+
+def test_decoder_only_page_shows_zero_weights_above_the_diagonal_and_rows_summing_to_one():
+    at = open_app(PAGE, model=SMALL, lang="en")
+    assert_clean(at)
+    assert at.session_state["block"] == "dec_self" and at.session_state["mask_mode"] == "both"
+    df = step_table(at)
+    q = int(at.session_state["att_query_idx"])
+    w = df[WEIGHT].to_numpy()
+    assert (w[q + 1:] == 0).all() and (w[: q + 1] > 0).all()
+    assert list(df[MASKED][q + 1:]) == ["−∞"] * (len(df) - q - 1)
+    assert w.sum() == pytest.approx(1.0, abs=1e-6)
+    numbers = json.loads(next(d for d in at.dataframe if WEIGHT in d.value.columns).proto.columns)
+    assert {c: v["type_config"]["format"] for c, v in numbers.items()} == dict.fromkeys(
+        ["q·k", "q·k / √d_k", WEIGHT], "%.4f")  # every number shown with 4 decimals, like the masked column
+    assert all(re.fullmatch(r"-?\d+\.\d{4}|−∞", x) for x in df[MASKED])
+    main = figure(at, "att_main")
+    assert (main["data"][0]["zmin"], main["data"][0]["zmax"]) == (0, 1)
+    assert len(main["layout"]["yaxis"]["ticktext"]) == main_values(at).shape[0]  # every token labelled
+    for m, raw in zip(hover_values(main)[:1], values(main)[:1], strict=True):
+        assert (np.triu(m, k=1) == 0).all() and np.isnan(raw[np.triu_indices_from(raw, 1)]).all()
+        np.testing.assert_allclose(m.sum(-1), 1.0, atol=1e-5)
+    thumbs = figure(at, "att_thumbs_0")
+    assert len(values(thumbs)) == 4  # course-gpt has 4 heads
+    for raw in values(thumbs):
+        assert np.isnan(raw[np.triu_indices_from(raw, 1)]).all()
+    assert thumbs["layout"]["coloraxis"]["cmin"] == 0 and thumbs["layout"]["coloraxis"]["cmax"] == 1
+    lo, hi = map(float, re.findall(r"\d\.\d{6}", next(s for s in messages(at) if s.startswith("Row sums"))))
+    assert lo == pytest.approx(1.0, abs=1e-5) and hi == pytest.approx(1.0, abs=1e-5)
+    assert any("flat" in s for s in shown_texts(at))  # the course's uniform-softmax mistake, explained
+
+
+@pytest.mark.parametrize("mode", ["none", "causal", "padding", "both"])
+def test_each_mask_mode_recomputes_the_weights(mode):
+    at = open_app(PAGE, model=SMALL, lang="en")
+    at.radio(key="mask_mode").set_value(mode).run()
+    assert_clean(at)
+    q = int(at.session_state["att_query_idx"])
+    df = step_table(at)
+    w = df[WEIGHT].to_numpy()
+    assert w.sum() == pytest.approx(1.0, abs=1e-6)
+    causal = mode in ("causal", "both")  # one sentence has no padding: the padding mask hides nothing
+    assert ((w[q + 1:] == 0).all() if causal else (w > 0).all())
+    assert (df[MASKED] == "−∞").sum() == (len(df) - q - 1 if causal else 0)
+    after = figure(at, "att_after")
+    overlays = [tr for tr in after["data"] if tr.get("name") == "mask"]
+    assert len(overlays) == (1 if causal else 0)
+    if causal:  # masked cells are blank (NaN) in the values and marked ✕ on the overlay
+        shown, marks = values(after)[0], array(overlays[0]["z"])
+        upper = np.triu(np.ones_like(shown, dtype=bool), k=1)
+        assert np.isnan(shown[upper]).all() and not np.isnan(shown[~upper]).any()
+        assert (np.isnan(marks) == ~upper).all()
+        assert all((t == "✕") == u for row, urow in zip(overlays[0]["text"], upper, strict=True)
+                   for t, u in zip(row, urow, strict=True))
+    main = figure(at, "att_main")
+    m = hover_values(main)[0]
+    np.testing.assert_allclose(m.sum(-1), 1.0, atol=1e-5)
+    assert (np.triu(m, k=1) == 0).all() == causal
+    marks = [tr for tr in main["data"] if tr.get("name") == "mask"]
+    assert len(marks) == (1 if causal else 0)
+    if causal:  # like "after masking": blank + ✕, and hover says the weight is exactly 0
+        upper = np.triu(np.ones_like(values(main)[0], dtype=bool), k=1)
+        assert np.isnan(values(main)[0][upper]).all() and (array(marks[0]["z"])[upper] == 0).all()
+        assert "masked" in marks[0]["hovertemplate"] and "→ 0" in marks[0]["hovertemplate"]
+
+
+@pytest.mark.parametrize("scale", ["row", "log"])
+def test_colour_scales_per_row_and_log(scale):
+    at = open_app(PAGE, model=SMALL, lang="en", text="the cat sat on the mat")
+    weights = hover_values(figure(at, "att_main"))[0]
+    at.radio(key="att_scale").set_value(scale).run()
+    assert_clean(at)
+    main = figure(at, "att_main")
+    z = values(main)[0]
+    live = ~np.isnan(z)
+    if scale == "row":
+        np.testing.assert_allclose(np.nanmax(z, axis=-1), 1.0, atol=1e-6)  # each row by its largest weight
+        assert (main["data"][0]["zmin"], main["data"][0]["zmax"]) == (0, 1)
+    else:
+        np.testing.assert_allclose(z[live], np.log10(np.maximum(weights[live], 1e-6)), atol=1e-5)
+        assert main["data"][0]["colorbar"]["ticktext"] == ["1e-6", "1e-4", "1e-2", "1e0"]
+
+
+def test_a_chosen_cell_is_explained_step_by_step():
+    at = open_app(PAGE, model=SMALL, lang="en", text="the cat sat on the mat")
+    assert "cells" in [tr.get("name") for tr in figure(at, "att_main")["data"]]  # click targets on every cell
+    at.session_state["att_cell"] = (3, 1)  # what a click on (query 3, key 1) stores
+    at.run()
+    assert_clean(at)
+    assert any(s.value.startswith("Why 3 ‘") and "1 ‘" in s.value for s in at.subheader)
+    text = " ".join(m.value for m in at.markdown)
+    assert "q·k =" in text and "softmax over the whole row" in text
+    table = next(df.value for df in at.dataframe if WEIGHT in df.value.columns)
+    assert table[KEY].iloc[1].startswith("▶ ")
+
+
+def test_encoder_decoder_opens_on_cross_attention_with_encoder_keys():
+    at = open_app(PAGE, model=BASE, lang="en")
+    assert_clean(at)
+    assert at.session_state["block"] == "cross"  # no block chosen yet: cross-attention
+    assert at.session_state["mask_mode"] == "padding"
+    at.selectbox(key="block").set_value("dec_self").run()
+    assert_clean(at)
+    assert len(step_table(at)) == TGT_TOKENS  # decoder self-attention: keys are the decoder's tokens
+    at.selectbox(key="block").set_value("cross").run()
+    assert_clean(at)
+    df = step_table(at)
+    assert len(df) == SRC_TOKENS and df[KEY].iloc[0] == "0 ‘同’" and df[KEY].iloc[3] == "3 ‘!’"
+    assert at.selectbox(key="att_query_idx").options[0] == "0 ‘我’"  # queries: the decoder's tokens
+    assert len(at.selectbox(key="att_query_idx").options) == TGT_TOKENS
+    assert df[WEIGHT].sum() == pytest.approx(1.0, abs=1e-6)
+    assert any("DecoderBlock" in s for s in shown_texts(at))  # the cross-attention mistake, explained
+    at.radio(key="mask_mode").set_value("causal").run()  # never causal over the encoder memory
+    assert_clean(at)
+    assert (step_table(at)[MASKED] != "−∞").all()
+    at.selectbox(key="layer").set_value(2).run()  # a new layer keeps the kind of block
+    assert_clean(at)
+    assert at.session_state["block"] == "cross"
+    q_fig = figure(at, "att_q")
+    assert array(q_fig["data"][0]["z"]).shape == (TGT_TOKENS, 64)  # d_k = 512 / 8
+
+
+def test_chart_data_stays_under_one_megabyte_at_64_tokens():
+    enc = load_encoding("cl100k_base")
+    text = enc.decode(enc.encode("the quick brown fox jumps over the lazy dog " * 20)[:64])
+    at = open_app(PAGE, model=BASE, lang="en", text=text, tgt=text, block="dec_self")
+    assert_clean(at)
+    assert main_values(at).shape == (64, 64) and array(figure(at, "att_before")["data"][0]["z"]).shape == (64, 64)
+    print("chart bytes at 64 tokens:", chart_bytes(at))
+    assert chart_bytes(at) < 1_000_000
+
+
+def test_long_sequence_is_drawn_in_blocks_with_readable_labels_and_a_window_of_single_tokens():
+    enc = load_encoding("cl100k_base")
+    text = enc.decode(enc.encode("the quick brown fox jumps over the lazy dog " * 40)[:300])
+    at = open_app(PAGE, model=BASE, lang="en", text=text, tgt="short target")
+    at.selectbox(key="block").set_value("enc_self").run()
+    assert_clean(at)
+    main = figure(at, "att_main")
+    assert main_values(at).shape == (150, 150)  # blocks of 2 × 2 tokens (more than MAIN_CAP = 256)
+    rows = main["data"][0]["y"]  # each block named by its tokens (the axis's categories): hover names them all
+    assert rows[0].startswith("0–1: 0 ‘") and rows[1].startswith("2–3: 2 ‘") and len(set(rows)) == 150
+    assert main["layout"]["yaxis"]["type"] == "category" and "%{y}" in main["data"][0]["hovertemplate"]
+    before = figure(at, "att_before")["data"][0]
+    assert before["x"][:2] == ["0 ‘the’", "1 ‘␣quick’"] and "%{x}" in before["hovertemplate"]
+    assert any("block of 2 × 2 tokens" in c.value for c in at.caption)
+    assert array(figure(at, "att_before")["data"][0]["z"]).shape == (256, 256)  # a window of single tokens
+    assert at.slider(key="att_window")
+    assert values(figure(at, "att_thumbs_0"))[0].shape == (75, 75)  # thumbnails pooled (every 4th)
+    assert len(step_table(at)) == 300  # the table keeps every key
+    for c in at.get("plotly_chart"):  # every chart light, and no two labels of an axis drawn over each other
+        assert len(c.proto.spec.encode("utf-8")) < 1_000_000
+        fig = json.loads(c.proto.spec)
+        layout = fig["layout"]
+        for axis, room in (("yaxis", layout.get("height", 450) - 120), ("xaxis", 800)):
+            labels = layout.get(axis, {}).get("ticktext")
+            if labels:
+                size = layout[axis]["tickfont"]["size"]
+                assert len(labels) * (size + 3) <= room + size + 3, (axis, len(labels), size, room)
+    print("chart bytes at 300 tokens:", chart_bytes(at))
+
+
+def test_label_step_and_block_max():
+    from ui.figures import block_max, label_step
+
+    assert label_step(40, 800, 9) == 1 and label_step(300, 780, 9) == 5
+    z = np.arange(25, dtype=np.float32).reshape(5, 5)
+    z[0, 0] = np.nan
+    pooled = block_max(z, 2)
+    assert pooled.shape == (3, 3) and pooled[0, 0] == 6 and pooled[2, 2] == 24
+    assert np.isnan(block_max(np.full((4, 4), np.nan), 2)).all()
+
+
+@pytest.mark.parametrize("text", list(BAD_INPUTS.values()), ids=list(BAD_INPUTS))
+def test_bad_inputs_never_raise(text):
+    at = open_app(PAGE, model=SMALL, lang="en")
+    at.sidebar.text_area(key="text").set_value(text).run()
+    assert not at.exception, [e.value for e in at.exception]
+    if text.strip():
+        assert step_table(at)[WEIGHT].sum() == pytest.approx(1.0, abs=1e-6)
+    else:
+        assert at.warning and not at.get("plotly_chart")
+
+
+def test_one_token_weights_keep_the_zero_to_one_colour_scale():
+    at = open_app(PAGE, model=SMALL, lang="en", text="hello")
+    assert_clean(at)
+    main = figure(at, "att_main")["data"][0]
+    assert array(main["z"]).tolist() == [[1.0]] and (main["zmin"], main["zmax"]) == (0, 1)
+    assert figure(at, "att_thumbs_0")["layout"]["coloraxis"]["cmax"] == 1
+
+
+def test_chinese_page_has_no_english_labels():
+    with harness_language("zh"):
+        at = open_app(PAGE, model=BASE, lang="zh")
+        assert_clean(at)
+        assert not [s for s in shown_texts(at) if s in ENGLISH_ONLY]
+        assert at.selectbox(key="att_query_idx").label == "查询词元（query）"
+        assert any("键词元（key）" in df.value.columns for df in at.dataframe)
+
+
+# --- the small pure helpers the page reads the trace with -------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_model(preset("tiny", vocab_size=100277), "cpu")
+
+
+def test_query_steps_are_the_traced_numbers_and_match_the_reference_attention(tiny):
+    src, tgt = torch.tensor([[5, 6, 7, 8, 9]]), torch.tensor([[1, 2, 3]])
+    _, trace = run_with_trace(tiny, src, tgt)
+    stages = trace.attention("dec_self", 1)
+    s = query_steps(stages, head=1, query=1)
+    torch.testing.assert_close(s.scaled, s.raw / math.sqrt(s.d_k))
+    assert s.mask.tolist() == [True, True, False] and math.isinf(float(s.masked[2]))
+    assert float(s.weights[2]) == 0.0 and float(s.weights.sum()) == pytest.approx(1.0, abs=1e-6)
+    mask = attention_mask("causal", 1, 3, 3)[:, :, 1:2]  # (1, 1, 1, 3): query 1's row
+    q, k, v = stages["q"][:, 1:2, 1:2], stages["k"][:, 1:2], stages["v"][:, 1:2]
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # an independent reference
+    torch.testing.assert_close(s.output, ref[0, 0, 0])
+    torch.testing.assert_close(s.weights @ s.v, s.output)
+    torch.testing.assert_close(s.output, s.traced_output)  # the model computed the same row in its forward
+    assert s.max_difference < 1e-5
+
+
+def test_row_sums_skip_and_count_fully_masked_rows():
+    weights = torch.tensor([[0.25, 0.75], [0.0, 0.0], [1.0, 0.0]])
+    mask = torch.tensor([[True, True], [False, False], [True, False]])
+    assert row_sums(weights, mask) == (1.0, 1.0, 1)
+
+
+def test_mask_marks_overlay_marks_only_masked_cells():
+    masked = np.triu(np.ones((3, 3), dtype=bool), k=1)
+    fig = token_heatmap(np.where(masked, np.nan, 1.0), list("abc"), list("xyz"))
+    mark_cells(fig, masked, hovertemplate="masked")
+    main, overlay = fig.data
+    assert main.hoverongaps is False and overlay.name == "mask" and "masked" in overlay.hovertemplate
+    assert [list(r) for r in overlay.text] == [["", "✕", "✕"], ["", "", "✕"], ["", "", ""]]
+    assert (np.isnan(np.asarray(overlay.z, dtype=float)) == ~masked).all()
+    empty = token_heatmap(np.ones((2, 2)), ["a", "b"], ["x", "y"])
+    mark_cells(empty, np.zeros((2, 2), dtype=bool), hovertemplate="")
+    assert len(empty.data) == 1
+
+
+def test_categorical_maps_name_every_token_and_keep_the_mask_on_the_same_cells():
+    from ui.figures import block_labels
+
+    labels = [f"{i} ‘t{i}’" for i in range(10)]
+    assert block_labels(labels, 4) == ["0–3: 0 ‘t0’ 1 ‘t1’ 2 ‘t2’ 3 ‘t3’", "4–7: 4 ‘t4’ 5 ‘t5’ 6 ‘t6’ 7 ‘t7’",
+                                       "8–9: 8 ‘t8’ 9 ‘t9’"]
+    assert block_labels(labels, 6, shown=2)[0] == "0–5: 0 ‘t0’ 1 ‘t1’ …" and block_labels(labels, 1) == labels
+    z = np.tril(np.ones((10, 10)))
+    fig = token_heatmap(np.where(z > 0, z, np.nan), labels, labels, categories=(labels, labels))
+    mark_cells(fig, z == 0, hovertemplate="masked")
+    assert fig.layout.xaxis.type == "category" and list(fig.data[1].x) == labels == list(fig.data[1].y)
+    assert list(fig.layout.xaxis.tickvals) == labels  # ticks name categories, not positions
+
+
+def test_long_key_labels_get_height_of_their_own_so_rows_keep_their_room():
+    z = np.zeros((13, 13))
+    short = [str(i) for i in range(13)]
+    long = [f"{i} ‘<0xE7><0x9D>’" for i in range(13)]  # byte tokens of Chinese text, as cl100k shows them
+    numbered = token_heatmap(z, long, None).layout.height  # plotly's own short ticks: no room added
+    assert token_heatmap(z, short, short).layout.height - numbered < 20
+    assert token_heatmap(z, long, long).layout.height - numbered >= 16 * 12 * 0.6 * 0.86  # 0.6 em a char, at 60°
+
+
+def test_generated_rows_are_marked_and_the_newest_query_outlined():
+    from transformer_core import load_model
+    from transformer_core.analysis.next_token import generate
+    from transformer_core.text.inputs import prepare
+
+    text = "The weather was nice, so we walked"
+    model, _ = load_model("everyday-gpt")
+    prompt = prepare(model, text).src_ids[0].tolist()
+    gen = generate(model, prompt, 3)
+    at = open_app(PAGE, model="shipped:everyday-gpt", text=text, gen=",".join(map(str, gen)), lang="en")
+    assert_clean(at)
+    main = figure(at, "att_main")
+    n = len(prompt) + len(gen)
+    assert main_values(at).shape == (n, n)
+    shapes = main["layout"]["shapes"]
+    line = next(s for s in shapes if s["type"] == "line")
+    box = next(s for s in shapes if s["type"] == "rect")
+    assert line["y0"] == len(prompt) - 0.5 and (box["y0"], box["y1"]) == (n - 1.5, n - 0.5)
+    assert any("3 generated token" in c.value and f"row {n - 1}" in c.value for c in at.caption)
+
+
+def test_a_head_shows_each_label_with_the_input_it_was_measured_on():
+    """repeat's layer 1 head 1: induction 0.60 on the probe; the page says so, and that it is not the text's score."""
+    at = open_app(PAGE, model="shipped:repeat", text="d a c b g f d a c", lang="en")
+    at.selectbox(key="layer").set_value(1).run()
+    at.selectbox(key="head").set_value(1).run()
+    assert_clean(at)
+    info = next(i.value for i in at.info if EN_HEAD_WHAT in i.value)
+    assert "**induction** pattern" in info and "random tokens written twice (the probe), not on your text" in info
+    at.selectbox(key="layer").set_value(0).run()
+    at.selectbox(key="head").set_value(1).run()
+    info = next(i.value for i in at.info if EN_HEAD_WHAT in i.value)
+    assert "**own token** pattern" in info and "Measured on your text." in info and "probe" not in info
+
+
+EN_HEAD_WHAT = "Head 1: **"

@@ -1,0 +1,145 @@
+"""Compare page through the real app: both texts' next token, per-token surprise and one head's attention equal
+compare() and the model's own numbers, the differences are marked; bad text B gives messages; Chinese."""
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from harness.apptest import (
+    SMALL,
+    array,
+    assert_clean,
+    figure,
+    harness_language,
+    messages,
+    open_app,
+    page_file,
+    shown_texts,
+)
+from transformer_core import act_name, load_model, prepare, run, run_with_trace
+from transformer_core.analysis.compare import compare
+from ui.i18n import strings
+
+PAGE = "compare"
+EN = {k: v["en"] for k, v in strings().items()}
+ENGLISH_ONLY = {v["en"] for v in strings().values() if v["en"] != v["zh"]}
+A, B = "d a c b g f d a c", "d a c b g f d a b"
+
+
+def metric(at, label: str) -> float:
+    return float(next(m.value for m in at.metric if m.label == label))
+
+
+def chips(at, which: int) -> tuple[list[float], str]:
+    """(probabilities, html) of the chips of text A (0) or B (1)."""
+    body = [h.value for h in at.html][which]
+    return [float(p) for p in re.findall(r"data-p='([^']+)'", body)], body
+
+
+def test_repeat_with_one_letter_changed_equals_compare_and_the_model():
+    at = open_app(PAGE, model="shipped:repeat", text=A, lang="en")
+    at.text_area(key="cmp_text_b").set_value(B).run()
+    at.selectbox(key="cmp_layer_2").set_value(1).run()
+    at.selectbox(key="cmp_head_4").set_value(3).run()
+    assert_clean(at)
+    model, _ = load_model("repeat")
+    pa, pb = prepare(model, A), prepare(model, B)
+    comp = compare(model, pa, pb, "dec_self", 1, 3)
+    assert metric(at, EN["cmp_tv"]) == pytest.approx(comp.diff.total_variation, abs=1e-4)
+    assert comp.diff.total_variation > 0.99 and comp.diff.top_prob_b < 1e-3  # the copy is broken
+    for which, prep in ((0, pa), (1, pb)):  # chips: softmax of the model's own logits at the actual next token
+        probs = torch.softmax(run(model, prep.src_ids)[0].double(), dim=-1)
+        ids = prep.src_ids[0]
+        np.testing.assert_allclose(chips(at, which)[0], probs[:-1].gather(-1, ids[1:, None])[:, 0], rtol=1e-5)
+        bars = figure(at, f"cmp_next_{'ab'[which]}")["data"][0]
+        np.testing.assert_allclose(array(bars["x"]), torch.topk(probs[-1], 10).values, atol=1e-6)
+    assert chips(at, 1)[0][-1] < 0.01  # the changed letter is a surprise
+    assert chips(at, 1)[1].count("2px solid #c0392b") == 0  # same letters, other order: nothing only in B
+    name = act_name("weights", layer=1, block="dec_self", cross=False)
+    w_a = run_with_trace(model, pa.src_ids, names=[name])[1][name][0, 3].numpy()
+    w_b = run_with_trace(model, pb.src_ids, names=[name])[1][name][0, 3].numpy()
+    np.testing.assert_allclose(array(figure(at, "cmp_att_a")["data"][0]["z"]), w_a, atol=1e-6)
+    np.testing.assert_allclose(array(figure(at, "cmp_delta")["data"][0]["z"]), w_b - w_a, atol=1e-6)
+    df = next(d.value for d in at.dataframe if EN["cmp_col_p_b"] in d.value.columns)
+    assert df[EN["cmp_col_same"]].tolist() == [EN["cmp_yes"]] * 8 + [EN["cmp_no"]]
+    np.testing.assert_allclose(df[EN["cmp_col_p_b"]][1:], chips(at, 1)[0], rtol=1e-6)
+
+
+def test_reverse_default_and_the_notebook_snippet():
+    at = open_app(PAGE, model="shipped:reverse", text="d a c b", tgt="= b c a", lang="en")
+    assert_clean(at)
+    assert at.text_area(key="cmp_text_b").value == "b c a d"  # the sidebar's words, reversed
+    assert at.selectbox(key="cmp_kind").value == "cross"
+    code = at.code[0].value
+    assert "compare(model, prep, prep_b, 'cross', 0, 0, top=10)" in code
+    scope: dict = {}
+    exec(code, scope)  # the page's notebook code recomputes what it shows
+    np.testing.assert_allclose(scope["arrays"]["b_weights"], array(figure(at, "cmp_att_b")["data"][0]["z"]), atol=1e-6)
+    assert float(scope["arrays"]["difference"][2]) == pytest.approx(metric(at, EN["cmp_tv"]), abs=1e-4)
+    only = " ".join(m.value for m in at.markdown)
+    assert EN["cmp_same_tokens"] in only  # the same letters in another order
+
+
+def test_different_lengths_and_tokens_only_in_one_text_are_marked():
+    at = open_app(PAGE, model=SMALL, text="the cat sat", lang="en")
+    at.text_area(key="cmp_text_b").set_value("a dog sat on the mat").run()
+    assert_clean(at)
+    assert EN["cmp_delta_shape"] in [c.value for c in at.caption]
+    text = " ".join(m.value for m in at.markdown)
+    assert "‘␣cat’" in text and "‘␣dog’" in text
+    marked = re.findall(r"2px solid #c0392b[^>]*>([^<]*)<", chips(at, 0)[1])
+    assert marked == ["the", "␣cat"]  # B has ' the' (with its space), not 'the', and no ' cat'
+    assert "‘the’, ‘␣cat’" in text
+    table = next(d for d in at.dataframe if EN["cmp_col_p_a"] in d.value.columns)
+    assert table.value[EN["cmp_col_token_a"]].isna().sum() == 3  # A is 3 tokens shorter than B
+    assert table.proto.placeholder == "—"  # a missing cell reads "—", not a grey "None"
+
+
+def test_text_b_bad_inputs_give_messages():
+    at = open_app(PAGE, model="shipped:repeat", text=A, lang="en")
+    at.text_area(key="cmp_text_b").set_value("").run()
+    assert not at.exception and EN["tb_empty"] in messages(at)
+    at.text_area(key="cmp_text_b").set_value("你好").run()
+    assert not at.exception and any("only knows the" in m for m in messages(at))
+    at = open_app(PAGE, model=SMALL, lang="en")
+    at.text_area(key="cmp_text_b").set_value("<script>alert(1)</script><img src=x onerror=alert(1)>").run()
+    assert_clean(at)
+    body = "".join(h.value for h in at.html)
+    assert "<script" not in body and "<img" not in body and "&lt;script" in body
+    at.text_area(key="cmp_text_b").set_value("x").run()  # one token: no surprise, still a comparison
+    assert_clean(at)
+    assert EN["cmp_one_token"] in [c.value for c in at.caption]
+    at = open_app(PAGE, model="shipped:reverse", lang="en")
+    at.text_area(key="cmp_tgt_b").set_value(" ").run()
+    assert not at.exception and EN["tb_tgt_empty"] in messages(at)
+
+
+def test_text_b_is_shared_with_the_intervene_page():
+    at = open_app(PAGE, model="shipped:repeat", text=A, lang="en")
+    at.text_area(key="cmp_text_b").set_value(B).run()
+    at.switch_page(page_file("intervene")).run()
+    assert not at.exception
+    assert at.text_area(key="iv_text_b").value == B
+
+
+def test_chinese_page_has_no_english_labels():
+    with harness_language("zh"):
+        at = open_app(PAGE, model="shipped:reverse", lang="zh")
+        assert_clean(at)
+        assert at.title[0].value == "对比两段文本"
+        assert not [s for s in shown_texts(at) if s in ENGLISH_ONLY]
+
+
+def test_the_try_buttons_load_the_experiments_their_caption_describes():
+    at = open_app(PAGE, lang="en")
+    at.button(key="try_compare_0").click().run()
+    assert_clean(at)
+    ss = at.session_state
+    assert (ss["model"], ss["text"], ss["cmp_text_b"]) == ("shipped:repeat", A, B)
+    assert metric(at, EN["cmp_tv"]) > 0.99  # "total variation 0.999": A's copy is broken in B
+    at.button(key="try_compare_1").click().run()
+    assert_clean(at)
+    assert (ss["model"], ss["text"], ss["tgt"]) == ("shipped:reverse", "d a c b", "= b c a")
+    assert (ss["cmp_text_b"], ss["cmp_tgt_b"]) == ("b c a d", "= d a c b")
+    assert at.text_area(key="cmp_text_b").value == "b c a d"

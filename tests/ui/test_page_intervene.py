@@ -1,0 +1,168 @@
+"""Ablation and patching page through the real app: the loss change and the moved tokens equal ablate() and patch()
+called directly, the shared model is left as it was, text B's bad input gives messages, and the page speaks Chinese."""
+import numpy as np
+import pytest
+import torch
+
+from harness.apptest import (
+    SMALL,
+    array,
+    assert_clean,
+    figure,
+    harness_language,
+    messages,
+    open_app,
+    shown_texts,
+)
+from transformer_core import load_model, prepare, run
+from transformer_core.analysis.interventions import ablate, patch
+from ui import cache
+from ui.i18n import strings
+
+PAGE = "intervene"
+EN = {k: v["en"] for k, v in strings().items()}
+ENGLISH_ONLY = {v["en"] for v in strings().values() if v["en"] != v["zh"]}
+A, B = "d a c b g f d a c", "e h k j e h k"
+CROSS_1 = ["cross:1:0", "cross:1:1", "cross:1:2", "cross:1:3"]
+
+
+def summary(at, which: int = 0):
+    return [d.value for d in at.dataframe if EN["iv_col_what"] in d.value.columns][which]
+
+
+def moved(at, which: int = 0):
+    return [d.value for d in at.dataframe if {EN["iv_col_token"], EN["iv_col_change"]} <= set(d.value.columns)][which]
+
+
+def top_tables(at) -> list:
+    """(intact, edited) next-token tables of each section."""
+    return [d.value for d in at.dataframe if list(d.value.columns) == [EN["iv_col_token"], EN["iv_col_prob"]]]
+
+
+def test_ablating_all_layer_1_cross_heads_of_reverse_equals_ablate():
+    at = open_app(PAGE, model="shipped:reverse", text="d a c b", tgt="= b c a", lang="en")
+    assert_clean(at)
+    assert EN["iv_pick"] in messages(at)  # nothing switched off yet
+    at.multiselect(key="iv_heads_shipped:reverse").set_value(CROSS_1).run()
+    assert_clean(at)
+    model, _ = load_model("reverse")
+    eff = ablate(model, prepare(model, "d a c b", "= b c a"), [("cross", 1, h) for h in range(4)]).effect
+    df = summary(at)
+    change = df[EN["iv_col_change"]].tolist()
+    assert change[0] == pytest.approx(eff.loss_change, abs=1e-6)
+    assert df[EN["iv_col_edited"]].tolist()[1] == pytest.approx(eff.top_prob_edited, abs=1e-6)
+    assert eff.loss_change > 1.0 and eff.top_prob_edited < 0.5  # what the caption says the shipped model shows
+    metric = next(m.value for m in at.metric if m.label == EN["iv_loss_change"])
+    assert float(metric) == pytest.approx(eff.loss_change, abs=1e-4)
+    np.testing.assert_allclose(moved(at)[EN["iv_col_edited"]], [m[2] for m in eff.moved], atol=1e-6)
+    intact, edited = top_tables(at)[:2]  # the ablation section (the patching one follows)
+    np.testing.assert_allclose(intact[EN["iv_col_prob"]], eff.intact.raw, atol=1e-6)
+    np.testing.assert_allclose(edited[EN["iv_col_prob"]], eff.edited.raw, atol=1e-6)
+    assert edited[EN["iv_col_token"]].iloc[0] == "#1 ‘␣d’"  # still the right letter, but far less sure
+    bars = figure(at, "iv_ablate")["data"]
+    np.testing.assert_allclose(array(bars[0]["x"]), [m[1] for m in eff.moved], atol=1e-6)  # intact
+    np.testing.assert_allclose(array(bars[1]["x"]), [m[2] for m in eff.moved], atol=1e-6)  # switched off
+
+
+def test_mean_ablation_of_an_ffn_equals_ablate_and_the_shared_model_is_unchanged():
+    at = open_app(PAGE, model="shipped:reverse", text="d a c b", tgt="= b c a", lang="en")
+    model, _ = cache.get_model("shipped:reverse", "cpu")  # the model every session shares
+    prep = prepare(model, "d a c b", "= b c a")
+    before = run(model, prep.src_ids, prep.tgt_ids).clone()
+    at.multiselect(key="iv_ffns_shipped:reverse").set_value(["encoder:0"]).run()
+    at.radio(key="iv_mode").set_value("mean").run()
+    assert_clean(at)
+    eff = ablate(model, prep, ffn_layers=[("encoder", 0)], mode="mean").effect
+    assert summary(at)[EN["iv_col_change"]].tolist()[0] == pytest.approx(eff.loss_change, abs=1e-6)
+    torch.testing.assert_close(run(model, prep.src_ids, prep.tgt_ids), before, rtol=0, atol=0)
+    code = [c.value for c in at.code if "ablate(" in c.value][0]
+    assert "ffn_layers=[('encoder', 0)]" in code and "mode='mean'" in code
+    scope: dict = {}
+    exec(code, scope)  # the page's notebook code recomputes what it shows
+    assert float(scope["arrays"]["loss"][1]) == pytest.approx(eff.loss_edited, abs=1e-5)
+
+
+def test_patching_repeats_layer_1_head_3_from_text_b_equals_patch():
+    at = open_app(PAGE, model="shipped:repeat", text=A, lang="en")
+    at.text_area(key="iv_text_b").set_value(B).run()
+    at.selectbox(key="iv_pt_head_4").set_value(3).run()
+    assert_clean(at)
+    assert at.selectbox(key="iv_pt_layer_2").value == 1  # the last layer by default
+    model, _ = load_model("repeat")
+    result = patch(model, prepare(model, A), prepare(model, B), "dec_self", 1, 3)
+    metric = next(m for m in at.metric if m.label.startswith("p(‘"))
+    assert float(metric.value) == pytest.approx(result.source_top_in_a[1], abs=1e-4)
+    assert result.source_top_in_a[1] > 0.5  # B's next letter moves into A: the head carries the copied token
+    np.testing.assert_allclose(moved(at, 0)[EN["iv_col_edited"]], [m[2] for m in result.effect.moved], atol=1e-6)
+    assert summary(at, 0)[EN["iv_col_edited"]].tolist()[2] == pytest.approx(result.effect.kl, rel=1e-6)
+    at.selectbox(key="iv_pt_head_4").set_value(2).run()  # another head of the same layer moves nothing
+    assert_clean(at)
+    assert patch(model, prepare(model, A), prepare(model, B), "dec_self", 1, 2).source_top_in_a[1] < 0.01
+
+
+def test_text_b_bad_inputs_give_messages():
+    at = open_app(PAGE, model="shipped:repeat", text=A, lang="en")
+    at.text_area(key="iv_text_b").set_value("   ").run()
+    assert not at.exception and EN["tb_empty"] in messages(at)
+    at.text_area(key="iv_text_b").set_value("hello world").run()  # outside the toy model's letters
+    assert not at.exception and any("only knows the" in m for m in messages(at))
+    at.text_area(key="iv_text_b").set_value("d a c").run()
+    at.radio(key="iv_pt_align").set_value("exact").run()  # unequal lengths cannot be patched one to one
+    assert not at.exception and any("same length" in m for m in messages(at))
+    at.text_area(key="iv_text_b").set_value("x" * 30_000).run()
+    assert not at.exception and EN["tb_cut"].format(n="20,000") in [c.value for c in at.caption]
+    assert len(at.text_area(key="iv_text_b").value) == 20_000
+
+
+def test_html_and_long_text_b_on_a_full_vocabulary_model():
+    at = open_app(PAGE, model=SMALL, lang="en")
+    at.text_area(key="iv_text_b").set_value("<script>alert(1)</script> " * 50).run()
+    assert_clean(at)
+    assert EN["tb_truncated"].format(n=16) in messages(at)
+    assert "<script" not in "".join(h.value for h in at.html)
+    assert any(m.label.startswith("p(‘") for m in at.metric)
+
+
+def test_encoder_decoder_needs_target_b():
+    at = open_app(PAGE, model="shipped:reverse", text="d a c b", tgt="= b c a", lang="en")
+    assert at.text_area(key="iv_tgt_b").value == "= b c a"
+    at.text_area(key="iv_tgt_b").set_value("").run()
+    assert not at.exception and EN["tb_tgt_empty"] in messages(at)
+
+
+def test_chinese_page_has_no_english_labels():
+    with harness_language("zh"):
+        at = open_app(PAGE, model="shipped:reverse", lang="zh")
+        at.multiselect(key="iv_heads_shipped:reverse").set_value(CROSS_1[:2]).run()
+        assert_clean(at)
+        assert at.title[0].value == "消融与激活修补"
+        assert not [s for s in shown_texts(at) if s in ENGLISH_ONLY]
+
+
+def test_the_try_buttons_load_the_experiments_their_captions_describe():
+    at = open_app(PAGE, lang="en")
+    at.button(key="try_ablation_0").click().run()
+    assert_clean(at)
+    assert at.session_state["model"] == "shipped:reverse"
+    assert at.multiselect(key="iv_heads_shipped:reverse").value == CROSS_1
+    df = summary(at)
+    assert round(df[EN["iv_col_change"]].tolist()[0] + df[EN["iv_col_intact"]].tolist()[0], 1) == 1.6  # loss 1.6
+    assert round(df[EN["iv_col_edited"]].tolist()[1], 2) == 0.31  # "the top token falls from 1.00 to 0.31"
+    at.button(key="try_ablation_1").click().run()
+    assert_clean(at)
+    assert at.multiselect(key="iv_heads_shipped:repeat").value == ["dec_self:1:3"]
+    assert round(summary(at)[EN["iv_col_edited"]].tolist()[1], 2) == 0.05  # "‘ b’ falls from 0.999 to 0.05"
+    at.button(key="try_patching_0").click().run()
+    assert_clean(at)
+    assert (at.text_area(key="iv_text_b").value, at.selectbox(key="iv_pt_head_4").value) == (B, 3)
+    metric = next(m for m in at.metric if m.label.startswith("p(‘␣j’ | A)"))  # B's next token, read in A
+    assert at.selectbox(key="iv_pt_layer_2").value == 1 and messages(at) == [], messages(at)
+    assert round(float(metric.value), 2) == 0.66  # "B's next token ‘ j’ goes from 0.000 to 0.66 in A"
+
+
+def test_picked_heads_have_short_names_that_fit_their_chips():
+    at = open_app(PAGE, model="shipped:reverse", text="d a c b", tgt="= b c a", lang="en")
+    box = at.multiselect(key="iv_heads_shipped:reverse")
+    names = list(box.options)  # as the picker shows them
+    assert "cross L1 H3" in names and max(map(len, names)) <= 12
+    assert any("L = layer, H = head" in c.value for c in at.caption)

@@ -1,0 +1,135 @@
+"""Logit lens page through the real app: the last row is the model's own prediction, the other rows equal the
+residual stream read out by hand, the table follows the chosen position; bad input and Chinese."""
+import numpy as np
+import pytest
+import torch
+
+from harness.apptest import (
+    SMALL,
+    array,
+    assert_clean,
+    figure,
+    harness_language,
+    messages,
+    open_app,
+    shown_texts,
+)
+from transformer_core import act_name, load_model, prepare, run, run_with_trace, token_labels
+from ui.figures import visible
+from ui.i18n import strings
+
+PAGE = "lens"
+EN = {k: v["en"] for k, v in strings().items()}
+ENGLISH_ONLY = {v["en"] for v in strings().values() if v["en"] != v["zh"]}
+
+
+def heat(at) -> dict:
+    return figure(at, "lens_heat")["data"][0]
+
+
+def position_table(at):
+    return next(d.value for d in at.dataframe if EN["lens_col_rank"] in d.value.columns)
+
+
+def by_hand(model, prep) -> list[torch.Tensor]:
+    """(T, vocab) softmax of the residual stream after the embeddings and after each decoder layer, read out
+    through the output layer (the shipped models have no final norm), computed here with the public API."""
+    cross = model.is_encoder_decoder
+    names = [act_name("embed", side="decoder")] + [act_name("addnorm_out", layer=i, block="dec_ffn", cross=cross)
+                                                  for i in range(model.cfg.n_layers)]
+    _, trace = run_with_trace(model, prep.src_ids, prep.tgt_ids, names=names)
+    assert not model.cfg.final_norm
+    with torch.inference_mode():
+        return [torch.softmax(model.out(trace[n][0]).double(), dim=-1) for n in names]
+
+
+@pytest.mark.parametrize("key, text, tgt", [("repeat", "d a c b g f d a c", None), ("reverse", "d a c b", "= b c a")])
+def test_rows_equal_the_residual_stream_read_out_and_the_last_row_is_the_models_own_prediction(key, text, tgt):
+    at = open_app(PAGE, model=f"shipped:{key}", text=text, lang="en", **({"tgt": tgt} if tgt else {}))
+    assert_clean(at)
+    model, _ = load_model(key)
+    prep = prepare(model, text, tgt)
+    own = torch.softmax(run(model, prep.src_ids, prep.tgt_ids)[0].double(), dim=-1)  # (T, vocab)
+    top = own.argmax(-1)  # (T,)
+    rows = by_hand(model, prep)
+    torch.testing.assert_close(rows[-1], own)  # the lens of the last layer is exactly the model's own output
+    z, cells = array(heat(at)["z"]), heat(at)["text"]
+    assert z.shape == (model.cfg.n_layers + 1, top.numel())
+    expected = np.stack([r.gather(-1, top[:, None])[:, 0].numpy() for r in rows])  # p of the final answer
+    np.testing.assert_allclose(z, expected, atol=1e-5)
+    assert cells[-1] == [visible(x) for x in token_labels(model, top.tolist())]
+    assert cells[1] == [visible(x) for x in token_labels(model, rows[1].argmax(-1).tolist())]
+    df = position_table(at)  # the last position by default: every row's top 5
+    last = df[df[EN["lens_col_layer"]] == EN["lens_row_layer"].format(layer=model.cfg.n_layers - 1)]
+    best = torch.topk(own[-1], 5)
+    assert list(last[EN["lens_col_token"]]) == [visible(x) for x in token_labels(model, best.indices.tolist())]
+    np.testing.assert_allclose(last[EN["lens_col_prob"]], best.values.numpy(), atol=1e-6)
+
+
+def test_picking_a_position_and_k_changes_the_table():
+    at = open_app(PAGE, model="shipped:repeat", text="d a c b g f d a c", lang="en")
+    model, _ = load_model("repeat")
+    prep = prepare(model, "d a c b g f d a c")
+    rows = by_hand(model, prep)
+    at.selectbox(key="lens_pos_9").set_value(6).run()
+    at.slider(key="lens_k").set_value(3).run()
+    assert_clean(at)
+    df = position_table(at)
+    assert len(df) == 3 * (model.cfg.n_layers + 1)
+    first = df[df[EN["lens_col_layer"]] == EN["lens_row_layer"].format(layer=0)]
+    best = torch.topk(rows[1][6], 3)
+    np.testing.assert_allclose(first[EN["lens_col_prob"]], best.values.numpy(), atol=1e-6)
+    text = " ".join(m.value for m in at.markdown)
+    assert "‘␣a’" in text and EN["lens_row_layer"].format(layer=1) in text  # the copy forms after layer 1
+
+
+def test_the_notebook_snippet_recomputes_the_heatmap():
+    at = open_app(PAGE, model="shipped:reverse", text="d a c b", tgt="= b c a", lang="en")
+    code = at.code[0].value
+    assert "logit_lens(model, prep, k=5)" in code and "load_model('reverse')" in code
+    scope: dict = {}
+    exec(code, scope)
+    np.testing.assert_allclose(scope["arrays"]["final_prob"], array(heat(at)["z"]), atol=1e-6)
+
+
+def test_random_init_preset_with_eight_layers_renders():
+    at = open_app(PAGE, model=SMALL, lang="en")
+    assert_clean(at)
+    assert array(heat(at)["z"]).shape == (9, 13)  # embeddings + 8 layers, the course sentence's 13 tokens
+    assert heat(at)["zmin"] == 0 and heat(at)["zmax"] == 1
+
+
+def test_bad_inputs_give_messages_not_tracebacks():
+    at = open_app(PAGE, model=SMALL, lang="en")
+    for text in ("", "<|endoftext|>", "<script>alert(1)</script>", "同志们!我踩着地雷了 " * 10_000, "x"):
+        at.sidebar.text_area(key="text").set_value(text).run()
+        assert not at.exception, text[:20]
+        assert not at.error, text[:20]
+    assert array(heat(at)["z"]).shape == (9, 1)  # one token still has a prediction after it
+    at.sidebar.text_area(key="text").set_value("").run()
+    assert EN["err.empty_input"] in messages(at)
+
+
+def test_chinese_page_has_no_english_labels():
+    with harness_language("zh"):
+        at = open_app(PAGE, model="shipped:reverse", lang="zh")
+        assert_clean(at)
+        assert at.title[0].value == "Logit 透镜"
+        assert not [s for s in shown_texts(at) if s in ENGLISH_ONLY]
+
+
+def test_what_to_look_for_counts_where_this_texts_answers_settle():
+    at = open_app(PAGE, model="shipped:repeat", text="d a c b g f d a c", lang="en")
+    assert_clean(at)
+    model, _ = load_model("repeat")
+    rows = by_hand(model, prepare(model, "d a c b g f d a c"))
+    top = torch.stack([r.argmax(-1) for r in rows])  # (R, T) each row's top token
+    final = top[-1]
+    settled = [max([0] + [r + 1 for r in range(len(rows)) if top[r, p] != final[p]]) for p in range(final.numel())]
+    names = [EN["lens_row_embed"]] + [EN["lens_row_layer"].format(layer=i) for i in range(model.cfg.n_layers)]
+    where = "; ".join(EN["look_lens_at"].format(row=names[r], n=settled.count(r)) for r in range(len(rows))
+                      if settled.count(r))
+    rise = " → ".join(f"{float(r.gather(-1, final[:, None]).mean()):.2f}" for r in rows)
+    look = [m for m in messages(at) if m.startswith("What to look for")]
+    assert look == [EN["look_lens"].format(where=where, rise=rise)]
+    assert "reverse" not in look[0]  # about the model shown, not the toy models

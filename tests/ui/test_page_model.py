@@ -1,0 +1,125 @@
+"""Model page through the real app: parameter counts, every shape in forward order, device and timing."""
+import re
+
+import pytest
+
+from harness.apptest import SMALL, messages, open_app
+from service import catalog
+from transformer_core.model.device import device_name, pick_device
+
+PAGE = "model"
+BASE = "preset:course-base@cl100k_base"
+VOCAB = 100277
+
+
+def frame(at, column):
+    return next(df.value for df in at.dataframe if column in df.value.columns)
+
+
+def shape_rows(at) -> dict[str, str]:
+    df = frame(at, "shape")
+    return dict(zip(df["name"], df["shape"], strict=True))
+
+
+def test_parameter_total_equals_sum_of_numel():
+    at = open_app(PAGE, model=SMALL)
+    assert not at.exception
+    model = catalog.load(SMALL, "cpu")[0]
+    total = sum(p.numel() for p in model.parameters())
+    assert at.metric[0].value == f"{total:,}"
+    counts = frame(at, "parameters")
+    assert counts["parameters"].iloc[-1] == total
+    assert counts["parameters"].iloc[:-1].sum() == total
+    assert counts["parameters"].iloc[0] == VOCAB * 64  # token embedding; sinusoidal PE has no parameters
+    assert counts["component"].tolist()[-1] == "total"
+    assert any("hand count is wrong" in i.value for i in at.info)
+    assert "PositionWiseFFN: 64 → 256 → 64" in at.code[0].value
+    assert "Transformer(" in at.code[1].value  # str(model) in the expander
+
+
+def test_shapes_table_lists_every_hook_in_forward_order():
+    at = open_app(PAGE, model=SMALL)
+    rows = shape_rows(at)
+    names = list(rows)
+    assert names[0] == "src_ids" and rows["src_ids"] == "(1, 13)"
+    assert rows["hook_logits"] == f"(1, 13, {VOCAB})" and names[-1] == "probs"
+    # per-head tensors of layer 7 were not kept, but their shapes are listed
+    assert rows["decoder.layers.7.self_attn.hook_weights"] == "(1, 4, 13, 13)"
+    assert names.index("decoder.embed.hook_tok") < names.index("decoder.layers.0.self_attn.hook_q")
+
+
+def test_course_base_shapes_and_parameters():
+    at = open_app(PAGE, model=BASE)
+    assert not at.exception
+    rows = shape_rows(at)
+    assert rows["src_ids"] == "(1, 13)" and rows["tgt_ids"] == "(1, 7)"
+    assert rows["hook_logits"] == f"(1, 7, {VOCAB})"
+    assert rows["decoder.layers.5.cross_attn.hook_weights"] == "(1, 8, 7, 13)"
+    assert rows["encoder.hook_out"] == "(1, 13, 512)"
+    model = catalog.load(BASE, "cpu")[0]
+    assert at.metric[0].value == f"{sum(p.numel() for p in model.parameters()):,}"
+    config = frame(at, "field")
+    assert dict(zip(config["field"], config["value"], strict=True))["d_model"] == "512"
+
+
+def test_device_and_measured_forward_time():
+    at = open_app(PAGE, model=SMALL)
+    device = next(m.value for m in at.metric if m.label == "Device")
+    assert device == device_name(pick_device())  # "CPU", or the GPU's name on a CUDA machine
+    at.button(key="mdl_measure").click().run()  # a model of more than 10 M parameters is timed on request
+    text = next(m.value for m in at.markdown if "for one forward" in m.value)
+    match = re.fullmatch(r"([\d.]+) ms for one forward of this text on (.+) \(median of 5\)\.", text)
+    assert match and float(match.group(1)) > 0 and match.group(2) == device
+
+
+@pytest.mark.parametrize("text", ["<|endoftext|>", "<script>alert(1)</script>",
+                                  "👩‍👩‍👧‍👦 🏳️‍🌈 שלום عربي e\u0301 a\u0308\u0323", "x" * 100_000])
+def test_bad_inputs_never_raise(text):
+    at = open_app(PAGE, model=SMALL)
+    at.sidebar.text_area(key="text").set_value(text).run()
+    assert not at.exception
+    n = int(re.match(r"\(1, (\d+)\)", shape_rows(at)["src_ids"]).group(1))
+    assert 1 <= n <= 16  # course-gpt: max_len 16
+
+
+def test_empty_text_shows_a_message():
+    at = open_app(PAGE, model=SMALL)
+    at.sidebar.text_area(key="text").set_value("").run()
+    assert not at.exception and any("empty" in m for m in messages(at)) and not at.dataframe
+
+
+def test_chinese_headings():
+    at = open_app(PAGE, model=SMALL)
+    at.sidebar.radio(key="lang").set_value("zh").run()  # switched last: AppTest re-formats options in English
+    assert not at.exception
+    assert at.title[0].value == "模型卡与参数"
+    heads = [s.value for s in at.subheader]
+    assert heads[:4] == ["模型卡", "模型结构", "课程里的 Transformer 与这个模型对照", "配置"]
+    assert "每个中间张量的形状" in heads
+    assert frame(at, "参数量")["组件"].iloc[-1] == "总计"
+
+
+@pytest.mark.parametrize("model, sublayers", [("preset:course-base@cl100k_base", 6 * 2 + 6 * 3),
+                                              ("shipped:everyday-gpt", 4 * 2)])
+def test_the_whole_model_picture_draws_a_residual_connection_round_every_sublayer(model, sublayers):
+    """One dotted path per sublayer shown: it leaves the sublayer's input and enters its Add & Norm box from the top
+    (course-base shows all 6 layers of each stack: 2 sublayers per encoder layer, 3 per decoder layer)."""
+    from harness.apptest import figure
+
+    at = open_app(None, model=model, lang="en")
+    assert not at.exception
+    fig = figure(at, "model_map_0")
+    residual = next(tr for tr in fig["data"] if tr.get("name") == "residual")
+    paths = [[]]
+    for x, y in zip(residual["x"], residual["y"]):
+        if x is None:
+            paths.append([])
+        else:
+            paths[-1].append((x, y))
+    paths = [p for p in paths if p]
+    assert len(paths) == sublayers
+    shapes = fig["layout"]["shapes"]
+    for path in paths:  # each ends on the top edge of a box: the Add & Norm it feeds
+        (x, y) = path[-1]
+        assert any(abs(s["y0"] - y) < 1e-6 and s["x0"] < x < s["x1"] for s in shapes), path
+        assert path[0][1] >= y - 0.2  # it starts beside or above the sublayer, not from another row

@@ -1,0 +1,57 @@
+"""A link reproduces the view: every control that changes what is shown round-trips through the URL, in a fresh
+session; bad or oversized values fall back to their defaults with a one-line notice, never a traceback."""
+import pytest
+
+from harness.apptest import SMALL, harness_language, open_app
+from service import urlstate
+
+BASE = "preset:course-base@cl100k_base"
+
+
+def test_an_attention_link_opens_the_same_view_in_a_fresh_session():
+    params = {"model": BASE, "text": "the cat sat", "tgt": "le chat", "layer": "2", "head": "5", "block": "dec_self",
+              "mask": "causal", "scale": "log", "lang": "zh"}
+    with harness_language("zh"):
+        at = open_app("attention", **params)
+    assert not at.exception and not at.error
+    ss = at.session_state
+    assert (ss["model"], ss["text"], ss["tgt"], ss["layer"], ss["head"], ss["block"], ss["mask_mode"],
+            ss["att_scale"], ss["lang"]) == (BASE, "the cat sat", "le chat", 2, 5, "dec_self", "causal", "log", "zh")
+    assert dict(at.query_params) == params  # and the page writes the same link back
+
+
+def test_a_logits_link_restores_sampling_settings_and_generated_tokens():
+    at = open_app("logits", model=SMALL, text="hello world", T="0.7", k="5", p="0.9", seed="3", gen="11,12")
+    assert not at.exception and not at.error
+    assert at.slider(key="log_T").value == pytest.approx(0.7) and at.number_input(key="log_topk").value == 5
+    assert at.slider(key="log_topp").value == pytest.approx(0.9) and at.number_input(key="log_seed").value == 3
+    assert at.session_state["gen_ids"] == [11, 12]
+    assert any("2 generated here" in m.value or "the last 2" in m.value for m in at.markdown)
+    assert at.query_params["gen"] == "11,12" and at.query_params["T"] == "0.7"
+
+
+def test_changing_the_text_drops_generated_tokens_from_the_link():
+    at = open_app("logits", model=SMALL, text="hello world", gen="11,12")
+    at.sidebar.text_area(key="text").set_value("another text").run()
+    assert "gen" not in at.query_params and not at.session_state["gen_ids"]
+
+
+@pytest.mark.parametrize("params", [
+    {"layer": "²"}, {"layer": "9" * 5000}, {"head": "-3"}, {"model": "nonsense:model"}, {"block": "<script>"},
+    {"T": "nan"}, {"p": "0"}, {"gen": "1,2,x"}, {"text": "a" * 5000}, {"lang": "xx"}, {"scale": "../../etc"},
+])
+def test_bad_link_values_fall_back_with_a_notice(params):
+    at = open_app(None, **({"model": SMALL} | params))  # the link's first run shows the notice
+    assert not at.exception and not at.error
+    notes = [c.value for c in at.sidebar.caption if c.value.startswith("🔗")]
+    assert len(notes) == 1
+    assert at.session_state["layer"] == 0 and at.session_state["head"] == 0
+    at.switch_page("pages/3_attention.py").run()
+    assert not at.exception and not at.error
+
+
+def test_links_carry_opaque_ids_and_stay_short():
+    values = urlstate.defaults() | {"model": "user:m-0123456789abcdef", "text": "x" * 3000, "layer": 1}
+    encoded = urlstate.encode(values)
+    assert "text" not in encoded and encoded.text_left_out and "/" not in encoded["model"]
+    assert urlstate.query_length(encoded) <= urlstate.MAX_QUERY_CHARS
