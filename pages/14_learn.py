@@ -71,15 +71,16 @@ step = st.select_slider(t("learn_step"), steps, value=ss.get("learn_step_v", ste
 c1, c2 = st.columns(2)
 loss = np.asarray(data["loss"], dtype=float)
 smooth = np.convolve(loss, np.ones(10) / 10, mode="valid")
-fig = go.Figure([go.Scatter(x=list(range(1, len(loss) + 1)), y=loss.tolist(), mode="lines", name=t("learn_loss"),
+fig = go.Figure([dict(type="scatter", x=list(range(1, len(loss) + 1)), y=loss.tolist(), mode="lines",
+                      name=t("learn_loss"),
                             opacity=0.35),
-                 go.Scatter(x=list(range(10, len(loss) + 1)), y=smooth.tolist(), mode="lines",
+                 dict(type="scatter", x=list(range(10, len(loss) + 1)), y=smooth.tolist(), mode="lines",
                             name=t("learn_loss_smooth"))])
 fig.update_layout(title=t("learn_loss_title"), xaxis_title=t("learn_step"), yaxis_title=t("learn_loss_axis"))
 with c1:
     chart(marked(fig, step), "learn_loss")
 icl = [data["measures"][str(s)]["icl"] for s in steps]
-fig = go.Figure([go.Scatter(x=steps, y=icl, mode="lines+markers", name="ICL")])
+fig = go.Figure([dict(type="scatter", x=steps, y=icl, mode="lines+markers", name="ICL")])
 fig.update_layout(title=t("learn_icl_title"), xaxis_title=t("learn_step"), yaxis_title=t("learn_icl_axis"))
 with c2:
     chart(marked(fig, step), "learn_icl")

@@ -36,7 +36,7 @@ def attribution_section(pos: int) -> None:
         show_error(exc)
         return
     layers = [t("lens_row_layer", layer=layer) for layer in range(model.cfg.n_layers)]
-    fig = go.Figure([go.Bar(x=layers, y=a.heads[:, h].tolist(), name=t("dla_head", h=h))
+    fig = go.Figure([dict(type="bar", x=layers, y=a.heads[:, h].tolist(), name=t("dla_head", h=h))
                      for h in range(model.cfg.n_heads)])
     fig.add_bar(x=layers, y=a.attn_bias.tolist(), name=t("dla_bias"))
     fig.add_bar(x=layers, y=a.ffn.tolist(), name="FFN")

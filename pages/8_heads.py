@@ -87,11 +87,13 @@ def head_grid(records, model):
              f"<br>{t('hd_col_best')}: {t(f'hd_pat_{r.best[0]}') if r.best[0] else '—'} {r.best[1]:.3f}"
              for r in records]
     fig = go.Figure([
-        go.Heatmap(z=z, x=list(range(n_heads)), y=list(range(len(rows))), zmin=0.0, zmax=1.0, colorscale="Blues",
+        dict(type="heatmap", z=z, x=list(range(n_heads)), y=list(range(len(rows))), zmin=0.0, zmax=1.0,
+             colorscale="Blues",
                    text=text.tolist(), texttemplate="%{text}", textfont={"size": font}, xgap=2, ygap=2,
                    hoverinfo="skip", name="cells",
                    colorbar={"title": {"text": t("hd_col_best"), "side": "right"}, "thickness": 12}),
-        go.Scatter(x=[r.head for r in records], y=[rows.index((r.kind, r.layer)) for r in records], mode="markers",
+        dict(type="scatter", x=[r.head for r in records], y=[rows.index((r.kind, r.layer)) for r in records],
+             mode="markers",
                    marker={"symbol": "square", "size": 24, "color": "rgba(0,0,0,0)"}, hovertext=hover,
                    hovertemplate="%{hovertext}<extra></extra>", customdata=list(range(len(records))), name="heads",
                    showlegend=False)])

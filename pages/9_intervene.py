@@ -277,11 +277,11 @@ def effects(ctx) -> None:
     ticks = [t("hd_row", block=kind_name(k, model), layer=layer) for k, layer in rows]
     cells = [[kind_name(k, model), layer, h, k] for k, layer in rows for h in range(cfg.n_heads)]
     fig = go.Figure([
-        go.Heatmap(z=z, x=list(range(len(columns))), y=list(range(len(rows))), zmin=-span, zmax=span, zmid=0,
+        dict(type="heatmap", z=z, x=list(range(len(columns))), y=list(range(len(rows))), zmin=-span, zmax=span, zmid=0,
                    colorscale="RdBu", xgap=2, ygap=2, texttemplate="%{z:+.2f}" if len(columns) <= 17 else "",
                    hoverinfo="skip", name="cells",
                    colorbar={"title": {"text": t("he_change")}, "thickness": 12}),
-        go.Scatter(x=[c[2] for c in cells], y=[rows.index((c[3], c[1])) for c in cells], mode="markers",
+        dict(type="scatter", x=[c[2] for c in cells], y=[rows.index((c[3], c[1])) for c in cells], mode="markers",
                    marker={"symbol": "square", "size": 22, "color": "rgba(0,0,0,0)"}, customdata=cells,
                    text=[f"{z[rows.index((c[3], c[1])), c[2]]:+.4f}" for c in cells],
                    hovertemplate=t("he_hover") + "<extra></extra>", name="heads", showlegend=False)])

@@ -60,13 +60,14 @@ def model_map(blocks: list[dict], arrows: list, *, width: float, height: float, 
         heads += [0] * (len(points) - 1) + [11 if kind == "arrows" else 9, 0]
     colour = {"arrows": "#555", "residual": "#2a9d5c"}
     traces = [
-        go.Scatter(x=xs, y=ys, mode="lines+markers", name=kind, hoverinfo="skip", showlegend=False,
+        dict(type="scatter", x=xs, y=ys, mode="lines+markers", name=kind, hoverinfo="skip", showlegend=False,
                    line={"color": colour[kind], "width": 1.4, "dash": "dot" if kind == "residual" else "solid"},
                    marker={"symbol": "arrow", "angleref": "previous", "size": heads, "color": colour[kind]})
         for kind, (xs, ys, heads) in lines.items() if xs] + [
-        go.Scatter(x=[b["x"] for b in blocks], y=[b["y"] for b in blocks], text=labels, mode="text", name="labels",
+        dict(type="scatter", x=[b["x"] for b in blocks], y=[b["y"] for b in blocks], text=labels, mode="text",
+             name="labels",
                    textfont={"size": 10 if narrow else 12, "color": "#222"}, hoverinfo="skip", showlegend=False),
-        go.Scatter(  # a click on a block (anywhere near its centre) opens its page
+        dict(type="scatter",  # a click on a block (anywhere near its centre) opens its page
             x=[b["x"] for b in blocks], y=[b["y"] for b in blocks], mode="markers",
             marker={"size": [min(b["w"], b["h"]) * px_per_unit * 0.9 for b in blocks], "symbol": "square",
                     "color": "rgba(0,0,0,0)", "line": {"width": 0}},
