@@ -17,9 +17,13 @@ from streamlit.runtime.pages_manager import PagesManager
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 from streamlit.testing.v1 import AppTest
 
+from ui.i18n import strings
+
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
 SMALL = "preset:course-gpt@cl100k_base"  # decoder-only, d_model 64, max_len 16: fast on a CPU
+EN = {k: v["en"] for k, v in strings().items()}  # every string in English, by key
+ENGLISH_ONLY = {v["en"] for v in strings().values() if v["en"] != v["zh"]}  # what a page in 中文 must not show
 
 
 def page_names() -> list[str]:

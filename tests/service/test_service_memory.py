@@ -139,6 +139,18 @@ def test_keeping_one_layer_costs_less_than_keeping_all_and_more_than_none():
     assert 1.0e9 < one < 2.0e9
 
 
+HIGH_WATER_MARK = r"""
+def peak():  # this process's own high-water mark (ru_maxrss would carry the parent's over fork and exec)
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+try:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the high-water mark starts again at the current RSS
+except OSError:
+    pass
+before = peak()
+"""  # a fresh process measures its own peak RSS from here on: `before`, then `peak()`
+
 PEAK_SCRIPT = r"""
 import gc, json, sys
 import torch
@@ -158,16 +170,7 @@ src = torch.randint(0, cfg.vocab_size, (1, T))
 tgt = torch.randint(0, cfg.vocab_size, (1, T)) if arch == "encoder_decoder" else None
 run_with_trace(model, src[:, :4], None if tgt is None else tgt[:, :4])[1].probs  # load every kernel first
 gc.collect()
-def peak():  # this process's own high-water mark (ru_maxrss would carry the parent's over fork and exec)
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
-try:
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # the high-water mark starts again at the current RSS
-except OSError:
-    pass
-before = peak()
-if keep == "none":
+""" + HIGH_WATER_MARK + r"""if keep == "none":
     out = run(model, src, tgt)
 else:
     _, trace = run_with_trace(model, src, tgt, names=None if keep == "all" else layer_filter(keep))
@@ -247,16 +250,7 @@ model = build_model(cfg, "cpu").train()
 opt = torch.optim.AdamW(model.parameters())
 src, tgt = torch.randint(0, 2000, (B, T)), torch.randint(0, 2000, (B, T))
 gc.collect()
-def peak():
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
-try:
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # the high-water mark starts again at the current RSS
-except OSError:
-    pass
-before = peak()
-logits = model(src) if arch == "decoder_only" else model(src, tgt)
+""" + HIGH_WATER_MARK + r"""logits = model(src) if arch == "decoder_only" else model(src, tgt)
 loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten())
 del logits
 opt.zero_grad(set_to_none=True)

@@ -9,6 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from harness.apptest import (
+    EN,
     ROOT,
     SMALL,
     harness_language,
@@ -21,7 +22,6 @@ from harness.apptest import (
 from transformer_core.model.config import ConfigError, TransformerConfig
 from ui.i18n import STRINGS_DIR, strings
 
-EN = {k: v["en"] for k, v in strings().items()}
 ZH = {k: v["zh"] for k, v in strings().items()}
 IDS_1 = [42016, 78228, 80578, 0, 37046, 164, 116, 102, 84949, 222, 30590, 97565, 35287]
 XSS = "<script>alert(1)</script><img src=x onerror=alert(1)>"

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from harness.apptest import (
+    ENGLISH_ONLY,
     SMALL,
     array,
     assert_clean,
@@ -27,13 +28,11 @@ from transformer_core.model.trace import run_with_trace
 from transformer_core.model.transformer import build_model
 from transformer_core.text.tokenizer import load_encoding
 from ui.figures import mark_cells, token_heatmap
-from ui.i18n import strings
 
 PAGE = "attention"
 BASE = "preset:course-base@cl100k_base"
 SRC_TOKENS, TGT_TOKENS = 13, 7  # the course's sentences 同志们!我踩着地雷了 / 我现在开始排雷。 in cl100k
 WEIGHT, MASKED, KEY = "softmax weight", "masked score", "key token"
-ENGLISH_ONLY = {v["en"] for v in strings().values() if v["en"] != v["zh"]}
 BAD_INPUTS = {
     "empty": "",
     "endoftext": "<|endoftext|>",

@@ -5,6 +5,8 @@ import re
 import numpy as np
 
 from harness.apptest import (
+    EN,
+    ENGLISH_ONLY,
     SMALL,
     array,
     assert_clean,
@@ -16,11 +18,8 @@ from harness.apptest import (
 )
 from transformer_core import load_encoding
 from ui.figures import visible
-from ui.i18n import strings
 
 PAGE = "bpe"
-EN = {k: v["en"] for k, v in strings().items()}
-ENGLISH_ONLY = {v["en"] for v in strings().values() if v["en"] != v["zh"]}
 COURSE = "同志们!我踩着地雷了"
 
 

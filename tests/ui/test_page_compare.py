@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from harness.apptest import (
+    EN,
+    ENGLISH_ONLY,
     SMALL,
     array,
     assert_clean,
@@ -19,11 +21,8 @@ from harness.apptest import (
 )
 from transformer_core import act_name, load_model, prepare, run, run_with_trace
 from transformer_core.analysis.compare import compare
-from ui.i18n import strings
 
 PAGE = "compare"
-EN = {k: v["en"] for k, v in strings().items()}
-ENGLISH_ONLY = {v["en"] for v in strings().values() if v["en"] != v["zh"]}
 A, B = "d a c b g f d a c", "d a c b g f d a b"
 
 

@@ -5,6 +5,8 @@ import pytest
 import torch
 
 from harness.apptest import (
+    EN,
+    ENGLISH_ONLY,
     SMALL,
     array,
     assert_clean,
@@ -17,11 +19,8 @@ from harness.apptest import (
 from transformer_core import load_model, prepare
 from transformer_core.analysis.heads import PROBE_COUNT, detect_heads
 from transformer_core.analysis.sinks import find_sinks, remove_sink
-from ui.i18n import strings
 
 PAGE = "heads"
-EN = {k: v["en"] for k, v in strings().items()}
-ENGLISH_ONLY = {v["en"] for v in strings().values() if v["en"] != v["zh"]}
 SCORE, LABEL = EN["hd_col_score"], EN["hd_col_label"]
 
 

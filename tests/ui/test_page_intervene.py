@@ -5,6 +5,8 @@ import pytest
 import torch
 
 from harness.apptest import (
+    EN,
+    ENGLISH_ONLY,
     SMALL,
     array,
     assert_clean,
@@ -17,11 +19,8 @@ from harness.apptest import (
 from transformer_core import load_model, prepare, run
 from transformer_core.analysis.interventions import ablate, patch
 from ui import cache
-from ui.i18n import strings
 
 PAGE = "intervene"
-EN = {k: v["en"] for k, v in strings().items()}
-ENGLISH_ONLY = {v["en"] for v in strings().values() if v["en"] != v["zh"]}
 A, B = "d a c b g f d a c", "e h k j e h k"
 CROSS_1 = ["cross:1:0", "cross:1:1", "cross:1:2", "cross:1:3"]
 

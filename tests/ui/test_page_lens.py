@@ -5,6 +5,8 @@ import pytest
 import torch
 
 from harness.apptest import (
+    EN,
+    ENGLISH_ONLY,
     SMALL,
     array,
     assert_clean,
@@ -16,11 +18,8 @@ from harness.apptest import (
 )
 from transformer_core import act_name, load_model, prepare, run, run_with_trace, token_labels
 from ui.figures import visible
-from ui.i18n import strings
 
 PAGE = "lens"
-EN = {k: v["en"] for k, v in strings().items()}
-ENGLISH_ONLY = {v["en"] for v in strings().values() if v["en"] != v["zh"]}
 
 
 def heat(at) -> dict:

@@ -6,6 +6,8 @@ import pytest
 import torch
 
 from harness.apptest import (
+    EN,
+    ENGLISH_ONLY,
     SMALL,
     harness_language,
     messages,
@@ -19,10 +21,7 @@ from transformer_core.errors import SamplingError
 from transformer_core.text.inputs import trace_text
 from transformer_core.text.tokenizer import tokens_of
 from ui.figures import axis_labels, visible
-from ui.i18n import strings
 
-EN = {k: v["en"] for k, v in strings().items()}
-ENGLISH_ONLY = {v["en"] for v in strings().values() if v["en"] != v["zh"]}
 SENT_1 = "同志们!我踩着地雷了"  # 13 cl100k tokens; the small preset's max_len is 16
 
 

@@ -7,14 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from harness.apptest import SMALL, assert_clean, harness_language, messages, open_app, shown_texts
+from harness.apptest import EN, ENGLISH_ONLY, SMALL, assert_clean, harness_language, messages, open_app, shown_texts
 from transformer_core import load_model, prepare, run, token_labels
 from ui.figures import visible
-from ui.i18n import strings
 
 PAGE = "surprise"
-EN = {k: v["en"] for k, v in strings().items()}
-ENGLISH_ONLY = {v["en"] for v in strings().values() if v["en"] != v["zh"]}
 REPEAT_TEXT = "d a c b g f d a c"
 
 
