@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from service.urlstate import SCALES  # the one list of colour scales (a link may name one)
 from transformer_core.analysis.alignment import alignment_rows
 from transformer_core.analysis.all_heads import head_view as all_heads_view
 from transformer_core.analysis.all_heads import model_view
@@ -18,7 +19,6 @@ from ui.errors import show_error
 from ui.figures import (
     COLUMN_PX,
     DIVERGING,
-    SCALES,
     axis_labels,
     block_labels,
     block_max,

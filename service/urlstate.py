@@ -15,14 +15,16 @@ from dataclasses import dataclass
 from urllib.parse import quote, urlencode
 
 from transformer_core.errors import ExplorerError, message
+from transformer_core.model.hooks import BLOCKS as ATTENTION_BLOCKS
 from transformer_core.model.masks import MASK_MODES
 from transformer_core.text.tokenizer import ENCODINGS
 
 MAX_QUERY_CHARS = 2000  # the whole query string of a link the app writes, percent-encoded
 MAX_TEXT_CHARS = 2000  # a text read from a link (a longer one is refused, not cut)
 MAX_PARAM_CHARS = 20_000  # all values together: a link longer than this is ignored as a whole
-LANGS = ("en", "zh")
-BLOCKS = ("enc_self", "dec_self", "cross")
+# The one list of each choice a link may carry; the pages offer the same ones (ui.i18n, ui.figures read these).
+LANGS = {"en": "English", "zh": "中文"}  # code -> the language's own name
+BLOCKS = tuple(ATTENTION_BLOCKS)  # enc_self, dec_self, cross
 SCALES = ("01", "row", "log")  # how softmax weights are coloured: 0 to 1, each row by its maximum, log10
 
 
@@ -48,7 +50,7 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("text", "text"),
     Param("tgt", "text"),
     Param("enc", "choice", "cl100k_base", choices=ENCODINGS),
-    Param("lang", "choice", choices=LANGS),
+    Param("lang", "choice", choices=tuple(LANGS)),
     Param("layer", "int", 0, 0, 255),
     Param("head", "int", 0, 0, 255),
     Param("block", "choice", choices=BLOCKS),

@@ -81,7 +81,6 @@ def bars(labels, values, *, title="", x_title="", y_title="", height=360, second
 
 
 
-SCALES = ("01", "row", "log")  # how softmax weights are coloured: 0 to 1, each row by its maximum, log10
 LOG_FLOOR = 1e-6
 
 

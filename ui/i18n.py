@@ -8,7 +8,6 @@ from pathlib import Path
 
 import streamlit as st
 
-LANGS = {"en": "English", "zh": "中文"}
 log = logging.getLogger(__name__)
 STRINGS_DIR = Path(__file__).resolve().parents[1] / "assets" / "strings"
 

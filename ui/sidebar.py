@@ -5,10 +5,11 @@ from __future__ import annotations
 import streamlit as st
 
 from service import catalog, jobs
+from service.urlstate import LANGS  # the one list of languages (a link may name one)
 from transformer_core.text.tokenizer import available_encodings
 
 from . import cache
-from .i18n import LANGS, t
+from .i18n import t
 from .model_choice import model_is_encoder_decoder
 from .state import (
     TEXT_MAX_CHARS,
