@@ -1,12 +1,12 @@
-"""What a model's forward keeps and peaks at, measured on PyTorch's meta device: the model is built and run with
-shapes only (nothing computed, nothing allocated), the hook points counting what a trace would keep and a
-dispatch mode following which tensors are alive after each operation. Any family the core can build is measured
-the same way, so a new block type (RMSNorm, SwiGLU, grouped-query attention, rotary q/k) needs no formula here.
+"""What a model's forward keeps and peaks at, measured rather than described: the forward runs with the hook points
+counting what a trace would keep and a torch-function mode following which tensors are alive after each operation.
+Any family the core can build is measured the same way, so a new block type (RMSNorm, SwiGLU, grouped-query
+attention, rotary q/k) needs no formula here.
 
-A loaded model is measured itself, on its own device, at the same few lengths (`measure`, called when a model
-is loaded): no meta run is then needed for its config. The meta device is for configs not built yet (a training
-job, an upload, a preset before its load); its first use in a process costs about a second (PyTorch imports its
-compiler's guard for the meta kernels).
+A loaded model measures itself, on its own device, at a few short lengths (`measure`, called when a model is
+loaded). A config not built yet (a training job, an upload, a preset before its load) is run on PyTorch's meta
+device: shapes only, nothing computed or allocated; its first use in a process costs about a second (PyTorch
+imports its compiler's guard for the meta kernels). Both give the same figures (tests/service/test_service_memory.py).
 
 Two facts make it cheap and exact:
 * every layer of a stack is the same module (every family today), so a one-layer model is measured and its
