@@ -1,7 +1,8 @@
 """A workshop's load at the protocol level: N simulated learners on one Streamlit server, no browsers.
 
     python bench/protocol_load.py --learners 20 --duration 120 [--url http://127.0.0.1:8501]
-                                  [--start-server] [--model KEY] [--think 1 3] [--ramp S] [--json out.json]
+                                  [--start-server [--replicas N]] [--model KEY] [--think 1 3] [--ramp S]
+                                  [--json out.json]
 
 Each learner is one websocket on /_stcore/stream speaking streamlit's BackMsg/ForwardMsg protobufs
 (harness/st_protocol.py), so 20 to 60 of them cost the client almost nothing. A learner opens the app, types
@@ -17,8 +18,11 @@ count, p50, p95, max, errors, skipped (an action that could not apply, e.g. a di
 
 --start-server: start `streamlit run app.py --server.headless true --server.port P
 --browser.gatherUsageStats false` on a free port (TIKTOKEN_CACHE_DIR: the environment's, else a copy of
-../shared/tiktoken-cache), wait for /_stcore/health, run, stop it. Without it, --url names a running
-server; its process is found by the listening port (or give --server-pid) to sample CPU and memory.
+../shared/tiktoken-cache), wait for /_stcore/health, run, stop it. --replicas N: N such servers, learner i
+always on server i mod N (what nginx's sticky sessions do in deploy/), each server's torch on cores / N
+threads (as deploy/run_local.sh sets); the CPU and memory figures are per server and summed.
+Without --start-server, --url names a running server (or several, separated by commas); its process is found
+by the listening port (or give --server-pid) to sample CPU and memory.
 --model KEY: learners arrive with ?model=KEY in the URL (a registry key, e.g. preset:course-base@cl100k_base,
 the course's Transformer), like a shared link; a KEY that is instead the label of an option of the "model"
 select box is chosen there after opening; `--model app` (the default) keeps the app's default model.
@@ -40,7 +44,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
@@ -313,8 +317,9 @@ def healthy(url: str) -> bool:
 class Server:
     """`streamlit run app.py` on a free port in its own process group, stopped on exit."""
 
-    def __init__(self, extra_args: list[str], timeout: float = 120.0):
+    def __init__(self, extra_args: list[str], timeout: float = 120.0, threads: int = 0):
         self.port = free_port()
+        self.threads = threads  # > 0: OMP_NUM_THREADS of this server (replicas share the cores)
         self.url = f"http://127.0.0.1:{self.port}"
         self.extra_args, self.timeout = extra_args, timeout
         self.cache_dir = None
@@ -330,6 +335,8 @@ class Server:
             env["TIKTOKEN_CACHE_DIR"] = self.cache_dir
         elif "TIKTOKEN_CACHE_DIR" not in env:
             print(f"warning: no TIKTOKEN_CACHE_DIR and no {SHARED_CACHE}: the server may need the network")
+        if self.threads:
+            env["OMP_NUM_THREADS"] = str(self.threads)
         self.log = tempfile.NamedTemporaryFile(prefix="protocol-load-server-", suffix=".log", delete=False)
         cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
                "--server.port", str(self.port), "--browser.gatherUsageStats", "false", *self.extra_args]
@@ -369,7 +376,7 @@ class Server:
 # --- one learner --------------------------------------------------------------------------------------
 @dataclass
 class Config:
-    url: str
+    url: str  # one server, or several separated by commas (learner i uses the (i mod N)-th: sticky sessions)
     duration: float
     think: tuple[float, float]
     timeout: float
@@ -421,7 +428,9 @@ async def do_action(c: StreamlitClient, a: Action, learner: int, round_: int, rn
 async def learner_loop(i: int, cfg: Config, rec: Recorder, start_delay: float, deadline: float) -> None:
     rng = random.Random(cfg.seed * 1000 + i)
     await asyncio.sleep(start_delay)
-    c = StreamlitClient(cfg.url, timeout=cfg.timeout)
+    urls = cfg.url.split(",")
+    url = urls[i % len(urls)]  # always the same server, as a sticky load balancer would keep it
+    c = StreamlitClient(url, timeout=cfg.timeout)
     need_open, round_, step = True, 0, 0
     try:
         while time.perf_counter() < deadline:
@@ -429,7 +438,7 @@ async def learner_loop(i: int, cfg: Config, rec: Recorder, start_delay: float, d
             try:
                 if need_open and c.ws is not None:
                     await c.close()
-                    c = StreamlitClient(cfg.url, timeout=cfg.timeout)
+                    c = StreamlitClient(url, timeout=cfg.timeout)
                 res = await do_action(c, a, i, round_, rng, cfg)
                 rec.add(i, a.name, res)
                 if res.status in ("TIMEOUT", "DISCONNECTED") or c.closed_reason:
@@ -454,11 +463,11 @@ async def learner_loop(i: int, cfg: Config, rec: Recorder, start_delay: float, d
         await c.close()
 
 
-async def run_load(cfg: Config, learners: int, ramp: float, pid: int | None) -> dict:
+async def run_load(cfg: Config, learners: int, ramp: float, pids: list[int]) -> dict:
     rec = Recorder()
     stop = asyncio.Event()
-    sampler = ProcSampler(pid) if pid else None
-    sampling = asyncio.create_task(sample_loop(sampler, stop)) if sampler else None
+    samplers = [ProcSampler(pid) for pid in pids]
+    sampling = [asyncio.create_task(sample_loop(s, stop)) for s in samplers]
     load0 = os.getloadavg()
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     rec.t0 = t0 = time.perf_counter()
@@ -467,11 +476,11 @@ async def run_load(cfg: Config, learners: int, ramp: float, pid: int | None) -> 
                            for i in range(learners)))
     wall = time.perf_counter() - t0
     stop.set()
-    if sampling:
-        await sampling
+    for task in sampling:
+        await task
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
     client_cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
-    return {"samples": rec.samples, "wall_s": wall, "server": sampler.result() if sampler else None,
+    return {"samples": rec.samples, "wall_s": wall, "servers": [s.result() for s in samplers],
             "client": {"cpu_s": client_cpu, "cpu_per_wall": client_cpu / wall, "maxrss_mb": ru1.ru_maxrss / 1024},
             "loadavg_start": load0, "loadavg_end": os.getloadavg()}
 
@@ -483,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--url", default="http://127.0.0.1:8501")
     ap.add_argument("--start-server", action="store_true", help="start `streamlit run app.py` on a free port")
     ap.add_argument("--server-arg", action="append", default=[], help="extra argument for the started server")
+    ap.add_argument("--replicas", type=int, default=1, help="with --start-server: this many servers, learners "
+                    "spread over them and kept on one each (sticky sessions), torch threads cores / N each")
     ap.add_argument("--server-pid", type=int, help="pid to sample (default: the one listening on the url's port)")
     ap.add_argument("--model", default="app",
                     help=f"registry key (sent as ?model=KEY) or a label of the 'model' select box; 'app' (the "
@@ -510,38 +521,46 @@ def main(argv: list[str] | None = None) -> int:
     if args.model == "app":
         args.model = None
 
-    server = Server(args.server_arg) if args.start_server else None
+    n = max(1, args.replicas) if args.start_server else 1
+    threads = max(1, (os.cpu_count() or 1) // n) if n > 1 else 0
+    servers = [Server(args.server_arg, threads=threads) for _ in range(n)] if args.start_server else []
     try:
-        if server:
+        for server in servers:
             server.__enter__()
-            print(f"started {server.url} (pid {server.proc.pid})")
-        url = server.url if server else args.url.rstrip("/")
-        cfg = Config(url, args.duration, tuple(args.think), args.timeout, args.model, args.lang, args.seed)
-        pid = args.server_pid or (server.proc.pid if server else None)
-        if pid is None:
-            pid = pid_listening_on(urlsplit(url).port or 80)
-        if pid is None:
+            print(f"started {server.url} (pid {server.proc.pid})" + (f", {threads} torch threads" if threads else ""))
+        urls = [s.url for s in servers] or [u.rstrip("/") for u in args.url.split(",")]
+        cfg = Config(",".join(urls), args.duration, tuple(args.think), args.timeout, args.model, args.lang, args.seed)
+        pids = [s.proc.pid for s in servers] or ([args.server_pid] if args.server_pid else
+                                                  [pid_listening_on(urlsplit(u).port or 80) for u in urls])
+        if None in pids:
             print("warning: server process not found; no CPU/memory figures (give --server-pid)")
+        pids = [p for p in pids if p is not None]
         if args.warmup:
-            w = asyncio.run(warmup(cfg))
-            print(f"warm-up walk: {w:.1f} s")
+            for u in urls:
+                w = asyncio.run(warmup(replace(cfg, url=u)))
+                print(f"warm-up walk ({u}): {w:.1f} s")
         print(f"{args.learners} learners, {args.duration:.0f} s, think {args.think[0]:g}-{args.think[1]:g} s, "
-              f"ramp {ramp:.0f} s, url {url}, model {args.model or '(app default)'}")
-        out = asyncio.run(run_load(cfg, args.learners, ramp, pid))
+              f"ramp {ramp:.0f} s, url {cfg.url}, model {args.model or '(app default)'}")
+        out = asyncio.run(run_load(cfg, args.learners, ramp, pids))
     finally:
-        if server:
+        for server in servers:
             server.__exit__(None, None, None)
     rows = summarize(out["samples"], [OPEN.name] + [a.name for a in SCRIPT])
     print()
     print_table(rows)
-    srv, cl = out["server"], out["client"]
+    servers, cl = out["servers"], out["client"]
     print()
     print(f"wall {out['wall_s']:.1f} s; load average at start {fmt_load(out['loadavg_start'])}, "
           f"at end {fmt_load(out['loadavg_end'])} ({os.cpu_count()} CPUs)")
-    if srv:
+    for srv in servers:
         print(f"server pid {srv['pid']}: CPU {srv['cpu_s']:.1f} s over {srv['wall_s']:.1f} s wall = "
               f"{srv['cpu_per_wall']:.2f} cores; RSS start {srv['rss_start_mb']:.0f} MB, "
               f"peak {srv['rss_peak_mb']:.0f} MB, end {srv['rss_end_mb']:.0f} MB (VmHWM {srv['vm_hwm_mb']:.0f} MB)")
+    done = sum(1 for s in out["samples"] if not s.skipped)
+    if servers and all(s["cpu_s"] is not None for s in servers) and done:
+        cpu = sum(s["cpu_s"] for s in servers)
+        print(f"servers together: {cpu:.1f} s of CPU = {cpu / out['wall_s']:.2f} cores, "
+              f"{cpu / done:.3f} s per action ({done} actions)")
     print(f"load generator: CPU {cl['cpu_s']:.1f} s = {cl['cpu_per_wall']:.3f} cores, max RSS {cl['maxrss_mb']:.0f} MB")
     errs = [(s.learner, s.action, e) for s in out["samples"] for e in s.errors]
     skips = [(s.learner, s.action, s.skipped) for s in out["samples"] if s.skipped]
@@ -552,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  learner {learner} {action}: {text[:160]}")
     if args.json:
         doc = {"config": {**vars(args), "ramp": ramp, "script": [a.__dict__ for a in SCRIPT]},
-               "summary": rows, "server": srv, "client": cl, "wall_s": out["wall_s"],
+               "summary": rows, "servers": servers, "client": cl, "wall_s": out["wall_s"],
                "loadavg_start": out["loadavg_start"], "loadavg_end": out["loadavg_end"], "cpus": os.cpu_count(),
                "samples": [s.__dict__ for s in out["samples"]]}
         Path(args.json).write_text(json.dumps(doc, indent=1, ensure_ascii=False), encoding="utf-8")

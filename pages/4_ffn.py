@@ -2,7 +2,6 @@
 what a LayerNorm does to one token, and which FFN neurons fire for it."""
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from transformer_core.analysis.neurons import read_neuron
@@ -20,6 +19,7 @@ from ui import cache
 from ui.figures import axis_labels, bars, token_heatmap, visible
 from ui.guidance import look_for
 from ui.i18n import t
+from ui.plain_figures import figure
 from ui.session import page_context, through_app
 from ui.tools import export_panel
 from ui.widgets import chart, explain, table
@@ -51,7 +51,7 @@ if biggest is not None:
 st.subheader(t("ffn_stream"))
 st.markdown(t("ffn_stream_text", norm=t("ffn_norm_post" if not cfg.norm_first else "ffn_norm_pre")))
 norms = np.stack([s.norm.numpy() for s in steps], axis=1)  # (T, steps)
-fig = go.Figure([dict(type="scatter", x=names, y=norms.mean(0), mode="lines+markers", name=t("ffn_mean_norm"))])
+fig = figure([dict(type="scatter", x=names, y=norms.mean(0), mode="lines+markers", name=t("ffn_mean_norm"))])
 fig.update_layout(height=320, margin=dict(l=10, r=10, t=30, b=10), yaxis_title=t("ffn_norm_axis"))
 chart(fig, "ffn_stream_mean")
 heat = token_heatmap(norms, labels, names, title=t("ffn_stream_tokens"), colorscale="Viridis", px_per_token=16,
@@ -96,7 +96,7 @@ if effect is not None:
         st.caption(t("ffn_two_norms_check", norm=norm_name, gap=gap))
     n_show = min(64, pair.x.numel())
     dims = list(range(n_show))
-    fig = go.Figure([dict(type="scatter", x=dims, y=pair.x[:n_show].tolist(), mode="lines+markers",
+    fig = figure([dict(type="scatter", x=dims, y=pair.x[:n_show].tolist(), mode="lines+markers",
                           name=t("ffn_ln_before")),
                      dict(type="scatter", x=dims, y=pair.layer_norm[:n_show].tolist(), mode="lines+markers",
                                 name=t("ffn_legend_ln")),
@@ -110,7 +110,7 @@ if gated:
     gu = gate_up(trace, side, layer, position)
     g, u, h, top = gu.gate, gu.up, gu.product, gu.top
     st.markdown(t("ffn_swiglu_text", n=g.numel(), open=gu.open_share * 100))
-    fig = go.Figure([dict(type="scatter", x=g.tolist(), y=u.tolist(), mode="markers", marker=dict(
+    fig = figure([dict(type="scatter", x=g.tolist(), y=u.tolist(), mode="markers", marker=dict(
         size=5, color=h.tolist(), colorscale="RdBu", cmid=0, colorbar=dict(title="gate·up")),
         customdata=list(range(g.numel())),
         hovertemplate=f"#%{{customdata}}<br>{t('ffn_col_gate')} %{{x:.3f}} · {t('ffn_col_up')} %{{y:.3f}}"
@@ -142,7 +142,7 @@ def read_a_neuron(default: int | None) -> None:
         st.caption(t("nr_no_index"))
         return
     reading = read_neuron(model, trace, nr_layer, neuron, index)
-    fig = go.Figure([dict(type="bar", x=list(range(len(labels))), y=reading.on_text.tolist(), customdata=labels,
+    fig = figure([dict(type="bar", x=list(range(len(labels))), y=reading.on_text.tolist(), customdata=labels,
                             hovertemplate="%{customdata}: %{y:.4f}<extra></extra>")])
     fig.update_xaxes(tickmode="array", tickvals=list(range(len(labels))), ticktext=labels)
     fig.update_layout(height=260, margin=dict(l=10, r=10, t=30, b=10), yaxis_title=t("ffn_col_activation"),

@@ -2,7 +2,6 @@
 layer, softmax), so a learner sees at which layer the answer forms. Read from the page's cached trace."""
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from transformer_core.analysis.attribution import direct_logit_attribution
@@ -12,6 +11,7 @@ from ui.errors import show_error
 from ui.figures import axis_labels, lines, prob_text, token_heatmap, visible
 from ui.guidance import lens_hint
 from ui.i18n import t
+from ui.plain_figures import figure
 from ui.session import page_context, through_app
 from ui.tools import export_panel
 from ui.widgets import chart, explain, table
@@ -36,7 +36,7 @@ def attribution_section(pos: int) -> None:
         show_error(exc)
         return
     layers = [t("lens_row_layer", layer=layer) for layer in range(model.cfg.n_layers)]
-    fig = go.Figure([dict(type="bar", x=layers, y=a.heads[:, h].tolist(), name=t("dla_head", h=h))
+    fig = figure([dict(type="bar", x=layers, y=a.heads[:, h].tolist(), name=t("dla_head", h=h))
                      for h in range(model.cfg.n_heads)])
     fig.add_bar(x=layers, y=a.attn_bias.tolist(), name=t("dla_bias"))
     fig.add_bar(x=layers, y=a.ffn.tolist(), name="FFN")

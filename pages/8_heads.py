@@ -3,7 +3,6 @@ random sequence repeated twice for induction); a click opens its attention map. 
 park their weight on the first token, and what removing that weight does to the output."""
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from transformer_core.analysis.heads import (
@@ -23,6 +22,7 @@ from ui.figures import COLUMN_PX, axis_labels, bars, lines, token_heatmap, visib
 from ui.guidance import heads_hint, sinks_hint
 from ui.i18n import t
 from ui.nav import open_head
+from ui.plain_figures import figure
 from ui.session import page_context, through_app
 from ui.tools import cut_note, export_panel, inputs, kind_name, prep_for, probe_length, reserve
 from ui.widgets import chart, clicked, count_text, explain, table
@@ -86,7 +86,7 @@ def head_grid(records, model):
     hover = [f"{head_name(r.kind, r.layer, r.head, model)}<br>{t('hd_col_label')}: {label_names(r)}"
              f"<br>{t('hd_col_best')}: {t(f'hd_pat_{r.best[0]}') if r.best[0] else '—'} {r.best[1]:.3f}"
              for r in records]
-    fig = go.Figure([
+    fig = figure([
         dict(type="heatmap", z=z, x=list(range(n_heads)), y=list(range(len(rows))), zmin=0.0, zmax=1.0,
              colorscale="Blues",
                    text=text.tolist(), texttemplate="%{text}", textfont={"size": font}, xgap=2, ygap=2,

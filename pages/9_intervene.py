@@ -3,7 +3,6 @@ intact model; patch one head's output from a second text and see what moves. Eve
 own intervention context: the shared model is never changed."""
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from transformer_core.analysis.blocks import kinds, sides
@@ -17,6 +16,7 @@ from ui.figures import axis_labels, bars, ranked_labels, token_heatmap, visible
 from ui.guidance import try_these
 from ui.i18n import t
 from ui.nav import open_head
+from ui.plain_figures import figure
 from ui.session import page_context, through_app
 from ui.tools import (
     check_b,
@@ -276,7 +276,7 @@ def effects(ctx) -> None:
     columns = [str(h) for h in range(cfg.n_heads)] + ["FFN"]
     ticks = [t("hd_row", block=kind_name(k, model), layer=layer) for k, layer in rows]
     cells = [[kind_name(k, model), layer, h, k] for k, layer in rows for h in range(cfg.n_heads)]
-    fig = go.Figure([
+    fig = figure([
         dict(type="heatmap", z=z, x=list(range(len(columns))), y=list(range(len(rows))), zmin=-span, zmax=span, zmid=0,
                    colorscale="RdBu", xgap=2, ygap=2, texttemplate="%{z:+.2f}" if len(columns) <= 17 else "",
                    hoverinfo="skip", name="cells",

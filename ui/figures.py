@@ -10,6 +10,8 @@ import warnings
 import numpy as np
 import plotly.graph_objects as go
 
+from .plain_figures import add, figure
+
 DIVERGING = "RdBu_r"
 SEQUENTIAL = "Blues"
 MASK_COLOUR = "rgba(120,120,120,0.35)"
@@ -46,8 +48,8 @@ def _f32(a) -> np.ndarray:
 def lines(x, series: dict[str, list], *, title="", x_title="", y_title="", height=320) -> go.Figure:
     """Line chart of named series over x."""
     x = list(x)
-    fig = go.Figure([dict(type="scatter", x=x, y=_f32(y).tolist(), mode="lines", name=name)
-                     for name, y in series.items()])
+    fig = figure([dict(type="scatter", x=x, y=_f32(y).tolist(), mode="lines", name=name)
+                  for name, y in series.items()])
     fig.update_layout(title=title, xaxis_title=x_title, yaxis_title=y_title, height=height,
                       margin=dict(l=10, r=10, t=40, b=10))
     if x and isinstance(x[0], str):  # token labels: every k-th, so they never overlap (plotly's own thinning did)
@@ -63,11 +65,11 @@ def bars(labels, values, *, title="", x_title="", y_title="", height=360, second
 
     `x_format` / `hover_format`: d3 formats of the value axis ticks and the hover value (e.g. "~%", ".4~g").
     """
-    fig = go.Figure([dict(type="bar", x=_f32(values).tolist(), y=labels, orientation="h",
+    fig = figure([dict(type="bar", x=_f32(values).tolist(), y=labels, orientation="h",
                           name=y_title or x_title or title)])
     if secondary is not None:
         name, vals = secondary
-        fig.add_trace(dict(type="bar", x=_f32(vals).tolist(), y=labels, orientation="h", name=name, opacity=0.5))
+        add(fig, dict(type="bar", x=_f32(vals).tolist(), y=labels, orientation="h", name=name, opacity=0.5))
     fig.update_layout(title=title, xaxis_title=x_title, height=height, barmode="overlay",
                       margin=dict(l=10, r=10, t=40, b=10))
     fig.update_yaxes(autorange="reversed", type="category")
@@ -163,7 +165,7 @@ def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL
     x_axis = dict(ticks) if k_labels is None else dict(  # numbered columns (e.g. embedding dimensions): plotly's ticks
         ticks, tickmode="array", tickvals=xs[::every_k], ticktext=list(k_labels)[::every_k], tickangle=angle)
     # one constructor call: each update_layout/update_xaxes re-validated the figure (3x the time to build)
-    return go.Figure([dict(
+    return figure([dict(
         type="heatmap", z=z, x=xs, y=ys, colorscale=colorscale, zmin=zmin, zmax=zmax, zmid=zmid,
         colorbar={"thickness": 12, **(colorbar or {})}, customdata=customdata, hoverongaps=False,
         text=None if names is None else names[0].tolist(), hovertext=None if names is None else names[1].tolist(),
@@ -185,7 +187,7 @@ def mark_cells(fig, masked, *, hovertemplate: str, value: float = 1.0, row=None,
     marks = masked.size <= 64 * 64 if marks is None else marks
     n_q, n_k = masked.shape
     categorical = row is None and fig.layout.xaxis.type == "category"  # token_heatmap's categories: the same names
-    fig.add_trace(dict(type="heatmap",
+    add(fig, dict(type="heatmap",
         z=np.where(masked, float(value), np.nan).astype(np.float32),
         x=fig.data[0].x if categorical else list(range(0, n_k * step, step)),
         y=fig.data[0].y if categorical else list(range(0, n_q * step, step)), showscale=False,
@@ -200,7 +202,7 @@ def click_targets(fig, n_q: int, n_k: int, customdata=None, names=None, hovertem
     """Nearly invisible markers on every cell: plotly selects scatter points (not heatmap cells), so a click
     on a cell selects (query, key) and the page explains it. `customdata` and `names` as for token_heatmap."""
     qs, ks = np.divmod(np.arange(n_q * n_k), n_k)
-    fig.add_trace(dict(type="scatter",
+    add(fig, dict(type="scatter",
         x=ks, y=qs, mode="markers", marker={"size": max(6, min(28, 900 // max(n_q, n_k))), "symbol": "square",
                                             "color": "rgba(0,0,0,0)", "line": {"width": 0}},
         customdata=None if customdata is None else np.asarray(customdata).reshape(n_q * n_k, -1),
@@ -247,7 +249,7 @@ def thumbnails(mats, titles, *, cols: int, colorscale=SEQUENTIAL, zmin=0.0, zmax
                                          "line": {"width": 0}},
                                  customdata=[i], hovertemplate=f"{titles[i]}<extra></extra>".replace("<br>", " · "),
                                  showlegend=False, name=f"pick {i}", xaxis=f"x{n}", yaxis=f"y{n}"))
-    return go.Figure(data=traces, layout=dict(
+    return figure(traces, dict(
         layout, annotations=notes, coloraxis={"colorscale": colorscale, "cmin": zmin, "cmax": zmax},
         height=rows * (size_px + 50) + 50, margin=dict(l=10, r=10, t=50, b=10), clickmode="event+select",
         dragmode=False))
@@ -259,7 +261,7 @@ def model_view_figure(view, head_names: list[str], layer_names: list[str]) -> go
     span = view.size + 2  # thumbnail plus the gap (analysis.all_heads.GAP)
     colours = [[0.0, "#ffffff"], [1 / 255, "#f7fbff"], [1.0, "#08306b"]]  # 0: gap / masked; 1..255: weight 0..1
     cells = [(layer, head) for layer in range(view.n_layers) for head in range(view.n_heads)]
-    fig = go.Figure([
+    fig = figure([
         dict(type="heatmap", z=view.mosaic, zmin=0, zmax=255, colorscale=colours, showscale=False, hoverinfo="skip",
                    name="mosaic"),
         dict(type="scatter", x=[h * span + view.size / 2 for _, h in cells],

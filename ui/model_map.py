@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from .plain_figures import figure
+
 BLOCK_COLOURS = {"text": "#eeeeee", "embed": "#d9f2d9", "attn": "#dbe8fb", "cross": "#e6dbfb", "norm": "#f2f2f2",
                  "ffn": "#fde9d4", "out": "#f6dbe8"}
 
@@ -74,7 +76,7 @@ def model_map(blocks: list[dict], arrows: list, *, width: float, height: float, 
             customdata=[b["page"] for b in blocks], hovertext=[b.get("hover", b["title"]) for b in blocks],
             hovertemplate="%{hovertext}<extra></extra>", showlegend=False, name="blocks"),
     ]
-    return go.Figure(data=traces, layout={
+    return figure(traces, {
         "shapes": shapes, "height": int(height * px_per_unit) + 20, "margin": dict(l=0, r=0, t=10, b=10),
         "xaxis": {"visible": False, "range": [0, width], "fixedrange": True},
         "yaxis": {"visible": False, "range": [height, 0], "fixedrange": True},

@@ -65,7 +65,7 @@ def direct(view: str):
                 direct_logit_attribution(model, trace_text(model, TEXT)[1], 2, 11))
     if view == "residual_patch":
         model, _ = load_model("everyday-gpt")
-        a, b = "When Mary and John went out, John gave a book to", "When Mary and John went out, Mary gave a book to"
+        a, b = "When Mary and Jack went out, Jack gave a book to", "When Mary and Jack went out, Mary gave a book to"
         return ({"model": "everyday-gpt", "text": a, "target": None, "text_b": b, "target_b": None,
                  "metric": "prob", "token_a": 11, "token_b": None},
                 residual_effects(model, prepare(model, a), prepare(model, b), "prob", 11))

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from transformer_core.text.compare import compare_counts
 from transformer_core.text.inputs import UNK, prepare
-from transformer_core.text.subset import is_merge_closed, merge_parts
+from transformer_core.text.subset import is_merge_closed, merge_parts, subset_meta
 from transformer_core.text.tokenizer import BUNDLED, decode, load_encoding, tokenize
 from transformer_core.train.build import DEFAULT_MODEL
 from transformer_core.train.checkpoint import load_checkpoint
@@ -21,7 +21,7 @@ from transformer_core.train.everyday import GROUPS, read_groups
 from transformer_core.train.kneser_ney import KneserNeyTrigram
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "models"
-SUBSET = "cl100k_8k"
+SUBSET, SIZE = (SHIPPED_LMS[DEFAULT_MODEL]["subset"][k] for k in ("name", "size"))  # the default's vocabulary
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
@@ -34,7 +34,7 @@ def default():
 def test_the_shipped_vocabulary_has_every_byte_and_is_merge_closed():
     sub, base = load_encoding(SUBSET), load_encoding("cl100k_base")
     ranks = sub._mergeable_ranks
-    assert len(ranks) == json.loads((BUNDLED / f"{SUBSET}.json").read_text())["size"] == 8192
+    assert len(ranks) == json.loads((BUNDLED / f"{SUBSET}.json").read_text())["size"] == SIZE
     assert all(base._mergeable_ranks[t] == r for t, r in ranks.items())  # cl100k_base's own ids
     assert is_merge_closed(ranks, base._mergeable_ranks)
 
@@ -48,8 +48,8 @@ def test_merge_parts_lists_the_tokens_bpe_builds_on_the_way():
 @pytest.mark.parametrize("name", list(SHIPPED_LMS))
 def test_no_shipped_language_model_has_an_unknown_token(name):
     cfg = json.loads((ASSETS / name / "config.json").read_text())
-    assert UNK not in cfg["vocab_map"] and cfg["encoding"] == SUBSET
-    assert set(load_encoding(SUBSET)._mergeable_ranks.values()) <= set(cfg["vocab_map"])
+    assert UNK not in cfg["vocab_map"] and subset_meta(BUNDLED, cfg["encoding"]) is not None  # byte fallback
+    assert set(load_encoding(cfg["encoding"])._mergeable_ranks.values()) <= set(cfg["vocab_map"])
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -92,7 +92,7 @@ def test_no_card_names_a_folder_of_the_machine_it_was_built_on():
 def test_the_tokenizer_comparison_says_how_many_base_tokens_the_subset_spells_in_pieces():
     text = "Supercalifragilistic 今天天气很好 🙂"
     why = compare_counts(text, SUBSET)
-    assert why["subset"] and why["base"] == "cl100k_base" and why["size"] == 8192
+    assert why["subset"] and why["base"] == "cl100k_base" and why["size"] == SIZE
     assert why["counts"][SUBSET] >= why["counts"]["cl100k_base"]
     kept = set(load_encoding(SUBSET)._mergeable_ranks.values())
     assert why["not_kept"] == sum(i not in kept for i in tokenize(text, "cl100k_base").ids)

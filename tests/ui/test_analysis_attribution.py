@@ -6,7 +6,7 @@ import torch
 
 from harness.apptest import array, figure, no_pages_dir_mode, open_app
 from service import catalog
-from transformer_core import trace_text
+from transformer_core import prepare, trace_text
 from transformer_core.analysis.attribution import direct_logit_attribution
 from transformer_core.analysis.logit_lens import lens_from_trace
 from transformer_core.errors import InputError
@@ -216,8 +216,8 @@ def test_residual_patching_grid_equals_one_patch_at_a_time_by_hooks():
     from transformer_core.analysis.head_effects import residual_effects
 
     model = catalog.load("shipped:everyday-gpt", "cpu")[0]
-    a = prepare(model, "When Mary and John went to the store, John gave a drink to")
-    b = prepare(model, "When Mary and John went to the store, Mary gave a drink to")
+    a = prepare(model, "When Mary and Jack went to the store, Jack gave a drink to")
+    b = prepare(model, "When Mary and Jack went to the store, Mary gave a drink to")  # names of equal length
     token = int(model(a.src_ids)[0, -1].argmax())
     res = residual_effects(model, a, b, "prob", token)
     seen = {}
@@ -248,8 +248,8 @@ def test_residual_patching_grid_equals_one_patch_at_a_time_by_hooks():
 
 
 def test_intervene_page_draws_the_residual_patching_grid_on_request():
-    a = "When Mary and John went to the store, John gave a drink to"
-    b = "When Mary and John went to the store, Mary gave a drink to"
+    a = "When Mary and Jack went to the store, Jack gave a drink to"  # " M|ary", " J|ack": the same token count
+    b = "When Mary and Jack went to the store, Mary gave a drink to"
     with no_pages_dir_mode():
         at = open_app("intervene", model="shipped:everyday-gpt", text=a)
         at.text_area(key="iv_text_b").input(b).run()
@@ -259,6 +259,6 @@ def test_intervene_page_draws_the_residual_patching_grid_on_request():
         grid = figure(at, "rp_grid")
         model = catalog.load("shipped:everyday-gpt", "cpu")[0]
         z = array(grid["data"][0]["z"])
-        assert z.shape == (model.cfg.n_layers + 1, 14)
+        assert z.shape == (model.cfg.n_layers + 1, prepare(model, a).src_ids.size(1))
         at.text_area(key="iv_text_b").input("Something else entirely").run()
         assert not at.exception and any("same number of tokens" in w.value for w in at.warning)

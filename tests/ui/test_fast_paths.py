@@ -127,3 +127,46 @@ def test_qkv_tables_are_built_only_when_their_expander_is_opened():
     at.run()
     assert not at.exception
     assert len(at.dataframe) == before + 3  # Q, K and V
+
+
+def test_charts_built_without_plotlys_validation_send_what_a_validated_build_sends(monkeypatch):
+    """ui.figures.figure skips plotly's property validation when a chart is built (a third of the Attention page's
+    CPU): every builder's JSON must equal a fully validated build's, later update_* calls included."""
+    import json
+
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    from ui import figures, model_map
+
+    rng = np.random.default_rng(0)
+    labels = figures.axis_labels([f"t{i}" for i in range(12)])
+    grid = np.asarray(labels)
+    names = (np.broadcast_to(grid[:, None], (12, 12)), np.broadcast_to(grid[None], (12, 12)))
+    masked = np.triu(np.ones((12, 12), dtype=bool), 1)
+
+    def charts() -> list[str]:
+        heat = figures.token_heatmap(rng.random((12, 12)), labels, labels, title="map", colorscale=figures.DIVERGING,
+                                     customdata=rng.random((12, 12, 3)), names=names, zmid=0, hovertemplate=None)
+        figures.mark_cells(heat, masked, hovertemplate="masked")
+        figures.click_targets(heat, 12, 12, customdata=rng.random((12, 12, 3)), names=names, hovertemplate="%{text}")
+        heat.update_xaxes(title_text="keys")
+        heat.update_layout(title="a string title", xaxis_title="keys again")
+        out = [heat,
+               figures.lines(labels, {"a": rng.random(12), "b": rng.random(12)}, title="lines", x_title="x"),
+               figures.bars(labels[:5], rng.random(5), title="bars", secondary=("old", rng.random(5))),
+               figures.thumbnails([rng.random((6, 6)) for _ in range(5)], [f"head {h}" for h in range(5)], cols=4,
+                                  masked=[masked[:6, :6]] * 5, selected=2),
+               model_map.model_map([{"id": "a", "x": 1, "y": 1, "w": 1, "h": 1, "kind": "attn", "title": "A",
+                                     "detail": "d", "page": "attention"},
+                                    {"id": "b", "x": 1, "y": 3, "w": 1, "h": 1, "kind": "ffn", "title": "B",
+                                     "detail": "d", "page": "ffn"}], [("a", "b")], width=3, height=4)]
+        return [json.loads(pio.to_json(f.to_dict(), validate=False)) for f in out]
+
+    fast = charts()
+    rng = np.random.default_rng(0)
+    validated = lambda data=(), layout=None: go.Figure(list(data), layout)  # plotly's own path
+    monkeypatch.setattr(figures, "figure", validated)
+    monkeypatch.setattr(model_map, "figure", validated)
+    monkeypatch.setattr(figures, "add", lambda fig, trace, **where: fig.add_trace(trace, **where))
+    assert fast == charts()  # the same properties and values (plotly.js reads no key order)

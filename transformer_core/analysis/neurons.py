@@ -183,3 +183,10 @@ def shipped_index(name: str) -> NeuronIndex | None:
     from ..sources import Places
 
     return load_index(Places().shipped_dir / name)
+
+
+def index_folder(model, folder: Path) -> Path:
+    """Index a model's FFN neurons over the held-out samples shipped in its folder, in file-name order (the build
+    and `python -m transformer_core.train.neuron_index` write the same file); returns the index's path."""
+    texts = [p.read_text(encoding="utf-8") for p in sorted(folder.glob("heldout_*.txt"))]
+    return save_index(build_index(model, texts), folder)

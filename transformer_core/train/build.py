@@ -116,9 +116,9 @@ def build_lm(name: str, out: Path, cache: str) -> dict:
     card = save(name, out, result, card, dtype="float16")
     for corpus, text in texts.items():  # beside the weights (save() starts the folder afresh)
         (out / name / f"heldout_{corpus}.txt").write_text(text, encoding="utf-8")
-    from ..analysis.neurons import build_index, save_index
+    from ..analysis.neurons import index_folder
 
-    save_index(build_index(model, list(texts.values())), out / name)  # the FFN page's "read a neuron"
+    index_folder(model, out / name)  # the FFN page's "read a neuron"
     return card
 
 

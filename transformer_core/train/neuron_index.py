@@ -10,7 +10,7 @@ import argparse
 import time
 from pathlib import Path
 
-from ..analysis.neurons import build_index, save_index
+from ..analysis.neurons import index_folder
 from .build import OUT
 from .checkpoint import load_checkpoint
 from .defaults import SHIPPED_LMS
@@ -25,8 +25,7 @@ def main(argv: list[str] | None = None) -> None:
         folder = args.models / name
         start = time.perf_counter()
         model, _ = load_checkpoint(folder)
-        texts = [p.read_text(encoding="utf-8") for p in sorted(folder.glob("heldout_*.txt"))]
-        path = save_index(build_index(model, texts), folder)
+        path = index_folder(model, folder)
         print(f"{name}: {path.stat().st_size / 1024:.0f} kB in {time.perf_counter() - start:.1f} s", flush=True)
 
 
