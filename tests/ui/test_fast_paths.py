@@ -130,8 +130,9 @@ def test_qkv_tables_are_built_only_when_their_expander_is_opened():
 
 
 def test_charts_built_without_plotlys_validation_send_what_a_validated_build_sends(monkeypatch):
-    """ui.figures.figure skips plotly's property validation when a chart is built (a third of the Attention page's
-    CPU): every builder's JSON must equal a fully validated build's, later update_* calls included."""
+    """ui.plain_figures.figure skips plotly's property validation when a chart is built (about a quarter of the
+    Attention page's samples under py-spy): every builder's JSON must equal a fully validated build's, later update_*
+    calls included."""
     import json
 
     import plotly.graph_objects as go

@@ -85,6 +85,7 @@ SUBSET_WHY = ("the 256 bytes and the {n:,} cl100k_base tokens the training text 
 
 
 def subset(name: str, size: int) -> dict:
+    """A recipe's "subset" entry: build.build_subset writes NAME.tiktoken and NAME.json from it."""
     return {"name": name, "base": "cl100k_base", "size": size, "why": SUBSET_WHY.format(n=size - 256)}
 
 
