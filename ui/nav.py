@@ -22,9 +22,16 @@ def file_of(name: str) -> str:
 
 
 def page(name: str, icon: str | None = None, *, default: bool = False) -> st.Page:
-    """The navigation entry of a page."""
-    return st.Page(file_of(name), title=t(f"nav_{name}"), icon=icon, url_path=None if default else name,
-                   default=default)
+    """The navigation entry of a page, made once per session and language: st.Page resolves its file on the disk
+    (a twentieth of a shared server's CPU when every run made fifteen). Never shared between sessions: st.navigation
+    marks the page a run may call on the object itself."""
+    title = t(f"nav_{name}")
+    made = st.session_state.setdefault("_nav_pages", {})
+    key = (name, title, icon, default)
+    if key not in made:
+        made[key] = st.Page(file_of(name), title=title, icon=icon, url_path=None if default else name,
+                            default=default)
+    return made[key]
 
 
 def link(name: str, label: str | None = None, icon: str | None = None) -> None:

@@ -7,8 +7,12 @@ spelled out. Later update_* calls on such a figure validate as usual (they turn 
 """
 from __future__ import annotations
 
+from functools import partial
+
 import plotly.graph_objects as go
 from _plotly_utils.basevalidators import ColorscaleValidator
+from _plotly_utils.utils import is_homogeneous_array, is_skipped_key, to_typed_array_spec
+from plotly.basedatatypes import BaseFigure
 
 _SCALES = ColorscaleValidator("colorscale", "figure")
 
@@ -44,8 +48,39 @@ def _validating(fig: go.Figure) -> go.Figure:
 
 def add(fig: go.Figure, trace: dict, **where) -> None:
     """Add one plain trace dict without validating it (row / col as plotly's add_trace)."""
-    fig._validate = False
+    # add_traces hands the trace to the figure's own copy of the data validator without the figure's switch
+    validator = fig._data_validator
+    validator.validate_coerce = partial(type(validator).validate_coerce, validator, _validate=False)
     try:
         fig.add_trace(_plain(trace), **where)
     finally:
+        del validator.validate_coerce
         _validating(fig)
+
+
+class _Spec(BaseFigure):
+    """A figure as st.plotly_chart takes it, its spec already made. Plotly's to_dict deep-copies every array
+    before it turns numpy arrays into base64 in place; `sendable` copies only what that conversion touches."""
+
+    def __init__(self, spec: dict):  # not BaseFigure's: nothing here is validated or kept
+        self._spec = spec
+
+    def to_dict(self) -> dict:
+        return self._spec
+
+
+def sendable(fig: go.Figure) -> BaseFigure:
+    """What a chart sends: fig.to_dict() without the deep copy (the same spec; the figure is left as it was)."""
+    if fig._frame_objs:  # an animation: plotly's own way
+        return fig
+    return _Spec(_converted({"data": fig._data, "layout": fig._layout}))
+
+
+def _converted(obj):
+    """plotly's convert_to_base64 on a copy of the containers only: arrays and scalars are shared, not copied."""
+    if isinstance(obj, dict):
+        return {k: v if is_skipped_key(k) else to_typed_array_spec(v) if is_homogeneous_array(v) else _converted(v)
+                for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)) and any(isinstance(v, (dict, list, tuple)) for v in obj):
+        return type(obj)(_converted(v) for v in obj)
+    return obj

@@ -6,10 +6,12 @@ from __future__ import annotations
 import html
 import re
 
+import plotly.graph_objects as go
 import streamlit as st
 
 from .figures import visible
 from .i18n import strings, t
+from .plain_figures import sendable
 
 IMAGE_FORMATS = ("png", "svg")  # what the chart toolbar's camera downloads (a sidebar choice)
 CHIP_COLOURS = ("#fde2e4", "#e2ece9", "#dfe7fd", "#fff1e6", "#e9f5db", "#f0e6ef", "#d7f9f1", "#fcf4dd")
@@ -35,6 +37,7 @@ def chart(fig, key: str, *, on_select: bool = False):
     config = {"displaylogo": False, "toImageButtonOptions": {
         "format": fmt if fmt in IMAGE_FORMATS else "png", "scale": 2,
         "filename": file_stem("transformer-explorer", key, str(st.session_state.get("model", "")).split(":")[-1])}}
+    fig = sendable(fig) if isinstance(fig, go.Figure) else fig
     if on_select:
         return st.plotly_chart(fig, key=key, config=config, width="stretch", on_select="rerun",
                                selection_mode="points")

@@ -131,14 +131,15 @@ def test_qkv_tables_are_built_only_when_their_expander_is_opened():
 
 def test_charts_built_without_plotlys_validation_send_what_a_validated_build_sends(monkeypatch):
     """ui.plain_figures.figure skips plotly's property validation when a chart is built (about a quarter of the
-    Attention page's samples under py-spy): every builder's JSON must equal a fully validated build's, later update_*
-    calls included."""
+    Attention page's samples under py-spy), and ui.plain_figures.sendable its deep copy when a chart is sent: every
+    builder's JSON must equal a fully validated build's sent by plotly's to_dict, later update_* calls included."""
     import json
 
     import plotly.graph_objects as go
     import plotly.io as pio
 
     from ui import figures, model_map
+    from ui.plain_figures import sendable
 
     rng = np.random.default_rng(0)
     labels = figures.axis_labels([f"t{i}" for i in range(12)])
@@ -146,7 +147,7 @@ def test_charts_built_without_plotlys_validation_send_what_a_validated_build_sen
     names = (np.broadcast_to(grid[:, None], (12, 12)), np.broadcast_to(grid[None], (12, 12)))
     masked = np.triu(np.ones((12, 12), dtype=bool), 1)
 
-    def charts() -> list[str]:
+    def charts(sent) -> list[str]:
         heat = figures.token_heatmap(rng.random((12, 12)), labels, labels, title="map", colorscale=figures.DIVERGING,
                                      customdata=rng.random((12, 12, 3)), names=names, zmid=0, hovertemplate=None)
         figures.mark_cells(heat, masked, hovertemplate="masked")
@@ -162,12 +163,18 @@ def test_charts_built_without_plotlys_validation_send_what_a_validated_build_sen
                                      "detail": "d", "page": "attention"},
                                     {"id": "b", "x": 1, "y": 3, "w": 1, "h": 1, "kind": "ffn", "title": "B",
                                      "detail": "d", "page": "ffn"}], [("a", "b")], width=3, height=4)]
-        return [json.loads(pio.to_json(f.to_dict(), validate=False)) for f in out]
+        return [json.loads(pio.to_json(sent(f), validate=False)) for f in out]
 
-    fast = charts()
+    def sent_fast(fig):
+        before = pio.to_json(fig.to_dict(), validate=False)
+        spec = sendable(fig).to_dict()
+        assert pio.to_json(fig.to_dict(), validate=False) == before  # the figure is left as it was
+        return spec
+
+    fast = charts(sent_fast)
     rng = np.random.default_rng(0)
     validated = lambda data=(), layout=None: go.Figure(list(data), layout)  # plotly's own path
     monkeypatch.setattr(figures, "figure", validated)
     monkeypatch.setattr(model_map, "figure", validated)
     monkeypatch.setattr(figures, "add", lambda fig, trace, **where: fig.add_trace(trace, **where))
-    assert fast == charts()  # the same properties and values (plotly.js reads no key order)
+    assert fast == charts(lambda fig: fig.to_dict())  # the same properties and values (plotly.js reads no key order)
