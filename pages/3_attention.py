@@ -41,7 +41,8 @@ from ui.widgets import chart, clicked, explain, table, tensor_frame
 through_app()
 
 HOVER_CAP = 96  # up to this many tokens, hover shows q·k, the scaled score and the weight of each cell
-CLICK_CAP = 128  # up to this many tokens, a click on a cell explains it (one invisible marker per cell)
+CLICK_CAP = 64  # up to this many tokens, a click on a cell explains it (one invisible SVG marker per cell: the
+# 16,384 of 128 tokens took a browser 5 s to draw, and cells of a longer map are too small to aim at)
 SIDE_CAP = 256  # the before/after pair shows a window of at most this many tokens
 MAIN_CAP = 256  # the large map's most rows and columns (longer: blocks of tokens, each its largest weight)
 THUMB_CAP = 96  # thumbnails are pooled to at most this many rows and columns
@@ -97,7 +98,7 @@ def main_map(stages, head: int, q_lab, k_lab) -> tuple[int, int] | None:
     step = -(-max(n_q, n_k) // MAIN_CAP)
     if step > 1:  # a long text: blocks of step × step tokens, each its largest weight (light in the browser)
         z, mask = block_max(z, step), block_max(np.where(mask, 1.0, np.nan), step) == 1.0
-        fig = token_heatmap(z, q_lab[::step], k_lab[::step], step=step, **axis,
+        fig = token_heatmap(z, q_lab[::step], k_lab[::step], step=step, **axis, fixed_margins=True,
                             categories=(block_labels(q_lab, step), block_labels(k_lab, step)),
                             hovertemplate=f"{t('attn_queries')}: %{{y}}<br>{t('attn_keys')}: %{{x}}<br>"
                                           f"{t('att_block_max')} = %{{z:.4f}}<extra></extra>",
@@ -121,6 +122,8 @@ def main_map(stages, head: int, q_lab, k_lab) -> tuple[int, int] | None:
     named = clickable or custom is not None  # else the axes' categories name the tokens in the hover
     fig = token_heatmap(z, q_lab, k_lab, title=t("att_main_title", head=head, scale=t(f"att_scale_{ss.att_scale}")),
                         **axis, customdata=None if clickable else custom, names=None if clickable else names,
+                        fixed_margins=True, x_title=t("attn_keys") if clickable else None,
+                        y_title=t("attn_queries") if clickable else None,
                         categories=None if named else (q_lab, k_lab),
                         hovertemplate="skip" if clickable and custom is not None else hover or (
                             f"{t('attn_queries')}: %{{y}}<br>{t('attn_keys')}: %{{x}}<br>{t('attn_col_weight')} = "
@@ -133,8 +136,6 @@ def main_map(stages, head: int, q_lab, k_lab) -> tuple[int, int] | None:
         st.caption(t("att_generated_rows", n=n_gen, row=n_q - 1))
     if clickable:
         click_targets(fig, n_q, n_k, customdata=custom, names=names, hovertemplate=hover)
-        fig.update_xaxes(title_text=t("attn_keys"))
-        fig.update_yaxes(title_text=t("attn_queries"))
         event = chart(fig, "att_main", on_select=True)
         points = (event or {}).get("selection", {}).get("points", []) if event else []
         cells = [(int(p["y"]), int(p["x"])) for p in points if p.get("curve_number") == len(fig.data) - 1]
@@ -169,7 +170,7 @@ def side_by_side(stages, head, q_lab, k_lab) -> None:
     q_l, k_l = q_lab[qs][:SIDE_CAP], k_lab[ks][:SIDE_CAP]
     lim = float(np.abs(scaled).max()) or 1.0  # one colour scale for before and after
     kw = {"zmin": -lim, "zmax": lim, "zmid": 0, "colorscale": DIVERGING, "px_per_token": 12, "max_height": 900,
-          "width_px": COLUMN_PX}
+          "width_px": COLUMN_PX, "fixed_margins": True}
     # the names are the axes' categories, so hover says which query and key at any length (1 string per row/column)
     value = f"{t('attn_queries')}: %{{y}}<br>{t('attn_keys')}: %{{x}}<br>%{{z:.4f}}<extra></extra>"
     kw["categories"] = (list(q_l), list(k_l))
@@ -361,9 +362,8 @@ def qkv(stages, head, q_lab, k_lab) -> None:
         with col:
             dims = [str(d) for d in range(m.shape[1])]
             fig = token_heatmap(m, labels[s], dims, title=f"{s.upper()} {tuple(m.shape)}", colorscale=DIVERGING,
-                                zmid=0, px_per_token=14, max_height=900,
+                                zmid=0, px_per_token=14, max_height=900, x_title=t("attn_dims"), fixed_margins=True,
                                 hovertemplate=t("attn_hover_qkv") + "<extra></extra>")
-            fig.update_xaxes(title_text=t("attn_dims"))
             chart(fig, f"att_{s}")
     tables = st.expander(t("attn_qkv_tables"), key="att_qkv_open", on_change="rerun")
     if not tables.open:  # three tables of Tq x d_k numbers are built only for a learner who opens them

@@ -5,6 +5,7 @@ Data go to the browser as float32 arrays (plotly encodes them compactly). Token 
 """
 from __future__ import annotations
 
+import unicodedata
 import warnings
 
 import numpy as np
@@ -135,10 +136,19 @@ def block_labels(labels: list[str], step: int, shown: int = 4) -> list[str]:
     return out
 
 
+TITLE_PX = 50  # an axis title with its standoff from the tick labels (Streamlit's theme: 20-32 px) and its line
+
+
+def text_px(text: str) -> float:
+    """A label's width in ems: CJK and other wide characters one em, the rest about 0.6 (no font at hand here)."""
+    return sum(1.0 if unicodedata.east_asian_width(c) in "WF" else 0.62 for c in text)
+
+
 def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL, zmin=None, zmax=None, zmid=None,
                   colorbar=None, customdata=None, names=None, hovertemplate=None, px_per_token=18, min_height=360,
                   max_height=1400, font_size=None, x0: int = 0, step: int = 1, categories=None,
-                  width_px: int = WIDTH_PX) -> go.Figure:
+                  width_px: int = WIDTH_PX, x_title: str | None = None, y_title: str | None = None,
+                  fixed_margins: bool = False) -> go.Figure:
     """A heatmap on integer axes with its rows labelled (tokens), columns labelled too unless k_labels is None
     (then numbered); tall enough for one label per row up to max_height, then every k-th label (label_step: labels
     never overlap). Integer axes keep repeated tokens apart. `customdata` (Tq, Tk, n) numbers and `names` (two
@@ -146,7 +156,11 @@ def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL
     step × step tokens (block_max), placed at its first token's position (hover and ticks read token indices).
     `categories` (one unique name per row, one per column: axis_labels or block_labels) makes the axes categorical
     with those names as coordinates, so hover names every token of a long map (%{y}, %{x}) for the price of one
-    string per row and column, where per-cell names would cost rows × columns strings (> 1 MB above ~200 tokens)."""
+    string per row and column, where per-cell names would cost rows × columns strings (> 1 MB above ~200 tokens).
+    `fixed_margins`: margins computed here from the labels and the axis titles, so the browser lays the chart out
+    once (Streamlit's theme turns on plotly's automargin, which measures every tick label and draws the chart
+    again: half of the Attention page's drawing time at 100 tokens); only for a chart whose ticks and titles are
+    all given here."""
     z = _f32(z)
     n_q, n_k = z.shape
     size = font_size or (12 if max(n_q, n_k) <= 30 else 10 if max(n_q, n_k) <= 64 else 9)
@@ -164,6 +178,19 @@ def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL
         ticks["type"] = "category"
     x_axis = dict(ticks) if k_labels is None else dict(  # numbered columns (e.g. embedding dimensions): plotly's ticks
         ticks, tickmode="array", tickvals=xs[::every_k], ticktext=list(k_labels)[::every_k], tickangle=angle)
+    y_axis = dict(ticks, autorange="reversed", tickmode="array", tickvals=ys[::every_q],
+                  ticktext=list(q_labels)[::every_q])
+    margin = dict(l=10, r=10, t=40, b=10)
+    for axis, axis_title in ((x_axis, x_title), (y_axis, y_title)):
+        if axis_title:
+            axis["title"] = {"text": axis_title}
+    if fixed_margins:
+        x_axis["automargin"] = y_axis["automargin"] = False
+        slant = abs(np.sin(np.radians(angle)))
+        labels_h = (max(map(text_px, x_axis["ticktext"]), default=0) * size * slant + size if k_labels is not None
+                    else size) + 8  # slanted token labels, or plotly's numbers
+        margin["l"] += int(max(map(text_px, y_axis["ticktext"]), default=0) * size) + 8 + (TITLE_PX if y_title else 0)
+        margin["b"] += int(labels_h) + (TITLE_PX if x_title else 0)
     # one constructor call: each update_layout/update_xaxes re-validated the figure (3x the time to build)
     return figure([dict(
         type="heatmap", z=z, x=xs, y=ys, colorscale=colorscale, zmin=zmin, zmax=zmax, zmid=zmid,
@@ -172,9 +199,7 @@ def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL
         hoverinfo="skip" if hovertemplate == "skip" else None,
         hovertemplate=None if hovertemplate == "skip" else hovertemplate or "%{y} → %{x}: %{z:.4f}<extra></extra>",
         name="values")],
-        layout={"title": {"text": title}, "height": height, "margin": dict(l=10, r=10, t=40, b=10), "xaxis": x_axis,
-                "yaxis": dict(ticks, autorange="reversed", tickmode="array", tickvals=ys[::every_q],
-                              ticktext=list(q_labels)[::every_q])})
+        layout={"title": {"text": title}, "height": height, "margin": margin, "xaxis": x_axis, "yaxis": y_axis})
 
 
 def mark_cells(fig, masked, *, hovertemplate: str, value: float = 1.0, row=None, col=None,
