@@ -59,9 +59,8 @@ if hi - lo + 1 > MAX_DIMS:
 def dims_map(z, rows, key: str, title_y: str) -> None:
     """Rows (tokens or positions) × dimensions lo..hi, diverging around 0; hover names row, dimension, value."""
     fig = token_heatmap(z, rows, None, colorscale=DIVERGING, zmid=0, x0=lo, px_per_token=16, max_height=900,
-                        hovertemplate=f"{title_y} %{{y}} · {t('emb_axis_dim')} %{{x}}<br>%{{z:.4f}}<extra></extra>")
-    fig.update_xaxes(title_text=t("emb_axis_dim"))
-    fig.update_yaxes(title_text=title_y)
+                        hovertemplate=f"{title_y} %{{y}} · {t('emb_axis_dim')} %{{x}}<br>%{{z:.4f}}<extra></extra>",
+                        x_title=t("emb_axis_dim"), y_title=title_y, fixed_margins=True)
     chart(fig, key)
 
 
@@ -87,9 +86,8 @@ def rope_section() -> None:
     fig = token_heatmap(angles.cos(), [str(p) for p in range(n_pos)], None, colorscale=DIVERGING, zmid=0,
                         px_per_token=10, max_height=700, customdata=angles.unsqueeze(-1).numpy(),
                         hovertemplate=f"{t('col_position')} %{{y}} · {t('emb_rope_pair')} %{{x}}<br>"
-                                      "cos %{z:.3f} · %{customdata[0]:.3f} rad<extra></extra>")
-    fig.update_xaxes(title_text=t("emb_rope_pair"))
-    fig.update_yaxes(title_text=t("col_position"))
+                                      "cos %{z:.3f} · %{customdata[0]:.3f} rad<extra></extra>",
+                        x_title=t("emb_rope_pair"), y_title=t("col_position"), fixed_margins=True)
     chart(fig, "emb_rope_angles")
     st.subheader(t("emb_rope_offset"))
     stages = ctx.trace.attention("dec_self" if side == "decoder" else "enc_self", ctx.layer)
@@ -164,9 +162,8 @@ if not rotary:
     explain("emb_sim_text", r"PE_p\cdot PE_q = \sum_{i} \cos\!\big(\omega_i\,(p-q)\big),\qquad "
             r"\omega_i = 10000^{-2i/d_{\text{model}}}" if sinusoidal else None)
     sim = token_heatmap(similarity(table_pe), pos_labels, pos_labels, colorscale=SEQUENTIAL, px_per_token=10,
-                        max_height=800, hovertemplate="%{y} · %{x}: %{z:.3f}<extra></extra>")
-    sim.update_xaxes(title_text=t("col_position"))
-    sim.update_yaxes(title_text=t("col_position"))
+                        max_height=800, hovertemplate="%{y} · %{x}: %{z:.3f}<extra></extra>",
+                        x_title=t("col_position"), y_title=t("col_position"), fixed_margins=True)
     chart(sim, "emb_sim")
 
 st.subheader(t("emb_small"))

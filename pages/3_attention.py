@@ -24,13 +24,12 @@ from ui.figures import (
     block_max,
     click_targets,
     mark_cells,
-    model_view_figure,
     scaled_weights,
     thumbnails,
     token_heatmap,
 )
 from ui.guidance import attention_hint
-from ui.head_view import head_view
+from ui.head_view import head_view, model_view_figure
 from ui.i18n import t
 from ui.model_choice import load_selected_model
 from ui.session import page_context, through_app

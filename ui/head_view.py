@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import plotly.graph_objects as go
 import streamlit.components.v1 as components
+
+from .plain_figures import figure
 
 COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"]
@@ -71,3 +74,29 @@ def head_view(weights: np.ndarray, q_labels: list[str], k_labels: list[str], hea
     height = ROW_PX * max(len(q_labels), len(k_labels)) + 60
     components.html(html, height=min(height, 1400), scrolling=height > 1400)
     return len(html.encode("utf-8"))
+
+
+def model_view_figure(view, head_names: list[str], layer_names: list[str]) -> go.Figure:
+    """Every layer × head as one heatmap of bytes (the mosaic: one trace, light in the browser), a gap between the
+    thumbnails, white where masked; an invisible marker on each thumbnail names it and makes it clickable."""
+    span = view.size + 2  # thumbnail plus the gap (analysis.all_heads.GAP)
+    colours = [[0.0, "#ffffff"], [1 / 255, "#f7fbff"], [1.0, "#08306b"]]  # 0: gap / masked; 1..255: weight 0..1
+    cells = [(layer, head) for layer in range(view.n_layers) for head in range(view.n_heads)]
+    fig = figure([
+        dict(type="heatmap", z=view.mosaic, zmin=0, zmax=255, colorscale=colours, showscale=False, hoverinfo="skip",
+                   name="mosaic"),
+        dict(type="scatter", x=[h * span + view.size / 2 for _, h in cells],
+                   y=[layer * span + view.size / 2 for layer, _ in cells], mode="markers",
+                   marker={"symbol": "square", "size": max(8, 600 / max(view.n_heads, view.n_layers)),
+                           "color": "rgba(0,0,0,0)"},
+                   customdata=[[layer, h] for layer, h in cells], name="heads", showlegend=False,
+                   hovertext=[f"{layer_names[layer]} · {head_names[h]}" for layer, h in cells],
+                   hovertemplate="%{hovertext}<extra></extra>")])
+    fig.update_xaxes(tickmode="array", tickvals=[h * span + view.size / 2 for h in range(view.n_heads)],
+                     ticktext=head_names, side="top", showgrid=False, zeroline=False)
+    fig.update_yaxes(tickmode="array", tickvals=[layer * span + view.size / 2 for layer in range(view.n_layers)],
+                     ticktext=layer_names, autorange="reversed", showgrid=False, zeroline=False, scaleanchor="x")
+    width = min(1100, 70 * view.n_heads + 120)  # about the page's width; the thumbnails stay square (scaleanchor)
+    fig.update_layout(height=int(width * view.n_layers / max(view.n_heads, 1)) + 120, clickmode="event+select",
+                      margin=dict(l=10, r=10, t=40, b=10), dragmode=False)
+    return fig

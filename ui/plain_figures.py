@@ -7,6 +7,7 @@ spelled out. Later update_* calls on such a figure validate as usual (they turn 
 """
 from __future__ import annotations
 
+import re
 from functools import partial
 
 import plotly.graph_objects as go
@@ -70,10 +71,29 @@ class _Spec(BaseFigure):
 
 
 def sendable(fig: go.Figure) -> BaseFigure:
-    """What a chart sends: fig.to_dict() without the deep copy (the same spec; the figure is left as it was)."""
+    """What a chart sends: fig.to_dict() without the deep copy (the figure is left as it was), every cartesian
+    axis's tick labels allowed past the plot's edge (`label_overflow_allowed`)."""
     if fig._frame_objs:  # an animation: plotly's own way
         return fig
-    return _Spec(_converted({"data": fig._data, "layout": fig._layout}))
+    return _Spec(label_overflow_allowed(_converted({"data": fig._data, "layout": fig._layout})))
+
+
+CARTESIAN = {"scatter", "bar", "heatmap", "histogram", "box", "violin", "contour", "scattergl"}
+
+
+def label_overflow_allowed(spec: dict) -> dict:
+    """ticklabeloverflow "allow" on every cartesian axis that does not say otherwise. Plotly's default hides labels
+    that pass the plot's edge by measuring each label in the browser (half of the FFN page's drawing at 128
+    tokens); Streamlit's theme grows the margins to hold the labels (automargin), or a chart sets its own margins
+    for them (figures.token_heatmap), so nothing passes the edge and nothing is hidden either way."""
+    layout = spec["layout"] = dict(spec["layout"])
+    axes = {k for k in layout if re.fullmatch(r"[xy]axis\d*", k)}
+    for trace in spec["data"]:
+        if trace.get("type", "scatter") in CARTESIAN:
+            axes |= {f"{a}axis{str(trace.get(a + 'axis', a))[1:]}" for a in "xy"}
+    for name in axes:
+        layout[name] = {"ticklabeloverflow": "allow", **(layout.get(name) or {})}
+    return spec
 
 
 def _converted(obj):

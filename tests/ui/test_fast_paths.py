@@ -132,14 +132,15 @@ def test_qkv_tables_are_built_only_when_their_expander_is_opened():
 def test_charts_built_without_plotlys_validation_send_what_a_validated_build_sends(monkeypatch):
     """ui.plain_figures.figure skips plotly's property validation when a chart is built (about a quarter of the
     Attention page's samples under py-spy), and ui.plain_figures.sendable its deep copy when a chart is sent: every
-    builder's JSON must equal a fully validated build's sent by plotly's to_dict, later update_* calls included."""
+    builder's JSON must equal a fully validated build's sent by plotly's to_dict (its tick labels allowed past the
+    plot's edge, as sendable does for every chart), later update_* calls included."""
     import json
 
     import plotly.graph_objects as go
     import plotly.io as pio
 
     from ui import figures, model_map
-    from ui.plain_figures import sendable
+    from ui.plain_figures import label_overflow_allowed, sendable
 
     rng = np.random.default_rng(0)
     labels = figures.axis_labels([f"t{i}" for i in range(12)])
@@ -177,4 +178,22 @@ def test_charts_built_without_plotlys_validation_send_what_a_validated_build_sen
     monkeypatch.setattr(figures, "figure", validated)
     monkeypatch.setattr(model_map, "figure", validated)
     monkeypatch.setattr(figures, "add", lambda fig, trace, **where: fig.add_trace(trace, **where))
-    assert fast == charts(lambda fig: fig.to_dict())  # the same properties and values (plotly.js reads no key order)
+    # the same properties and values (plotly.js reads no key order)
+    assert fast == charts(lambda fig: label_overflow_allowed(fig.to_dict()))
+
+
+def test_every_cartesian_axis_lets_its_labels_pass_the_edge_unless_a_chart_says_otherwise():
+    """Plotly measures every tick label in the browser to hide those past the plot's edge (half of a long text's
+    drawing time); the margins hold the labels, so sendable turns that off on each axis a cartesian trace uses."""
+    import plotly.graph_objects as go
+
+    from ui.plain_figures import label_overflow_allowed, sendable
+
+    spec = label_overflow_allowed({
+        "data": [{"type": "heatmap"}, {"type": "scatter", "xaxis": "x2", "yaxis": "y2"}, {"type": "pie"}],
+        "layout": {"xaxis3": {"title": {"text": "t"}}, "yaxis": {"ticklabeloverflow": "hide past div"}}})
+    allow = {"ticklabeloverflow": "allow"}
+    assert spec["layout"] == {"xaxis": allow, "yaxis": {"ticklabeloverflow": "hide past div"}, "xaxis2": allow,
+                              "yaxis2": allow, "xaxis3": {**allow, "title": {"text": "t"}}}
+    pie = sendable(go.Figure(go.Pie(values=[1, 2]))).to_dict()
+    assert not any(k.startswith(("xaxis", "yaxis")) for k in pie["layout"])  # no empty axes drawn around a pie

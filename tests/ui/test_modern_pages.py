@@ -144,7 +144,7 @@ def test_model_view_of_twelve_by_twelve_heads_at_64_tokens_stays_under_a_megabyt
     from transformer_core.analysis.all_heads import model_view
     from transformer_core.model.config import TransformerConfig
     from transformer_core.model.transformer import build_model
-    from ui.figures import model_view_figure
+    from ui.head_view import model_view_figure
 
     model = build_model(TransformerConfig(arch="decoder_only", d_model=96, n_heads=12, n_layers=12, d_ffn=64,
                                           vocab_size=500, max_len=200, dropout=0.0))

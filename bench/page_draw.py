@@ -1,0 +1,104 @@
+"""Each page drawn in a browser for one learner: from the click on its sidebar link to the page settled, every chart
+drawn, on a text of N tokens typed into the sidebar (Chromium through Playwright, a fresh `streamlit run app.py`).
+
+    python bench/page_draw.py [--tokens 128] [--model KEY] [--lang en|zh] [--pages attention heads ...] [--quick]
+
+page_cost.py times the server's run of a page (AppTest, no browser); this times what a learner waits for, the
+browser's drawing included (plotly lays out and paints every chart: thousands of SVG elements on a long text).
+Per page: the first visit with the text (the server computes what the page shows), a second visit (cached), and
+how long the browser's main thread was busy during the first (Chrome's Performance metrics). Target (issue 21):
+every page of a 128-token text drawn in < 2 s. The text is the course-style sentence repeated to exactly N tokens
+of the model's own encoding (cut to the model's context by the app where it is longer).
+"""
+from __future__ import annotations
+
+import re
+import time
+
+from browser_bench import CHART, TEXTAREA, launch_browser, nav, server_env, start_app, wait_rendered
+from common import ROOT, figure, parser, print_table, setup_env, text_of_tokens, write_result
+
+from harness.browser import NOT_SETTLED, require_browser
+
+TARGET_S = 2.0
+DRAWN_JS = f"""() => [...document.querySelectorAll("{CHART}")].every(c => c.querySelector('.main-svg'))
+    && !document.querySelector("{NOT_SETTLED}")"""
+
+
+def page_names() -> list[str]:
+    """The pages app.py lists, in its order (the default page's path is "")."""
+    return re.findall(r'\bpage\(\s*"([a-z_]+)"', (ROOT / "app.py").read_text(encoding="utf-8"))
+
+
+def busy_s(cdp) -> float:
+    """Seconds the page's main thread has spent in tasks so far."""
+    return next(m["value"] for m in cdp.send("Performance.getMetrics")["metrics"] if m["name"] == "TaskDuration")
+
+
+def drawn(page) -> None:
+    """The run over and settled, every chart on the page drawn."""
+    wait_rendered(page, settle_ms=250)
+    page.wait_for_function(DRAWN_JS, timeout=120_000)
+
+
+def visit(page, cdp, path: str) -> tuple[float, float, int]:
+    """(seconds from the click to drawn, main-thread busy seconds, charts on the page)."""
+    busy, start = busy_s(cdp), time.perf_counter()
+    nav(page, path)
+    page.wait_for_timeout(150)  # the run starts
+    drawn(page)
+    return time.perf_counter() - start, busy_s(cdp) - busy, page.locator(CHART).count()
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--model", default=None, help="a catalog key (default: the app's default model)")
+    p.add_argument("--lang", default="en")
+    p.add_argument("--pages", nargs="+", default=None)
+    args = p.parse_args()
+    setup_env(args.device)
+    from service import catalog
+    from transformer_core.sources import load_model
+
+    key = args.model or catalog.default_key()
+    model, _card = load_model(key)
+    text = text_of_tokens(args.tokens, encoding=model.cfg.encoding)
+    pages = args.pages or [n for n in page_names() if n != "train"]
+    if args.quick:
+        pages = [n for n in pages if n in ("home", "attention", "logits", "heads")]
+    sync_api = require_browser()
+    rows, figs = [], []
+    with start_app(env=server_env()) as (_proc, url), sync_api.sync_playwright() as pw:
+        browser = launch_browser(pw)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        cdp = page.context.new_cdp_session(page)
+        cdp.send("Performance.enable")
+        query = f"?lang={args.lang}" + (f"&model={key}" if args.model else "")
+        page.goto(f"{url}/tokenizer{query}")
+        drawn(page)
+        box = page.locator(TEXTAREA).first
+        box.fill(text)
+        box.press("Control+Enter")  # as a learner commits a paste
+        page.wait_for_timeout(300)
+        drawn(page)
+        for name in pages:
+            path = "" if name == "home" else name
+            first, busy, charts = visit(page, cdp, path)
+            nav(page, "logits" if name == "tokenizer" else "tokenizer")  # away, and back to the same text
+            drawn(page)
+            again, _, _ = visit(page, cdp, path)
+            errors = page.locator("[data-testid='stException'], [data-testid='stAlertContentError']").count()
+            rows.append([name, f"{first:.2f}", f"{again:.2f}", f"{busy:.2f}", charts, errors])
+            figs.append(figure(f"{name}: drawn, first visit with the text", round(first, 2), "s", TARGET_S))
+            print(f"{name}: {first:.2f} s first, {again:.2f} s again, main thread {busy:.2f} s, {charts} charts",
+                  flush=True)
+        browser.close()
+    print(f"\n{key}, {args.tokens} tokens of {model.cfg.encoding} (context {model.cfg.max_len}), lang {args.lang}")
+    print_table(["page", "first s", "again s", "browser busy s", "charts", "errors"], rows)
+    figs.append(figure("pages with an error", sum(r[5] for r in rows), "", 0, "<="))
+    write_result("page_draw", figs, model=key, tokens=args.tokens, rows=rows)
+
+
+if __name__ == "__main__":
+    main()
