@@ -4,6 +4,8 @@ Validating a chart's arrays when it was built was about a third of the Attention
 builders write known properties, so the JSON sent is the same (tests/ui/test_fast_paths.py compares it with a
 validated build). What validation would still change is done here: None values dropped, a named colour scale
 spelled out. Later update_* calls on such a figure validate as usual (they turn a title string into {"text": ...}).
+And how every chart is sent (`sendable`, ui.widgets.chart): without plotly's deep copy, its axes' labels never
+measured by the browser for overflow.
 """
 from __future__ import annotations
 
