@@ -12,22 +12,17 @@ of the model's own encoding (cut to the model's context by the app where it is l
 """
 from __future__ import annotations
 
-import re
 import time
 
 from browser_bench import CHART, TEXTAREA, launch_browser, nav, server_env, start_app, wait_rendered
-from common import ROOT, figure, parser, print_table, setup_env, text_of_tokens, write_result
+from common import figure, parser, print_table, setup_env, text_of_tokens, write_result
 
+from harness.apptest import page_names  # the pages app.py lists, in its order
 from harness.browser import NOT_SETTLED, require_browser
 
 TARGET_S = 2.0
 DRAWN_JS = f"""() => [...document.querySelectorAll("{CHART}")].every(c => c.querySelector('.main-svg'))
     && !document.querySelector("{NOT_SETTLED}")"""
-
-
-def page_names() -> list[str]:
-    """The pages app.py lists, in its order (the default page's path is "")."""
-    return re.findall(r'\bpage\(\s*"([a-z_]+)"', (ROOT / "app.py").read_text(encoding="utf-8"))
 
 
 def busy_s(cdp) -> float:
