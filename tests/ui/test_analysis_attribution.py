@@ -129,9 +129,11 @@ def test_lens_page_draws_the_attribution_bars_and_the_rank_and_kl_curves():
         assert not course.exception and any("pre-norm" in m for m in [w.value for w in course.warning])
 
 
-@pytest.mark.parametrize("metric", ["logit_diff", "prob", "loss"])
-def test_head_effects_equal_one_ablation_at_a_time(metric):
-    """The batched sweep against the ablation tool run alone for a few heads and an FFN (an independent forward)."""
+@pytest.mark.parametrize(("metric", "mode"), [("logit_diff", "zero"), ("prob", "zero"), ("loss", "zero"),
+                                              ("logit_diff", "mean")])
+def test_head_effects_equal_one_ablation_at_a_time(metric, mode):
+    """The batched sweep (each layer's parts resumed from the intact stream entering that layer) against the ablation
+    tool run alone for a few heads and an FFN (an independent whole forward)."""
     from transformer_core import prepare
     from transformer_core.analysis.head_effects import head_effects
     from transformer_core.analysis.interventions import ablation_edits, intervene
@@ -139,7 +141,8 @@ def test_head_effects_equal_one_ablation_at_a_time(metric):
     model = catalog.load("shipped:everyday-gpt", "cpu")[0]
     prep = prepare(model, "When Mary and John went to the store, John gave a drink to")
     a, b = 11, 12
-    res = head_effects(model, prep, metric, a if metric != "loss" else None, b if metric == "logit_diff" else None)
+    res = head_effects(model, prep, metric, a if metric != "loss" else None, b if metric == "logit_diff" else None,
+                       mode=mode)
 
     def value(logits):
         last = logits[0, -1].double()
@@ -153,11 +156,34 @@ def test_head_effects_equal_one_ablation_at_a_time(metric):
         intact = value(model(prep.src_ids))
     assert res.intact == pytest.approx(intact, abs=1e-5)
     for layer, head in [(0, 2), (3, 7), (1, 4)]:
-        with intervene(ablation_edits(model, [("dec_self", layer, head)])), torch.no_grad():
+        with intervene(ablation_edits(model, [("dec_self", layer, head)], mode=mode)), torch.no_grad():
             edited = value(model(prep.src_ids))
         assert res.heads["dec_self"][layer, head] == pytest.approx(edited - intact, abs=1e-5)
-    with intervene(ablation_edits(model, ffn_layers=[("decoder", 2)])), torch.no_grad():
+    with intervene(ablation_edits(model, ffn_layers=[("decoder", 2)], mode=mode)), torch.no_grad():
         assert res.ffn[2] == pytest.approx(value(model(prep.src_ids)) - intact, abs=1e-5)
+
+
+def test_head_effects_of_an_encoder_decoder_equal_one_ablation_at_a_time():
+    """Encoder-decoder (whole forwards: an encoder head moves the memory every decoder layer reads)."""
+    from transformer_core import prepare
+    from transformer_core.analysis.head_effects import head_effects
+    from transformer_core.analysis.interventions import ablation_edits, intervene
+
+    model = catalog.load("shipped:reverse", "cpu")[0]
+    prep = prepare(model, "d a c b", "= b c a")
+    res = head_effects(model, prep, "loss")
+    ids = prep.tgt_ids[0]
+
+    def loss():
+        with torch.no_grad():
+            logits = model(prep.src_ids, prep.tgt_ids)[0, :-1].double()
+        return float(torch.nn.functional.cross_entropy(logits, ids[1:]))
+
+    intact = loss()
+    assert res.intact == pytest.approx(intact, abs=1e-5)
+    for kind in ("enc_self", "dec_self", "cross"):
+        with intervene(ablation_edits(model, [(kind, 0, 1)])):
+            assert res.heads[kind][0, 1] == pytest.approx(loss() - intact, abs=1e-5)
 
 
 def test_intervene_page_draws_the_head_effects_grid():
@@ -221,19 +247,20 @@ def test_residual_patching_grid_equals_one_patch_at_a_time_by_hooks():
     token = int(model(a.src_ids)[0, -1].argmax())
     res = residual_effects(model, a, b, "prob", token)
     seen = {}
-    hooks = [layer.register_forward_hook(lambda m, i, o, n=n: seen.__setitem__(n, o.detach()))
-             for n, layer in enumerate(model.decoder.layers)]
+    rows = [model.decoder.embed, *model.decoder.layers]  # row 0: the embeddings; row l + 1: layer l's output
+    hooks = [module.register_forward_hook(lambda m, i, o, n=n: seen.__setitem__(n, o.detach()))
+             for n, module in enumerate(rows)]
     with torch.no_grad():
         model(b.src_ids)
     for h in hooks:
         h.remove()
 
-    def prob_with(layer: int, pos: int) -> float:
+    def prob_with(row: int, pos: int) -> float:
         def patch(m, i, o):
             o = o.clone()
-            o[0, pos] = seen[layer][0, pos]
+            o[0, pos] = seen[row][0, pos]
             return o
-        handle = model.decoder.layers[layer].register_forward_hook(patch)
+        handle = rows[row].register_forward_hook(patch)
         with torch.no_grad():
             p = float(torch.softmax(model(a.src_ids)[0, -1].double(), -1)[token])
         handle.remove()
@@ -242,8 +269,8 @@ def test_residual_patching_grid_equals_one_patch_at_a_time_by_hooks():
     with torch.no_grad():
         intact = float(torch.softmax(model(a.src_ids)[0, -1].double(), -1)[token])
     T = a.src_ids.size(1)
-    for layer, pos in [(0, 10), (2, T - 1), (3, T - 1), (1, 3)]:
-        assert res.grid[layer + 1, pos] == pytest.approx(prob_with(layer, pos) - intact, abs=1e-6)
+    for row, pos in [(1, 10), (3, T - 1), (4, T - 1), (2, 3), (0, 5), (0, T - 1)]:
+        assert res.grid[row, pos] == pytest.approx(prob_with(row, pos) - intact, abs=1e-6)
     assert res.grid[-1, -1] == pytest.approx(res.source - res.intact, abs=1e-6)  # the whole difference
 
 

@@ -17,10 +17,12 @@ import torch
 from ..errors import InputError
 from ..model.hooks import act_name, intervene
 from ..model.memory import forward_bytes
+from ..model.trace import run_with_trace
 from ..model.transformer import Transformer
 from ..text.inputs import Prepared
 from .blocks import kinds, sequence
 from .interventions import ABLATION_MODES
+from .logit_lens import residual_names
 from .surprise import token_nats
 
 METRICS = ("logit_diff", "prob", "loss")
@@ -62,23 +64,39 @@ def _check(model: Transformer, metric: str, token_a, token_b, ids: torch.Tensor)
         raise InputError("effects_short")
 
 
-def _metric(metric: str, logits: torch.Tensor, ids: torch.Tensor, a: int | None, b: int | None) -> torch.Tensor:
-    """(B,) the metric of each batch item; logits (B, T, vocab), ids (T,) the decoder sequence."""
-    last = logits[:, -1].double()  # (B, vocab)
-    if metric == "logit_diff":
-        return last[:, a] - last[:, b]
-    if metric == "prob":
-        return torch.softmax(last, dim=-1)[:, a]
-    return torch.stack([token_nats(row, ids).mean() for row in logits.double()])  # (B,)
-
-
-def _forward(model: Transformer, prep: Prepared, n: int) -> torch.Tensor:
-    """(n, T, vocab) logits of n copies of the input (each copy edited by the hooks as its batch item says)."""
-    device = next(model.parameters()).device
-    src = prep.src_ids.to(device).expand(n, -1)
-    tgt = None if prep.tgt_ids is None else prep.tgt_ids.to(device).expand(n, -1)
+def _metric(metric: str, model: Transformer, hidden: torch.Tensor, ids: torch.Tensor, a: int | None,
+            b: int | None) -> torch.Tensor:
+    """(B,) the metric of each batch item from the decoder's output hidden (B, T, d) (its final norm applied); ids
+    (T,) the decoder sequence. A logit difference or a probability needs one row of logits per item, not T."""
     with torch.inference_mode():
-        return model(src, tgt).float().cpu()
+        if metric == "loss":
+            return torch.stack([token_nats(row, ids).mean() for row in model.out(hidden).double()]).cpu()  # (B,)
+        last = model.out(hidden[:, -1]).double()  # (B, vocab)
+        return (last[:, a] - last[:, b] if metric == "logit_diff" else torch.softmax(last, dim=-1)[:, a]).cpu()
+
+
+def _intact(model: Transformer, prep: Prepared) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """One intact forward: the decoder's residual stream entering each layer and after the last ((1, T, d) each,
+    row r enters layer r: residual_names) and the decoder's output (1, T, d)."""
+    names, out = residual_names(model), act_name("stack_out", side="decoder")
+    _, trace = run_with_trace(model, prep.src_ids, prep.tgt_ids, names=[*names, out], stop_early=True)
+    p = next(model.parameters())
+    return [trace[n].to(p.device, p.dtype) for n in names], trace[out].to(p.device, p.dtype)
+
+
+def _resumed(model: Transformer, x: torch.Tensor, start: int) -> torch.Tensor:
+    """(B, T, d) decoder output from the stream x (B, T, d) entering layer `start` of a decoder-only model: the layers
+    before it computed what the intact run did, so they are not run again (hooks inside layer start.. still edit)."""
+    with torch.inference_mode():
+        return model.resume(x, start)
+
+
+def _whole(model: Transformer, prep: Prepared, n: int) -> torch.Tensor:
+    """(n, T, d) decoder output of n copies of the input, each edited by the hooks as its batch item says."""
+    device, out = next(model.parameters()).device, act_name("stack_out", side="decoder")
+    tgt = None if prep.tgt_ids is None else prep.tgt_ids.expand(n, -1)
+    _, trace = run_with_trace(model, prep.src_ids.expand(n, -1), tgt, names=[out], stop_early=True)
+    return trace[out].to(device)
 
 
 def head_effects(model: Transformer, prep: Prepared, metric: str = "logit_diff", token_a: int | None = None,
@@ -91,16 +109,23 @@ def head_effects(model: Transformer, prep: Prepared, metric: str = "logit_diff",
     L, H = model.cfg.n_layers, model.cfg.n_heads
     jobs = [("head", k, layer, h) for k in kinds(model) for layer in range(L) for h in range(H)]
     jobs += [("ffn", "decoder", layer, None) for layer in range(L)]
-    intact = float(_metric(metric, _forward(model, prep, 1), ids, token_a, token_b)[0])
-    per_item = max(1, forward_bytes(model.cfg, prep.src_ids.size(1),
-                                    None if prep.tgt_ids is None else prep.tgt_ids.size(1)))
-    chunk = max(1, min(len(jobs), CHUNK_BYTES // per_item))
-    values = []
-    for start in range(0, len(jobs), chunk):
-        part = jobs[start:start + chunk]
-        with intervene(_edits(part, mode, model.is_encoder_decoder)):
-            values.append(_metric(metric, _forward(model, prep, len(part)), ids, token_a, token_b))
-    changes = torch.cat(values).numpy() - intact
+    stream, hidden = _intact(model, prep)
+    intact = float(_metric(metric, model, hidden, ids, token_a, token_b)[0])
+    chunk = max(1, CHUNK_BYTES // max(1, forward_bytes(model.cfg, prep.src_ids.size(1),
+                                                       None if prep.tgt_ids is None else prep.tgt_ids.size(1))))
+    # decoder-only: the parts of layer l knocked out together in a batch resumed at layer l; encoder-decoder: whole
+    # forwards (an encoder head moves the memory every decoder layer reads)
+    groups: dict[int, list[int]] = {}
+    for i, (_, _, layer, _) in enumerate(jobs):
+        groups.setdefault(-1 if model.is_encoder_decoder else layer, []).append(i)
+    changes = np.zeros(len(jobs))
+    for start, members in groups.items():
+        for first in range(0, len(members), chunk):
+            part = members[first:first + chunk]
+            with intervene(_edits([jobs[i] for i in part], mode)):
+                out = (_whole(model, prep, len(part)) if start < 0 else
+                       _resumed(model, stream[start].expand(len(part), -1, -1), start))
+            changes[part] = _metric(metric, model, out, ids, token_a, token_b).numpy() - intact
     heads = {k: np.zeros((L, H)) for k in kinds(model)}
     ffn = np.zeros(L)
     for (what, k, layer, h), change in zip(jobs, changes, strict=True):
@@ -111,7 +136,7 @@ def head_effects(model: Transformer, prep: Prepared, metric: str = "logit_diff",
     return HeadEffects(metric, mode, token_a, token_b, intact, heads, ffn)
 
 
-def _edits(jobs: list[tuple], mode: str, cross: bool) -> dict:
+def _edits(jobs: list[tuple], mode: str) -> dict:
     """Hook name -> edit: batch item i has its own component (head or FFN) knocked out."""
     by_hook: dict[str, list[tuple[int, int | None]]] = {}
     for i, (what, k, layer, h) in enumerate(jobs):
@@ -150,41 +175,22 @@ def residual_effects(model: Transformer, prep_a: Prepared, prep_b: Prepared, met
                      token_a: int | None = None, token_b: int | None = None) -> ResidualEffects:
     """Patch the decoder's residual stream from B into A at one (layer, position) at a time (activation patching,
     decoder-only models, texts of the same number of tokens)."""
-    from ..model.trace import run_with_trace
-    from .logit_lens import residual_names
-
     if model.is_encoder_decoder:
         raise InputError("rp_decoder_only")
     ids_a, ids_b = sequence(prep_a, "decoder"), sequence(prep_b, "decoder")
     if ids_a.numel() != ids_b.numel():
         raise InputError("rp_lengths", a=ids_a.numel(), b=ids_b.numel())
     _check(model, metric, token_a, token_b, ids_a)
-    names = residual_names(model)
-    _, trace_b = run_with_trace(model, prep_b.src_ids, names=names)
-    T, rows = ids_a.numel(), len(names)
-    intact = float(_metric(metric, _forward(model, prep_a, 1), ids_a, token_a, token_b)[0])
-    source = float(_metric(metric, _forward(model, prep_b, 1), ids_b, token_a, token_b)[0])
-    jobs = [(r, p) for r in range(rows) for p in range(T)]
-    chunk = max(1, min(len(jobs), CHUNK_BYTES // max(1, forward_bytes(model.cfg, T))))
-    values = []
-    for start in range(0, len(jobs), chunk):
-        part = jobs[start:start + chunk]
-        edits = {}
-        for r, name in enumerate(names):
-            items = [(i, p) for i, (row, p) in enumerate(part) if row == r]
-            if items:
-                edits[name] = _patch_edit(items, trace_b[name][0])
-        with intervene(edits):
-            values.append(_metric(metric, _forward(model, prep_a, len(part)), ids_a, token_a, token_b))
-    grid = (torch.cat(values).numpy() - intact).reshape(rows, T)
-    return ResidualEffects(metric, token_a, token_b, intact, source, grid)
-
-
-def _patch_edit(items: list[tuple[int, int]], source: torch.Tensor):
-    """Batch item i gets B's residual vector at position p (source: (T, d))."""
-    def edit(x: torch.Tensor) -> torch.Tensor:  # (B, T, d)
-        out = x.clone()
-        for i, p in items:
-            out[i, p] = source[p].to(out)
-        return out
-    return edit
+    (stream_a, hidden_a), (stream_b, hidden_b) = _intact(model, prep_a), _intact(model, prep_b)
+    intact = float(_metric(metric, model, hidden_a, ids_a, token_a, token_b)[0])
+    source = float(_metric(metric, model, hidden_b, ids_b, token_a, token_b)[0])
+    T, rows = ids_a.numel(), len(stream_a)
+    chunk = max(1, min(T, CHUNK_BYTES // max(1, forward_bytes(model.cfg, T))))
+    grid = np.zeros((rows, T))
+    for r in range(rows):  # row r is the stream entering layer r (r = n_layers: after the last layer)
+        for first in range(0, T, chunk):
+            pos = torch.arange(first, min(T, first + chunk))
+            x = stream_a[r].expand(len(pos), -1, -1).clone()  # (n, T, d): item i patched at position pos[i]
+            x[torch.arange(len(pos)), pos] = stream_b[r][0, pos]
+            grid[r, pos.numpy()] = _metric(metric, model, _resumed(model, x, r), ids_a, token_a, token_b).numpy()
+    return ResidualEffects(metric, token_a, token_b, intact, source, grid - intact)

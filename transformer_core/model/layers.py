@@ -143,7 +143,11 @@ class Decoder(nn.Module):
 
     def forward(self, ids, memory=None, self_mask=None, cross_mask=None, cache=None, offset: int = 0):
         """cache: one key/value store per layer while generating (see KVCache), else None."""
-        x = self.embed(ids, offset)  # (B, Tt, d)
-        for i, layer in enumerate(self.layers):
-            x = layer(x, memory, self_mask, cross_mask, None if cache is None else cache[i])  # (B, Tt, d)
+        return self.stack(self.embed(ids, offset), memory, self_mask, cross_mask, cache)  # (B, Tt, d)
+
+    def stack(self, x, memory=None, self_mask=None, cross_mask=None, cache=None, start: int = 0):
+        """Layers `start`, start + 1, ... and the final norm over the residual stream x (B, Tt, d) entering layer
+        `start` (start > 0: what the layers before it wrote is reused, e.g. by the head sweep)."""
+        for i in range(start, len(self.layers)):
+            x = self.layers[i](x, memory, self_mask, cross_mask, None if cache is None else cache[i])  # (B, Tt, d)
         return self.hook_out(self.norm(x))  # (B, Tt, d)
