@@ -7,6 +7,7 @@ Runs, one after the other as subprocesses (their output goes to bench/results/<n
   train_speed   training steps per second                               (bench/train_speed.py)
   page_cost     each page's rerun time and chart bytes, 16/64/256 tokens (bench/page_cost.py)
   page_draw     each page drawn in Chromium, 128 tokens, one learner     (bench/page_draw.py)
+  sweeps        every head knocked out alone, against one forward each   (bench/sweeps.py)
   memory        server RSS with 1 and 10 browser sessions               (bench/memory.py)
   cold_start    launch to first page and first charts, 3 runs           (bench/cold_start.py)
   load_test     20 concurrent browser sessions, + one training          (bench/load_test.py)
@@ -34,6 +35,7 @@ BENCHES = {
     "train_speed": ("train_speed.py", [], ["--iters", "100", "--repeats", "1"], 1200),
     "page_cost": ("page_cost.py", [], ["--quick"], 1200),
     "page_draw": ("page_draw.py", [], ["--quick"], 900),
+    "sweeps": ("sweeps.py", [], ["--quick", "--lengths", "32", "73"], 600),
     "memory": ("memory.py", [], ["--quick"], 1200),
     "cold_start": ("cold_start.py", [], ["--quick"], 900),
     "load_test": ("load_test.py", ["--train-one"], ["--quick"], 2400),
