@@ -129,16 +129,18 @@ def test_lens_page_draws_the_attribution_bars_and_the_rank_and_kl_curves():
         assert not course.exception and any("pre-norm" in m for m in [w.value for w in course.warning])
 
 
-@pytest.mark.parametrize(("metric", "mode"), [("logit_diff", "zero"), ("prob", "zero"), ("loss", "zero"),
-                                              ("logit_diff", "mean")])
-def test_head_effects_equal_one_ablation_at_a_time(metric, mode):
+@pytest.mark.parametrize(("metric", "mode", "key"), [
+    ("logit_diff", "zero", "shipped:everyday-gpt"), ("prob", "zero", "shipped:everyday-gpt"),
+    ("loss", "zero", "shipped:everyday-gpt"), ("logit_diff", "mean", "shipped:everyday-gpt"),
+    ("loss", "zero", "preset:course-gpt-modern@cl100k_base")])  # RoPE, RMSNorm, SwiGLU, GQA, a final norm
+def test_head_effects_equal_one_ablation_at_a_time(metric, mode, key):
     """The batched sweep (each layer's parts resumed from the intact stream entering that layer) against the ablation
     tool run alone for a few heads and an FFN (an independent whole forward)."""
     from transformer_core import prepare
     from transformer_core.analysis.head_effects import head_effects
     from transformer_core.analysis.interventions import ablation_edits, intervene
 
-    model = catalog.load("shipped:everyday-gpt", "cpu")[0]
+    model = catalog.load(key, "cpu")[0]
     prep = prepare(model, "When Mary and John went to the store, John gave a drink to")
     a, b = 11, 12
     res = head_effects(model, prep, metric, a if metric != "loss" else None, b if metric == "logit_diff" else None,
@@ -155,7 +157,8 @@ def test_head_effects_equal_one_ablation_at_a_time(metric, mode):
     with torch.no_grad():
         intact = value(model(prep.src_ids))
     assert res.intact == pytest.approx(intact, abs=1e-5)
-    for layer, head in [(0, 2), (3, 7), (1, 4)]:
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    for layer, head in [(0, 2), (L - 1, H - 1), (1, H // 2)]:
         with intervene(ablation_edits(model, [("dec_self", layer, head)], mode=mode)), torch.no_grad():
             edited = value(model(prep.src_ids))
         assert res.heads["dec_self"][layer, head] == pytest.approx(edited - intact, abs=1e-5)
@@ -236,12 +239,14 @@ def test_ffn_page_reads_a_neuron():
         assert figure(at, "nr_on_text")["data"][0]["type"] == "bar"
 
 
-def test_residual_patching_grid_equals_one_patch_at_a_time_by_hooks():
-    """The batched grid against single patches done with plain forward hooks on the decoder layers."""
+@pytest.mark.parametrize("key", ["shipped:everyday-gpt", "preset:course-gpt-modern@cl100k_base"])
+def test_residual_patching_grid_equals_one_patch_at_a_time_by_hooks(key):
+    """The batched grid against single patches done with plain forward hooks on the decoder layers (the modern
+    preset has a final norm: the last row is patched before it)."""
     from transformer_core import prepare
     from transformer_core.analysis.head_effects import residual_effects
 
-    model = catalog.load("shipped:everyday-gpt", "cpu")[0]
+    model = catalog.load(key, "cpu")[0]
     a = prepare(model, "When Mary and Jack went to the store, Jack gave a drink to")
     b = prepare(model, "When Mary and Jack went to the store, Mary gave a drink to")  # names of equal length
     token = int(model(a.src_ids)[0, -1].argmax())
@@ -269,7 +274,8 @@ def test_residual_patching_grid_equals_one_patch_at_a_time_by_hooks():
     with torch.no_grad():
         intact = float(torch.softmax(model(a.src_ids)[0, -1].double(), -1)[token])
     T = a.src_ids.size(1)
-    for row, pos in [(1, 10), (3, T - 1), (4, T - 1), (2, 3), (0, 5), (0, T - 1)]:
+    L = model.cfg.n_layers
+    for row, pos in [(1, 10), (L - 1, T - 1), (L, T - 1), (2, 3), (0, 5), (0, T - 1)]:
         assert res.grid[row, pos] == pytest.approx(prob_with(row, pos) - intact, abs=1e-6)
     assert res.grid[-1, -1] == pytest.approx(res.source - res.intact, abs=1e-6)  # the whole difference
 
