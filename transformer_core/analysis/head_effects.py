@@ -1,6 +1,9 @@
 """Which heads matter for this prediction: knock out every head (and every FFN) one at a time and measure a metric
-the learner picks, in one picture (layer × head). Each knock-out is one batch item of a few batched forwards (the
-edit zeroes, or means, that head's z only in its own batch item), so the sweep costs a few forwards, not L × H.
+the learner picks, in one picture (layer × head). Each knock-out is one batch item (the edit zeroes, or means, that
+head's z only in its own batch item). In a decoder-only model the parts of layer l are one batch that starts from the
+intact residual stream entering layer l (the layers before it would compute what the intact run did), and the
+residual-stream grid resumes the same way from the row it patches; an encoder-decoder runs whole forwards (an
+encoder head moves the memory every decoder layer reads). bench/sweeps.py times it against one forward per head.
 
 Metrics, read at the last position of the decoder (where the next token is read) or over the whole text:
   logit_diff  logit(A) − logit(B)   "does this head make the model prefer A over B?"
