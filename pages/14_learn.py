@@ -15,6 +15,7 @@ from ui import cache
 from ui.errors import show_error
 from ui.figures import axis_labels, token_heatmap
 from ui.i18n import t
+from ui.plain_figures import figure
 from ui.session import through_app
 from ui.widgets import chart, explain
 
@@ -31,24 +32,24 @@ def snapshot(step: int):
     return load_snapshot(model, catalog.shipped_folder(KEY), step)
 
 
-def marked(fig: go.Figure, step: int) -> go.Figure:
-    """The chosen step marked; a logarithmic step axis, since the change happens in the first few hundred steps."""
-    fig.add_vline(x=step, line_dash="dash", line_color="#d62728")
-    fig.update_xaxes(type="log")
-    return fig.update_layout(height=280, margin=dict(l=10, r=10, t=40, b=10))
+def over_steps(traces: list[dict], step: int, title: str, y_title: str, **y_axis) -> go.Figure:
+    """Curves over training steps, the chosen step marked; a logarithmic step axis, since the change happens in the
+    first few hundred steps. One constructor call (each update_* call re-validates the whole figure)."""
+    return figure(traces, {
+        "title": title, "height": 280, "margin": dict(l=10, r=10, t=40, b=10),
+        "xaxis": {"type": "log", "title": t("learn_step")}, "yaxis": {"title": y_title, **y_axis},
+        "shapes": [{"type": "line", "x0": step, "x1": step, "xref": "x", "y0": 0, "y1": 1, "yref": "y domain",
+                    "line": {"color": "#d62728", "dash": "dash"}}]})
 
 
 def score_lines(data: dict, what: str, title: str, step: int) -> go.Figure:
-    steps, fig = data["steps"], go.Figure()
-    n_layers = len(data["measures"][str(steps[0])][what])
-    for layer in range(n_layers):
-        n_heads = len(data["measures"][str(steps[0])][what][layer])
-        for head in range(n_heads):
-            fig.add_scatter(x=steps, y=[data["measures"][str(s)][what][layer][head] for s in steps], mode="lines",
-                            name=t("learn_head", layer=layer, head=head),
+    steps = data["steps"]
+    first = data["measures"][str(steps[0])][what]
+    return over_steps([dict(type="scatter", x=steps, y=[data["measures"][str(s)][what][layer][head] for s in steps],
+                            mode="lines", name=t("learn_head", layer=layer, head=head),
                             line={"dash": "solid" if layer == 0 else "dot"})
-    fig.update_layout(title=title, xaxis_title=t("learn_step"), yaxis_title=t("learn_score"), yaxis_range=[0, 1])
-    return marked(fig, step)
+                       for layer in range(len(first)) for head in range(len(first[layer]))],
+                      step, title, t("learn_score"), range=[0, 1])
 
 
 st.title(t("nav_learn"))
@@ -71,19 +72,17 @@ step = st.select_slider(t("learn_step"), steps, value=ss.get("learn_step_v", ste
 c1, c2 = st.columns(2)
 loss = np.asarray(data["loss"], dtype=float)
 smooth = np.convolve(loss, np.ones(10) / 10, mode="valid")
-fig = go.Figure([dict(type="scatter", x=list(range(1, len(loss) + 1)), y=loss.tolist(), mode="lines",
-                      name=t("learn_loss"),
-                            opacity=0.35),
-                 dict(type="scatter", x=list(range(10, len(loss) + 1)), y=smooth.tolist(), mode="lines",
-                            name=t("learn_loss_smooth"))])
-fig.update_layout(title=t("learn_loss_title"), xaxis_title=t("learn_step"), yaxis_title=t("learn_loss_axis"))
+fig = over_steps([dict(type="scatter", x=list(range(1, len(loss) + 1)), y=loss.tolist(), mode="lines",
+                       name=t("learn_loss"), opacity=0.35),
+                  dict(type="scatter", x=list(range(10, len(loss) + 1)), y=smooth.tolist(), mode="lines",
+                       name=t("learn_loss_smooth"))], step, t("learn_loss_title"), t("learn_loss_axis"))
 with c1:
-    chart(marked(fig, step), "learn_loss")
+    chart(fig, "learn_loss")
 icl = [data["measures"][str(s)]["icl"] for s in steps]
-fig = go.Figure([dict(type="scatter", x=steps, y=icl, mode="lines+markers", name="ICL")])
-fig.update_layout(title=t("learn_icl_title"), xaxis_title=t("learn_step"), yaxis_title=t("learn_icl_axis"))
+fig = over_steps([dict(type="scatter", x=steps, y=icl, mode="lines+markers", name="ICL")], step,
+                 t("learn_icl_title"), t("learn_icl_axis"))
 with c2:
-    chart(marked(fig, step), "learn_icl")
+    chart(fig, "learn_icl")
 c3, c4 = st.columns(2)
 with c3:
     chart(score_lines(data, "previous_token", t("learn_prev_title"), step), "learn_prev")

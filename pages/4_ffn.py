@@ -51,8 +51,8 @@ if biggest is not None:
 st.subheader(t("ffn_stream"))
 st.markdown(t("ffn_stream_text", norm=t("ffn_norm_post" if not cfg.norm_first else "ffn_norm_pre")))
 norms = np.stack([s.norm.numpy() for s in steps], axis=1)  # (T, steps)
-fig = figure([dict(type="scatter", x=names, y=norms.mean(0), mode="lines+markers", name=t("ffn_mean_norm"))])
-fig.update_layout(height=320, margin=dict(l=10, r=10, t=30, b=10), yaxis_title=t("ffn_norm_axis"))
+fig = figure([dict(type="scatter", x=names, y=norms.mean(0), mode="lines+markers", name=t("ffn_mean_norm"))],
+             {"height": 320, "margin": dict(l=10, r=10, t=30, b=10), "yaxis": {"title": t("ffn_norm_axis")}})
 chart(fig, "ffn_stream_mean")
 heat = token_heatmap(norms, labels, names, title=t("ffn_stream_tokens"), colorscale="Viridis", px_per_token=16,
                      hovertemplate=f"%{{y}} · %{{x}}<br>{t('ffn_norm_axis')} %{{z:.3f}}<extra></extra>")
@@ -101,9 +101,9 @@ if effect is not None:
                      dict(type="scatter", x=dims, y=pair.layer_norm[:n_show].tolist(), mode="lines+markers",
                                 name=t("ffn_legend_ln")),
                      dict(type="scatter", x=dims, y=pair.rms_norm[:n_show].tolist(), mode="lines+markers",
-                                name=t("ffn_legend_rms"))])
-    fig.update_layout(height=300, margin=dict(l=10, r=10, t=30, b=10), xaxis_title=t("emb_axis_dim"),
-                      yaxis_title=t("ffn_feature_value"))
+                                name=t("ffn_legend_rms"))],
+                 {"height": 300, "margin": dict(l=10, r=10, t=30, b=10), "xaxis": {"title": t("emb_axis_dim")},
+                  "yaxis": {"title": t("ffn_feature_value")}})
     chart(fig, "ffn_two_norms")
 if gated:
     st.subheader(t("ffn_swiglu"))
@@ -114,9 +114,9 @@ if gated:
         size=5, color=h.tolist(), colorscale="RdBu", cmid=0, colorbar=dict(title="gate·up")),
         customdata=list(range(g.numel())),
         hovertemplate=f"#%{{customdata}}<br>{t('ffn_col_gate')} %{{x:.3f}} · {t('ffn_col_up')} %{{y:.3f}}"
-                      "<extra></extra>")])
-    fig.update_layout(height=380, margin=dict(l=10, r=10, t=30, b=10), xaxis_title=t("ffn_gate_axis"),
-                      yaxis_title=t("ffn_up_axis"))
+                      "<extra></extra>")],
+                 {"height": 380, "margin": dict(l=10, r=10, t=30, b=10), "xaxis": {"title": t("ffn_gate_axis")},
+                  "yaxis": {"title": t("ffn_up_axis")}})
     chart(fig, "ffn_gate_up")
     table(pd.DataFrame({t("ffn_col_neuron"): top, t("ffn_col_gate"): [float(g[i]) for i in top],
                         t("ffn_col_up"): [float(u[i]) for i in top], t("ffn_col_product"): [float(h[i]) for i in top]}),
@@ -143,10 +143,10 @@ def read_a_neuron(default: int | None) -> None:
         return
     reading = read_neuron(model, trace, nr_layer, neuron, index)
     fig = figure([dict(type="bar", x=list(range(len(labels))), y=reading.on_text.tolist(), customdata=labels,
-                            hovertemplate="%{customdata}: %{y:.4f}<extra></extra>")])
-    fig.update_xaxes(tickmode="array", tickvals=list(range(len(labels))), ticktext=labels)
-    fig.update_layout(height=260, margin=dict(l=10, r=10, t=30, b=10), yaxis_title=t("ffn_col_activation"),
-                      title=t("nr_on_text", layer=nr_layer, neuron=neuron))
+                       hovertemplate="%{customdata}: %{y:.4f}<extra></extra>")],
+                 {"height": 260, "margin": dict(l=10, r=10, t=30, b=10), "title": t("nr_on_text", layer=nr_layer,
+                  neuron=neuron), "xaxis": {"tickmode": "array", "tickvals": list(range(len(labels))),
+                  "ticktext": labels}, "yaxis": {"title": t("ffn_col_activation")}})
     chart(fig, "nr_on_text")
     if index is None:
         st.caption(t("nr_no_index"))

@@ -36,16 +36,16 @@ def attribution_section(pos: int) -> None:
         show_error(exc)
         return
     layers = [t("lens_row_layer", layer=layer) for layer in range(model.cfg.n_layers)]
-    fig = figure([dict(type="bar", x=layers, y=a.heads[:, h].tolist(), name=t("dla_head", h=h))
-                     for h in range(model.cfg.n_heads)])
-    fig.add_bar(x=layers, y=a.attn_bias.tolist(), name=t("dla_bias"))
-    fig.add_bar(x=layers, y=a.ffn.tolist(), name="FFN")
-    fig.add_bar(x=[t("lens_row_embed")], y=[a.embed], name=t("lens_row_embed"))
-    fig.add_bar(x=[t("dla_const")], y=[a.constant], name=t("dla_const"))  # so the bars add up to the logit
-    fig.add_scatter(x=layers, y=a.per_layer().tolist(), mode="markers", marker=dict(symbol="diamond", size=10,
-                    color="black"), name=t("dla_layer_sum"))
-    fig.update_layout(barmode="relative", height=380, margin=dict(l=10, r=10, t=30, b=10),
-                      yaxis_title=t("dla_axis"))
+    fig = figure([*(dict(type="bar", x=layers, y=a.heads[:, h].tolist(), name=t("dla_head", h=h))
+                    for h in range(model.cfg.n_heads)),
+                  dict(type="bar", x=layers, y=a.attn_bias.tolist(), name=t("dla_bias")),
+                  dict(type="bar", x=layers, y=a.ffn.tolist(), name="FFN"),
+                  dict(type="bar", x=[t("lens_row_embed")], y=[a.embed], name=t("lens_row_embed")),
+                  dict(type="bar", x=[t("dla_const")], y=[a.constant], name=t("dla_const")),  # the bars add up
+                  dict(type="scatter", x=layers, y=a.per_layer().tolist(), mode="markers",
+                       marker=dict(symbol="diamond", size=10, color="black"), name=t("dla_layer_sum"))],
+                 {"barmode": "relative", "height": 380, "margin": dict(l=10, r=10, t=30, b=10),
+                  "yaxis": {"title": t("dla_axis")}})
     chart(fig, "dla_bars")
     top = np.unravel_index(np.abs(a.heads).argmax(), a.heads.shape)
     st.markdown(t("dla_sum", tok=visible(token_labels(model, [a.token])[0]), logit=a.logit, total=a.total,
@@ -109,8 +109,8 @@ st.markdown(t("lens_formed", pos=pos_labels[pos], tok=visible(final), row=rows[f
 c_rank, c_kl = st.columns(2)
 with c_rank:  # how each layer's reading ranks the final answer, and how far its whole distribution is from the end
     chart(lines(rows, {t("lens_rank_series", tok=visible(final)): lens.final_rank[:, pos].tolist()},
-                title=t("lens_rank_title"), x_title=t("lens_col_layer"), y_title=t("lens_rank_axis"), height=280)
-          .update_yaxes(type="log", autorange="reversed"), "lens_rank")
+                title=t("lens_rank_title"), x_title=t("lens_col_layer"), y_title=t("lens_rank_axis"), height=280,
+                y_axis={"type": "log", "autorange": "reversed"}), "lens_rank")
 with c_kl:
     chart(lines(rows, {"KL": lens.kl[:, pos].tolist()}, title=t("lens_kl_title"), x_title=t("lens_col_layer"),
                 y_title=t("lens_kl_axis"), height=280), "lens_kl")

@@ -284,13 +284,13 @@ def effects(ctx) -> None:
         dict(type="scatter", x=[c[2] for c in cells], y=[rows.index((c[3], c[1])) for c in cells], mode="markers",
                    marker={"symbol": "square", "size": 22, "color": "rgba(0,0,0,0)"}, customdata=cells,
                    text=[f"{z[rows.index((c[3], c[1])), c[2]]:+.4f}" for c in cells],
-                   hovertemplate=t("he_hover") + "<extra></extra>", name="heads", showlegend=False)])
-    fig.update_xaxes(tickmode="array", tickvals=list(range(len(columns))), ticktext=columns, showgrid=False,
-                     zeroline=False, title_text=t("hd_col_head"))
-    fig.update_yaxes(tickmode="array", tickvals=list(range(len(rows))), ticktext=ticks, autorange="reversed",
-                     showgrid=False, zeroline=False)
-    fig.update_layout(height=120 + 40 * len(rows), margin=dict(l=10, r=10, t=30, b=10), clickmode="event+select",
-                      dragmode=False)
+                   hovertemplate=t("he_hover") + "<extra></extra>", name="heads", showlegend=False)],
+        {"xaxis": {"tickmode": "array", "tickvals": list(range(len(columns))), "ticktext": columns, "showgrid": False,
+                   "zeroline": False, "title": t("hd_col_head")},
+         "yaxis": {"tickmode": "array", "tickvals": list(range(len(rows))), "ticktext": ticks, "autorange": "reversed",
+                   "showgrid": False, "zeroline": False},
+         "height": 120 + 40 * len(rows), "margin": dict(l=10, r=10, t=30, b=10), "clickmode": "event+select",
+         "dragmode": False})
     picked = clicked(fig, "he_grid", trace_name="heads")
     if picked is not None:
         open_head(str(picked[3]), int(picked[1]), int(picked[2]))

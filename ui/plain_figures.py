@@ -21,7 +21,8 @@ _SCALES = ColorscaleValidator("colorscale", "figure")
 
 
 def _plain(props: dict) -> dict:
-    """Properties as validation would leave them: no None at any depth, a named colour scale spelled out."""
+    """Properties as validation would leave them: no None at any depth, a named colour scale spelled out, a title
+    string as {"text": ...}."""
     out = {}
     for k, v in props.items():
         if v is None:
@@ -32,6 +33,8 @@ def _plain(props: dict) -> dict:
             v = [_plain(x) for x in v]
         elif k == "colorscale" and isinstance(v, str):
             v = _SCALES.validate_coerce(v)
+        elif k == "title" and isinstance(v, str):  # every plotly title is an object
+            v = {"text": v}
         out[k] = v
     return out
 
