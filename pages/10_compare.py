@@ -71,8 +71,7 @@ def side_view(model, side, name: str, other_labels: list[str], key: str, zmax: f
     nt = side.next_token
     names = ranked_labels(token_labels(model, nt.ids))
     fig = bars(names, nt.raw, title=t("cmp_next_title"), y_title=t("cmp_col_prob"), x_title=t("cmp_col_prob"),
-               height=max(260, 24 * len(names) + 100), hover_format=".4f")
-    fig.update_xaxes(range=[0, 1])
+               height=max(260, 24 * len(names) + 100), hover_format=".4f", x_axis={"range": [0, 1]})
     chart(fig, f"cmp_next_{key}")
     q, k = axis_labels(side.query_labels), axis_labels(side.key_labels)
     chart(token_heatmap(side.weights.numpy(), q, k, title=t("cmp_attention_title"), zmin=0.0, zmax=zmax,

@@ -160,9 +160,9 @@ def kv_section() -> None:
     start, per_token = len(dec) - n_gen, layout[0].self_nbytes * len(layout) // max(1, len(dec))
     fig = lines(list(range(max(1, start), len(dec) + 1)),
                 {t("kv_axis_bytes"): [n * per_token for n in range(max(1, start), len(dec) + 1)]},
-                title=t("kv_growth_title"), x_title=t("kv_axis_tokens"), y_title=t("kv_axis_bytes"), height=260)
-    fig.update_traces(mode="lines+markers")
-    fig.update_xaxes(tickformat="d", dtick=max(1, -(-(len(dec) - start + 1) // 10)))  # whole tokens only
+                title=t("kv_growth_title"), x_title=t("kv_axis_tokens"), y_title=t("kv_axis_bytes"), height=260,
+                mode="lines+markers",  # whole tokens only on the x axis
+                x_axis={"tickformat": "d", "dtick": max(1, -(-(len(dec) - start + 1) // 10))})
     chart(fig, "kv_growth")
     if not st.toggle(t("kv_measure"), key="kv_measure"):
         return

@@ -96,14 +96,14 @@ def head_grid(records, model):
              mode="markers",
                    marker={"symbol": "square", "size": 24, "color": "rgba(0,0,0,0)"}, hovertext=hover,
                    hovertemplate="%{hovertext}<extra></extra>", customdata=list(range(len(records))), name="heads",
-                   showlegend=False)])
-    fig.update_xaxes(title_text=t("hd_col_head"), tickmode="array", tickvals=list(range(n_heads)),
-                     range=[-0.5, n_heads - 0.5], showgrid=False, zeroline=False)
-    ticks = [t("hd_row", block=kind_name(k, model), layer=layer) for k, layer in rows]
-    fig.update_yaxes(tickmode="array", tickvals=list(range(len(rows))), ticktext=ticks, autorange="reversed",
-                     range=[len(rows) - 0.5, -0.5], showgrid=False, zeroline=False)
-    fig.update_layout(title=t("hd_chart_title"), height=120 + 44 * len(rows), margin=dict(l=10, r=10, t=40, b=10),
-                      clickmode="event+select", dragmode=False)
+                   showlegend=False)],
+        {"xaxis": {"title": t("hd_col_head"), "tickmode": "array", "tickvals": list(range(n_heads)),
+                   "range": [-0.5, n_heads - 0.5], "showgrid": False, "zeroline": False},
+         "yaxis": {"tickmode": "array", "tickvals": list(range(len(rows))), "autorange": "reversed",
+                   "ticktext": [t("hd_row", block=kind_name(k, model), layer=layer) for k, layer in rows],
+                   "range": [len(rows) - 0.5, -0.5], "showgrid": False, "zeroline": False},
+         "title": t("hd_chart_title"), "height": 120 + 44 * len(rows), "margin": dict(l=10, r=10, t=40, b=10),
+         "clickmode": "event+select", "dragmode": False})
     return fig
 
 

@@ -46,17 +46,17 @@ def _f32(a) -> np.ndarray:
     return np.asarray(a, dtype=np.float32)
 
 
-def lines(x, series: dict[str, list], *, title="", x_title="", y_title="", height=320,
-          y_axis: dict | None = None) -> go.Figure:
-    """Line chart of named series over x; `y_axis`: more y-axis properties (e.g. a log axis). One constructor call:
-    each update_* call re-validates the whole figure (about 7 ms each)."""
+def lines(x, series: dict[str, list], *, title="", x_title="", y_title="", height=320, mode="lines",
+          x_axis: dict | None = None, y_axis: dict | None = None) -> go.Figure:
+    """Line chart of named series over x; `x_axis` / `y_axis`: more axis properties (e.g. a log axis). One
+    constructor call: an update_* call with titles re-validates the whole figure (several ms each)."""
     x = list(x)
-    x_axis = {"title": {"text": x_title}}
+    x_axis = {"title": {"text": x_title}, **(x_axis or {})}
     if x and isinstance(x[0], str):  # token labels: every k-th, so they never overlap (plotly's own thinning did)
         every = label_step(len(x), WIDTH_PX, 10)
         x_axis.update(type="category", tickmode="array", tickvals=x[::every], ticktext=x[::every],
                       tickfont={"size": 10}, tickangle=-60 if len(x) <= 30 else -90)
-    return figure([dict(type="scatter", x=x, y=_f32(y).tolist(), mode="lines", name=name)
+    return figure([dict(type="scatter", x=x, y=_f32(y).tolist(), mode=mode, name=name)
                    for name, y in series.items()],
                   {"title": {"text": title}, "xaxis": x_axis, "yaxis": {"title": {"text": y_title}, **(y_axis or {})},
                    "height": height,
@@ -64,10 +64,11 @@ def lines(x, series: dict[str, list], *, title="", x_title="", y_title="", heigh
 
 
 def bars(labels, values, *, title="", x_title="", y_title="", height=360, secondary=None, x_format=None,
-         hover_format=None) -> go.Figure:
+         hover_format=None, x_axis: dict | None = None) -> go.Figure:
     """Horizontal bars (largest on top); `secondary` adds a second series for comparison.
 
-    `x_format` / `hover_format`: d3 formats of the value axis ticks and the hover value (e.g. "~%", ".4~g").
+    `x_format` / `hover_format`: d3 formats of the value axis ticks and the hover value (e.g. "~%", ".4~g");
+    `x_axis`: more value-axis properties (e.g. its range).
     """
     hover = f"%{{y}}<br>%{{fullData.name}}: %{{x:{hover_format}}}<extra></extra>" if hover_format else None
     traces = [dict(type="bar", x=_f32(values).tolist(), y=labels, orientation="h", name=y_title or x_title or title,
@@ -76,7 +77,7 @@ def bars(labels, values, *, title="", x_title="", y_title="", height=360, second
         name, vals = secondary
         traces.append(dict(type="bar", x=_f32(vals).tolist(), y=labels, orientation="h", name=name, opacity=0.5,
                            hovertemplate=hover))
-    x_axis = {"title": {"text": x_title}, "tickformat": x_format}
+    x_axis = {"title": {"text": x_title}, "tickformat": x_format, **(x_axis or {})}
     if x_format == "d":  # counts: whole-number ticks only (plotly's own spacing gave 0.5, 1.5, ...)
         x_axis.update(tick0=0, dtick=max(1, -(-int(np.nanmax(_f32(values), initial=0)) // 8)))
     return figure(traces, {"title": {"text": title}, "xaxis": x_axis, "yaxis": {"autorange": "reversed",
