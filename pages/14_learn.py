@@ -109,5 +109,5 @@ try:
     st.caption(t("learn_heat_hint"))
 except Exception as exc:  # noqa: BLE001 - an unknown character, an empty text: a message, never a traceback
     show_error(exc)
-st.download_button(t("learn_download"), json.dumps(data).encode("utf-8"), file_name="induction-steps.json",
+st.download_button(t("learn_download"), lambda: json.dumps(data).encode("utf-8"), file_name="induction-steps.json",
                    mime="application/json", icon=":material/download:", key="learn_download")

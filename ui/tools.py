@@ -35,8 +35,8 @@ def export_panel(result, view: str, ctx=None, *, key: str = "", boxed: bool = Tr
         if not boxed:
             st.markdown(f"**{t('xp_title')}**")
         try:
-            st.download_button(t("xp_npz"), export_npz(result, None if ctx is None else ctx.model),
-                               mime="application/octet-stream",
+            model = None if ctx is None else ctx.model  # the .npz is built on the click, not on every run
+            st.download_button(t("xp_npz"), lambda: export_npz(result, model), mime="application/octet-stream",
                                file_name=f"{file_stem('transformer-explorer', view, key)}.npz", key=f"xp_npz_{view}")
             code = notebook_snippet(view, **params)
         except ExplorerError:
