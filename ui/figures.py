@@ -59,8 +59,7 @@ def lines(x, series: dict[str, list], *, title="", x_title="", y_title="", heigh
     return figure([dict(type="scatter", x=x, y=_f32(y).tolist(), mode=mode, name=name)
                    for name, y in series.items()],
                   {"title": {"text": title}, "xaxis": x_axis, "yaxis": {"title": {"text": y_title}, **(y_axis or {})},
-                   "height": height,
-                   "margin": dict(l=10, r=10, t=40, b=10)})
+                   "height": height, "margin": dict(l=10, r=10, t=40, b=10)})
 
 
 def bars(labels, values, *, title="", x_title="", y_title="", height=360, secondary=None, x_format=None,

@@ -80,8 +80,10 @@ def _metric(metric: str, model: Transformer, hidden: torch.Tensor, ids: torch.Te
 
 def _intact(model: Transformer, prep: Prepared) -> tuple[list[torch.Tensor], torch.Tensor]:
     """One intact forward: the decoder's residual stream entering each layer and after the last ((1, T, d) each,
-    row r enters layer r: residual_names) and the decoder's output (1, T, d)."""
-    names, out = residual_names(model), act_name("stack_out", side="decoder")
+    row r enters layer r: residual_names; none for an encoder-decoder, which never resumes) and the decoder's output
+    (1, T, d)."""
+    names = [] if model.is_encoder_decoder else residual_names(model)
+    out = act_name("stack_out", side="decoder")
     _, trace = run_with_trace(model, prep.src_ids, prep.tgt_ids, names=[*names, out], stop_early=True)
     p = next(model.parameters())
     return [trace[n].to(p.device, p.dtype) for n in names], trace[out].to(p.device, p.dtype)
