@@ -2,8 +2,10 @@
 the learner picks, in one picture (layer × head). Each knock-out is one batch item (the edit zeroes, or means, that
 head's z only in its own batch item). In a decoder-only model the parts of layer l are one batch that starts from the
 intact residual stream entering layer l (the layers before it would compute what the intact run did), and the
-residual-stream grid resumes the same way from the row it patches; an encoder-decoder runs whole forwards (an
-encoder head moves the memory every decoder layer reads). bench/sweeps.py times it against one forward per head.
+residual-stream grid resumes the same way from the row it patches; a metric read at the last position runs the last
+layer on that row only (Transformer.resume's last_only). An encoder-decoder runs whole forwards (an encoder head moves
+the memory every decoder layer reads). Mean mode sets a part to its mean over the intact run's positions.
+bench/sweeps.py times it against one forward per head.
 
 Metrics, read at the last position of the decoder (where the next token is read) or over the whole text:
   logit_diff  logit(A) − logit(B)   "does this head make the model prefer A over B?"
@@ -18,7 +20,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..model.hooks import act_name, intervene
+from ..model.hooks import act_name, fused_attention, intervene
 from ..model.memory import forward_bytes
 from ..model.trace import run_with_trace
 from ..model.transformer import Transformer
@@ -78,22 +80,24 @@ def _metric(metric: str, model: Transformer, hidden: torch.Tensor, ids: torch.Te
         return (last[:, a] - last[:, b] if metric == "logit_diff" else torch.softmax(last, dim=-1)[:, a]).cpu()
 
 
-def _intact(model: Transformer, prep: Prepared) -> tuple[list[torch.Tensor], torch.Tensor]:
+def _intact(model: Transformer, prep: Prepared, names: list[str] = ()) -> tuple[list[torch.Tensor], torch.Tensor, dict]:
     """One intact forward: the decoder's residual stream entering each layer and after the last ((1, T, d) each,
-    row r enters layer r: residual_names; none for an encoder-decoder, which never resumes) and the decoder's output
-    (1, T, d)."""
-    names = [] if model.is_encoder_decoder else residual_names(model)
+    row r enters layer r: residual_names; none for an encoder-decoder, which never resumes), the decoder's output
+    (1, T, d), and the hook points `names` besides."""
+    rows = [] if model.is_encoder_decoder else residual_names(model)
     out = act_name("stack_out", side="decoder")
-    _, trace = run_with_trace(model, prep.src_ids, prep.tgt_ids, names=[*names, out], stop_early=True)
+    _, trace = run_with_trace(model, prep.src_ids, prep.tgt_ids, names=[*rows, out, *names], stop_early=True)
     p = next(model.parameters())
-    return [trace[n].to(p.device, p.dtype) for n in names], trace[out].to(p.device, p.dtype)
+    return [trace[n].to(p.device, p.dtype) for n in rows], trace[out].to(p.device, p.dtype), \
+        {n: trace[n].to(p.device, p.dtype) for n in names}
 
 
-def _resumed(model: Transformer, x: torch.Tensor, start: int) -> torch.Tensor:
+def _resumed(model: Transformer, x: torch.Tensor, start: int, last_only: bool) -> torch.Tensor:
     """(B, T, d) decoder output from the stream x (B, T, d) entering layer `start` of a decoder-only model: the layers
-    before it computed what the intact run did, so they are not run again (hooks inside layer start.. still edit)."""
-    with torch.inference_mode():
-        return model.resume(x, start)
+    before it computed what the intact run did, so they are not run again (hooks inside layer start.. still edit).
+    last_only: (B, 1, d), the last position's (a metric read there needs no other row of the last layer)."""
+    with torch.inference_mode(), fused_attention():
+        return model.resume(x, start, last_only)
 
 
 def _whole(model: Transformer, prep: Prepared, n: int) -> torch.Tensor:
@@ -114,7 +118,8 @@ def head_effects(model: Transformer, prep: Prepared, metric: str = "logit_diff",
     L, H = model.cfg.n_layers, model.cfg.n_heads
     jobs = [("head", k, layer, h) for k in kinds(model) for layer in range(L) for h in range(H)]
     jobs += [("ffn", "decoder", layer, None) for layer in range(L)]
-    stream, hidden = _intact(model, prep)
+    stream, hidden, seen = _intact(model, prep, sorted({_hook(job) for job in jobs}) if mode == "mean" else [])
+    means = {n: x.mean(dim=-2, keepdim=True) for n, x in seen.items()}  # over positions: z (1, nh, 1, hs), FFN (1,1,d)
     intact = float(_metric(metric, model, hidden, ids, token_a, token_b)[0])
     chunk = max(1, CHUNK_BYTES // max(1, forward_bytes(model.cfg, prep.src_ids.size(1),
                                                        None if prep.tgt_ids is None else prep.tgt_ids.size(1))))
@@ -127,9 +132,9 @@ def head_effects(model: Transformer, prep: Prepared, metric: str = "logit_diff",
     for start, members in groups.items():
         for first in range(0, len(members), chunk):
             part = members[first:first + chunk]
-            with intervene(_edits([jobs[i] for i in part], mode)):
+            with intervene(_edits([jobs[i] for i in part], means)):
                 out = (_whole(model, prep, len(part)) if start < 0 else
-                       _resumed(model, stream[start].expand(len(part), -1, -1), start))
+                       _resumed(model, stream[start].expand(len(part), -1, -1), start, metric != "loss"))
             changes[part] = _metric(metric, model, out, ids, token_a, token_b).numpy() - intact
     heads = {k: np.zeros((L, H)) for k in kinds(model)}
     ffn = np.zeros(L)
@@ -141,23 +146,31 @@ def head_effects(model: Transformer, prep: Prepared, metric: str = "logit_diff",
     return HeadEffects(metric, mode, token_a, token_b, intact, heads, ffn)
 
 
-def _edits(jobs: list[tuple], mode: str) -> dict:
-    """Hook name -> edit: batch item i has its own component (head or FFN) knocked out."""
-    by_hook: dict[str, list[tuple[int, int | None]]] = {}
-    for i, (what, k, layer, h) in enumerate(jobs):
-        name = act_name("z", layer=layer, block=k) if what == "head" else act_name("ffn_out", layer=layer, side=k)
-        by_hook.setdefault(name, []).append((i, h))
+def _hook(job: tuple) -> str:
+    """The hook point a job (what, kind, layer, head) knocks out at: a head's z or an FFN's output."""
+    what, k, layer, _ = job
+    return act_name("z", layer=layer, block=k) if what == "head" else act_name("ffn_out", layer=layer, side=k)
 
-    def make(items: list[tuple[int, int | None]]):
+
+def _edits(jobs: list[tuple], means: dict[str, torch.Tensor]) -> dict:
+    """Hook name -> edit: batch item i has its own component (head or FFN) knocked out: zeroed, or (mean mode) set to
+    its mean over the positions of the intact run, `means` by hook name (the same whichever rows a resumed run
+    computes: a knock-out leaves the layers before it, and so its own input, intact)."""
+    by_hook: dict[str, list[tuple[int, int | None]]] = {}
+    for i, job in enumerate(jobs):
+        by_hook.setdefault(_hook(job), []).append((i, job[3]))
+
+    def make(name: str, items: list[tuple[int, int | None]]):
         def edit(x: torch.Tensor) -> torch.Tensor:  # z (B, nh, T, hs) or FFN output (B, T, d)
             out = x.clone()
             for i, h in items:
                 part = out[i, h] if h is not None else out[i]  # (T, hs) or (T, d)
-                part.copy_(torch.zeros_like(part) if mode == "zero" else part.mean(dim=0, keepdim=True).expand_as(part))
+                mean = means.get(name)
+                part.copy_(torch.zeros_like(part) if mean is None else (mean[0, h] if h is not None else mean[0]))
             return out
         return edit
 
-    return {name: make(items) for name, items in by_hook.items()}
+    return {name: make(name, items) for name, items in by_hook.items()}
 
 
 @dataclass(frozen=True)
@@ -186,7 +199,7 @@ def residual_effects(model: Transformer, prep_a: Prepared, prep_b: Prepared, met
     if ids_a.numel() != ids_b.numel():
         raise InputError("rp_lengths", a=ids_a.numel(), b=ids_b.numel())
     _check(model, metric, token_a, token_b, ids_a)
-    (stream_a, hidden_a), (stream_b, hidden_b) = _intact(model, prep_a), _intact(model, prep_b)
+    (stream_a, hidden_a, _), (stream_b, hidden_b, _) = _intact(model, prep_a), _intact(model, prep_b)
     intact = float(_metric(metric, model, hidden_a, ids_a, token_a, token_b)[0])
     source = float(_metric(metric, model, hidden_b, ids_b, token_a, token_b)[0])
     T, rows = ids_a.numel(), len(stream_a)
@@ -197,5 +210,6 @@ def residual_effects(model: Transformer, prep_a: Prepared, prep_b: Prepared, met
             pos = torch.arange(first, min(T, first + chunk))
             x = stream_a[r].expand(len(pos), -1, -1).clone()  # (n, T, d): item i patched at position pos[i]
             x[torch.arange(len(pos)), pos] = stream_b[r][0, pos]
-            grid[r, pos.numpy()] = _metric(metric, model, _resumed(model, x, r), ids_a, token_a, token_b).numpy()
+            out = _resumed(model, x, r, metric != "loss")
+            grid[r, pos.numpy()] = _metric(metric, model, out, ids_a, token_a, token_b).numpy()
     return ResidualEffects(metric, token_a, token_b, intact, source, grid - intact)

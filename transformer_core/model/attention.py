@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import TransformerConfig
-from .hooks import ATTENTION_STAGES, ROTARY_STAGES, HookPoint, observed
+from .hooks import ATTENTION_STAGES, MAP_STAGES, ROTARY_STAGES, HookPoint, fused_allowed, observed
 from .positional import RotaryEmbedding
 
 
@@ -72,8 +72,22 @@ class MultiHeadAttention(nn.Module):
         B, T, _ = x.shape
         return x.view(B, T, heads or self.n_heads, self.head_dim).transpose(1, 2)  # (B, heads, T, hs)
 
+    def map_hooks(self) -> tuple[str, ...]:
+        """The hook paths of this block's (B, nh, Tq, Tk) stages, which only the step-by-step attention() has."""
+        return tuple(getattr(self, f"hook_{s}").name for s in MAP_STAGES)
+
     def stage(self, name: str, x: torch.Tensor) -> torch.Tensor:
         return getattr(self, f"hook_{name}")(x)
+
+    def keys_values(self, kv: torch.Tensor, offset: int = 0, q: torch.Tensor | None = None) -> tuple:
+        """(q, K, V): K and V of kv (B, Tk, d), (B, n_kv, Tk, hs) each; with RoPE, K (and the queries q, if given)
+        turned as positions offset, offset + 1, ... (hook points in the forward's order: k, v, q_rot, k_rot)."""
+        k = self.hook_k(self.split_heads(self.W_k(kv), self.n_kv))  # (B, n_kv, Tk, hs)
+        v = self.hook_v(self.split_heads(self.W_v(kv), self.n_kv))  # (B, n_kv, Tk, hs)
+        if self.rotary is not None:
+            q = None if q is None else self.hook_q_rot(self.rotary(q, offset))  # (B, nh, Tq, hs)
+            k = self.hook_k_rot(self.rotary(k, offset))  # (B, n_kv, Tk, hs)
+        return q, k, v
 
     def forward(self, x, kv=None, mask=None, cache: dict | None = None, static: bool = False):
         """x: (B, Tq, d); kv: (B, Tk, d) or None for self-attention; mask: bool (B, 1, Tq, Tk).
@@ -86,25 +100,24 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and static and "k" in cache:
             k, v = cache["k"], cache["v"]  # (B, n_kv, Tk, hs) the memory's, computed at the first step
         else:
-            k = self.hook_k(self.split_heads(self.W_k(kv), self.n_kv))  # (B, n_kv, Tk, hs)
-            v = self.hook_v(self.split_heads(self.W_v(kv), self.n_kv))  # (B, n_kv, Tk, hs)
-            if self.rotary is not None:  # positions so far: what the cache already holds
-                offset = cache["k"].size(2) if cache is not None and "k" in cache else 0
-                q = self.hook_q_rot(self.rotary(q, offset))  # (B, nh, Tq, hs)
-                k = self.hook_k_rot(self.rotary(k, offset))  # (B, n_kv, Tk, hs)
+            offset = cache["k"].size(2) if cache is not None and "k" in cache else 0  # positions the cache holds
+            q, k, v = self.keys_values(kv, offset, q)  # (B, nh, Tq, hs), (B, n_kv, Tk, hs) x 2
             if cache is not None and not static and "k" in cache:
                 k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)  # (B, n_kv, T, hs)
             if cache is not None:
                 cache["k"], cache["v"] = k, v
         if self.group > 1:  # grouped-query attention: each K/V head serves `group` query heads in a row
             k, v = k.repeat_interleave(self.group, dim=1), v.repeat_interleave(self.group, dim=1)  # (B, nh, Tk, hs)
-        if mask is not None:
-            mask = mask.expand(-1, self.n_heads, -1, -1)  # (B, nh, Tq, Tk) True = attend
-        if self.training and not observed() and no_empty_row(mask):
-            # training with nothing watching (no row fully masked): PyTorch's fused kernel of the same formula,
-            # without the masked copies the stages need (bench/train_speed.py)
-            z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout.p)  # (B, nh, Tq, hs)
+        if (self.training or fused_allowed()) and not observed(self.map_hooks()) and no_empty_row(mask):
+            # training, or the head sweep's knock-outs of z (hooks.fused_attention), with nothing captured and no map
+            # edited: PyTorch's fused kernel of the same formula, without the (B, nh, Tq, Tk) copies the map stages
+            # need, 2-4x faster on a CPU (bench/train_speed.py, bench/sweeps.py); z's hook still sees (and may edit)
+            # its output. The mask (B, 1, Tq, Tk) is checked before any expand.
+            z = self.hook_z(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout.p
+                                                           if self.training else 0.0))  # (B, nh, Tq, hs)
         else:
+            if mask is not None:
+                mask = mask.expand(-1, self.n_heads, -1, -1)  # (B, nh, Tq, Tk) True = attend
             z, _ = attention(q, k, v, mask, hook=self.stage, dropout=self.dropout)  # (B, nh, Tq, hs)
         B, _, Tq, _ = z.shape
         concat = self.hook_concat(z.transpose(1, 2).reshape(B, Tq, -1))  # (B, Tq, d)

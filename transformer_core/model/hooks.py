@@ -68,9 +68,13 @@ def capturing() -> bool:
     return _ACTIVE.get() is not None
 
 
-def observed() -> bool:
-    """Whether any hook point may matter in this thread / context: a capture is active or an edit is set."""
-    return _ACTIVE.get() is not None or bool(_EDITS.get())
+def observed(names: Iterable[str] | None = None) -> bool:
+    """Whether hook points may matter in this thread / context: a capture is active, or an edit is set (on one of
+    `names` when given). A block may skip the hook points nobody observes (a fused kernel of the same formula)."""
+    edits = _EDITS.get()
+    if _ACTIVE.get() is not None:
+        return True
+    return bool(edits) and (names is None or any(n in edits for n in names))
 
 
 def name_hook_points(root: nn.Module) -> list[str]:
@@ -163,6 +167,27 @@ def intervene(edits: dict[str, Callable[[torch.Tensor], torch.Tensor]]) -> Itera
 def _then(first: Callable[[torch.Tensor], torch.Tensor],
           second: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
     return lambda x: second(first(x))
+
+
+_FUSED: contextvars.ContextVar[bool] = contextvars.ContextVar("fused", default=False)
+
+
+@contextmanager
+def fused_attention() -> Iterator[None]:
+    """Forwards run in this context (this thread only) may compute attention with PyTorch's fused kernel wherever no
+    capture is active and no map stage is edited (training always may): the same formula, 2-4x faster on a CPU, its
+    floats a few last bits off the step-by-step path's (~1e-7). For analyses that run many forwards (the head sweep);
+    a page's plain forward stays step by step, bit-for-bit the trace it is compared with."""
+    token = _FUSED.set(True)
+    try:
+        yield
+    finally:
+        _FUSED.reset(token)
+
+
+def fused_allowed() -> bool:
+    """Whether fused_attention() is on in this thread / context."""
+    return _FUSED.get()
 
 
 def editing() -> bool:

@@ -73,9 +73,13 @@ class AddNorm(nn.Module):
         if self.norm_first:  # post-norm's norm output is hook_out itself
             self.hook_normed = HookPoint()
 
+    def read(self, x: torch.Tensor) -> torch.Tensor:
+        """What the sub-layer reads: LN(x) in pre-norm order (hook_normed), x itself in post-norm order."""
+        return self.hook_normed(self.ln(self.hook_in(x))) if self.norm_first else x  # (B, T, d)
+
     def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:
-        if self.norm_first:  # hook_normed: the norm's output, what the sub-layer reads
-            return self.hook_out(x + self.dropout(sublayer(self.hook_normed(self.ln(self.hook_in(x))))))  # (B, T, d)
+        if self.norm_first:
+            return self.hook_out(x + self.dropout(sublayer(self.read(x))))  # (B, T, d)
         return self.hook_out(self.ln(self.hook_in(x + self.dropout(sublayer(x)))))  # (B, T, d)
 
 
@@ -113,6 +117,12 @@ class DecoderLayer(nn.Module):
                                                             static=True))  # (B, Tt, d)
         return getattr(self, self.addnorm_ffn)(x, self.ffn)  # (B, Tt, d)
 
+    def prefix(self, x: torch.Tensor) -> dict:
+        """A key/value store (as generation keeps) of the self-attention's keys and values of x (B, T, d): the rows
+        that follow then attend to x's rows without the rest of the layer running on them."""
+        _, k, v = self.self_attn.keys_values(self.addnorm1.read(x))  # (B, n_kv, T, hs) each
+        return {"self": {"k": k, "v": v}, "cross": {}}
+
 
 class Encoder(nn.Module):
     """Embeddings, n_layers EncoderLayers, optional final LayerNorm."""
@@ -145,9 +155,18 @@ class Decoder(nn.Module):
         """cache: one key/value store per layer while generating (see KVCache), else None."""
         return self.stack(self.embed(ids, offset), memory, self_mask, cross_mask, cache)  # (B, Tt, d)
 
-    def stack(self, x, memory=None, self_mask=None, cross_mask=None, cache=None, start: int = 0):
+    def stack(self, x, memory=None, self_mask=None, cross_mask=None, cache=None, start: int = 0,
+              last_only: bool = False):
         """Layers `start`, start + 1, ... and the final norm over the residual stream x (B, Tt, d) entering layer
-        `start` (start > 0: what the layers before it wrote is reused, e.g. by the head sweep)."""
-        for i in range(start, len(self.layers)):
+        `start` (start > 0: what the layers before it wrote is reused, e.g. by the head sweep). last_only (decoder-only,
+        no cache): the output at the last position only (B, 1, d); the last layer then runs on that row alone, its
+        keys and values of the rows before it computed from them (nothing else of the layer runs there)."""
+        end = len(self.layers) - 1 if last_only and start < len(self.layers) else len(self.layers)
+        for i in range(start, end):
             x = self.layers[i](x, memory, self_mask, cross_mask, None if cache is None else cache[i])  # (B, Tt, d)
-        return self.hook_out(self.norm(x))  # (B, Tt, d)
+        if end < len(self.layers):
+            mask = None if self_mask is None else self_mask[..., -1:, :]  # (B, 1, 1, Tt) the last query's row
+            x = self.layers[end](x[:, -1:], None, mask, None, self.layers[end].prefix(x[:, :-1]))  # (B, 1, d)
+        elif last_only:
+            x = x[:, -1:]  # (B, 1, d) every layer already ran
+        return self.hook_out(self.norm(x))  # (B, Tt, d), or (B, 1, d) last_only

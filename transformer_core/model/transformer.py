@@ -66,15 +66,16 @@ class Transformer(nn.Module):
         hidden = self.decoder(tgt, memory, dec_mask, cross_mask)  # (B, Tt, d)
         return self.hook_logits(self.out(hidden))  # (B, Tt, vocab)
 
-    def resume(self, x: torch.Tensor, start: int) -> torch.Tensor:
+    def resume(self, x: torch.Tensor, start: int, last_only: bool = False) -> torch.Tensor:
         """Decoder-only: the decoder's output (B, T, d) from the residual stream x (B, T, d) entering decoder layer
         `start` (the embeddings when 0), with the forward's default causal mask; the output layer is left to the
-        caller (a metric read at the last position needs one row of logits, not T)."""
+        caller (a metric read at the last position needs one row of logits, not T; with last_only, (B, 1, d): the
+        last layer runs on the last row only, see Decoder.stack)."""
         if self.is_encoder_decoder:
             raise ValueError("resume() runs a decoder-only model's stack")
         B, T = x.shape[:2]
         mask = attention_mask(DEFAULT_MASKS["dec_self"], B, T, T, None, x.device)
-        return self.decoder.stack(x, None, mask, start=start)  # (B, T, d)
+        return self.decoder.stack(x, None, mask, start=start, last_only=last_only)  # (B, T, d) or (B, 1, d)
 
 
 def build_model(cfg: TransformerConfig, device: str | torch.device | None = None) -> Transformer:
