@@ -20,9 +20,9 @@ from ui import cache
 from ui.errors import show_error
 from ui.figures import COLUMN_PX, axis_labels, bars, lines, token_heatmap, visible
 from ui.guidance import heads_hint, sinks_hint
+from ui.head_grid import head_grid
 from ui.i18n import t
 from ui.nav import open_head
-from ui.plain_figures import figure
 from ui.session import page_context, through_app
 from ui.tools import cut_note, export_panel, inputs, kind_name, prep_for, probe_length, reserve
 from ui.widgets import chart, clicked, count_text, explain, table
@@ -68,11 +68,10 @@ def label_names(r) -> str:
     return " + ".join(t(f"hd_pat_{k}") for k in r.labels) or t(f"hd_pat_{NONE}")
 
 
-def head_grid(records, model):
-    """Every head as a cell of a grid (one row per block and layer): cells tile, so none hides another at any
-    head count. Colour = its strongest label's score (else its best score on the text); text = its labels, or for
-    a head with no pattern above the threshold its best pattern in brackets with that score on hover. Invisible
-    markers on the cells make them clickable."""
+def labels_grid(records, model):
+    """Every head in the grid of ui.head_grid. Colour = its strongest label's score (else its best score on the
+    text); text = its labels, or for a head with no pattern above the threshold its best pattern in brackets with
+    that score on hover."""
     rows = list(dict.fromkeys((r.kind, r.layer) for r in records))
     n_heads = model.cfg.n_heads
     z = np.full((len(rows), n_heads), np.nan, dtype=np.float32)
@@ -86,25 +85,11 @@ def head_grid(records, model):
     hover = [f"{head_name(r.kind, r.layer, r.head, model)}<br>{t('hd_col_label')}: {label_names(r)}"
              f"<br>{t('hd_col_best')}: {t(f'hd_pat_{r.best[0]}') if r.best[0] else '—'} {r.best[1]:.3f}"
              for r in records]
-    fig = figure([
-        dict(type="heatmap", z=z, x=list(range(n_heads)), y=list(range(len(rows))), zmin=0.0, zmax=1.0,
-             colorscale="Blues",
-                   text=text.tolist(), texttemplate="%{text}", textfont={"size": font}, xgap=2, ygap=2,
-                   hoverinfo="skip", name="cells",
-                   colorbar={"title": {"text": t("hd_col_best"), "side": "right"}, "thickness": 12}),
-        dict(type="scatter", x=[r.head for r in records], y=[rows.index((r.kind, r.layer)) for r in records],
-             mode="markers",
-                   marker={"symbol": "square", "size": 24, "color": "rgba(0,0,0,0)"}, hovertext=hover,
-                   hovertemplate="%{hovertext}<extra></extra>", customdata=list(range(len(records))), name="heads",
-                   showlegend=False)],
-        {"xaxis": {"title": t("hd_col_head"), "tickmode": "array", "tickvals": list(range(n_heads)),
-                   "range": [-0.5, n_heads - 0.5], "showgrid": False, "zeroline": False},
-         "yaxis": {"tickmode": "array", "tickvals": list(range(len(rows))), "autorange": "reversed",
-                   "ticktext": [t("hd_row", block=kind_name(k, model), layer=layer) for k, layer in rows],
-                   "range": [len(rows) - 0.5, -0.5], "showgrid": False, "zeroline": False},
-         "title": t("hd_chart_title"), "height": 120 + 44 * len(rows), "margin": dict(l=10, r=10, t=40, b=10),
-         "clickmode": "event+select", "dragmode": False})
-    return fig
+    return head_grid(z, [t("hd_row", block=kind_name(k, model), layer=layer) for k, layer in rows], None,
+                     [(r.head, rows.index((r.kind, r.layer))) for r in records], customdata=list(range(len(records))),
+                     hover=hover, hovertemplate="%{hovertext}<extra></extra>", text=text.tolist(),
+                     texttemplate="%{text}", font_size=font, colorbar=t("hd_col_best"), x_title=t("hd_col_head"),
+                     title=t("hd_chart_title"))
 
 
 def catalogue(ctx) -> None:
@@ -131,7 +116,7 @@ def catalogue(ctx) -> None:
     labelled = [r for r in records if r.labels]
     st.markdown(t("hd_count", n=len(labelled), total=len(records), thr=threshold))
     heads_hint(records, threshold, lambda r: head_name(r.kind, r.layer, r.head, model))
-    picked = clicked(head_grid(records, model), "hd_grid", trace_name="heads")
+    picked = clicked(labels_grid(records, model), "hd_grid", trace_name="heads")
     if picked is not None:
         r = records[int(picked)]
         open_head(r.kind, r.layer, r.head)

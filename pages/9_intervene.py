@@ -14,9 +14,9 @@ from transformer_core.text.inputs import sequence_labels, token_labels
 from ui.errors import show_error
 from ui.figures import axis_labels, bars, ranked_labels, token_heatmap, visible
 from ui.guidance import try_these
+from ui.head_grid import head_grid
 from ui.i18n import t
 from ui.nav import open_head
-from ui.plain_figures import figure
 from ui.session import page_context, through_app
 from ui.tools import (
     check_b,
@@ -276,21 +276,11 @@ def effects(ctx) -> None:
     columns = [str(h) for h in range(cfg.n_heads)] + ["FFN"]
     ticks = [t("hd_row", block=kind_name(k, model), layer=layer) for k, layer in rows]
     cells = [[kind_name(k, model), layer, h, k] for k, layer in rows for h in range(cfg.n_heads)]
-    fig = figure([
-        dict(type="heatmap", z=z, x=list(range(len(columns))), y=list(range(len(rows))), zmin=-span, zmax=span, zmid=0,
-                   colorscale="RdBu", xgap=2, ygap=2, texttemplate="%{z:+.2f}" if len(columns) <= 17 else "",
-                   hoverinfo="skip", name="cells",
-                   colorbar={"title": {"text": t("he_change")}, "thickness": 12}),
-        dict(type="scatter", x=[c[2] for c in cells], y=[rows.index((c[3], c[1])) for c in cells], mode="markers",
-                   marker={"symbol": "square", "size": 22, "color": "rgba(0,0,0,0)"}, customdata=cells,
-                   text=[f"{z[rows.index((c[3], c[1])), c[2]]:+.4f}" for c in cells],
-                   hovertemplate=t("he_hover") + "<extra></extra>", name="heads", showlegend=False)],
-        {"xaxis": {"tickmode": "array", "tickvals": list(range(len(columns))), "ticktext": columns, "showgrid": False,
-                   "zeroline": False, "title": t("hd_col_head")},
-         "yaxis": {"tickmode": "array", "tickvals": list(range(len(rows))), "ticktext": ticks, "autorange": "reversed",
-                   "showgrid": False, "zeroline": False},
-         "height": 120 + 40 * len(rows), "margin": dict(l=10, r=10, t=30, b=10), "clickmode": "event+select",
-         "dragmode": False})
+    fig = head_grid(z, ticks, columns, [(c[2], rows.index((c[3], c[1]))) for c in cells], customdata=cells,
+                    marker_text=[f"{z[rows.index((c[3], c[1])), c[2]]:+.4f}" for c in cells],
+                    hovertemplate=t("he_hover") + "<extra></extra>", colorscale="RdBu", zmin=-span, zmax=span, zmid=0,
+                    texttemplate="%{z:+.2f}" if len(columns) <= 17 else None, colorbar=t("he_change"),
+                    x_title=t("hd_col_head"), marker_px=22, row_px=40)
     picked = clicked(fig, "he_grid", trace_name="heads")
     if picked is not None:
         open_head(str(picked[3]), int(picked[1]), int(picked[2]))
