@@ -275,9 +275,9 @@ def effects(ctx) -> None:
     span = float(np.nanmax(np.abs(z))) or 1.0
     columns = [str(h) for h in range(cfg.n_heads)] + ["FFN"]
     ticks = [t("hd_row", block=kind_name(k, model), layer=layer) for k, layer in rows]
-    cells = [[kind_name(k, model), layer, h, k] for k, layer in rows for h in range(cfg.n_heads)]
-    fig = head_grid(z, ticks, columns, [(c[2], rows.index((c[3], c[1]))) for c in cells], customdata=cells,
-                    marker_text=[f"{z[rows.index((c[3], c[1])), c[2]]:+.4f}" for c in cells],
+    at = [(h, i) for i in range(len(rows)) for h in range(cfg.n_heads)]  # each head's (column, row), row by row
+    cells = [[kind_name(rows[i][0], model), rows[i][1], h, rows[i][0]] for h, i in at]
+    fig = head_grid(z, ticks, columns, at, customdata=cells, marker_text=[f"{z[i, h]:+.4f}" for h, i in at],
                     hovertemplate=t("he_hover") + "<extra></extra>", colorscale="RdBu", zmin=-span, zmax=span, zmid=0,
                     texttemplate="%{z:+.2f}" if len(columns) <= 17 else None, colorbar=t("he_change"),
                     x_title=t("hd_col_head"), marker_px=22, row_px=40)

@@ -80,7 +80,7 @@ def _metric(metric: str, model: Transformer, hidden: torch.Tensor, ids: torch.Te
         return (last[:, a] - last[:, b] if metric == "logit_diff" else torch.softmax(last, dim=-1)[:, a]).cpu()
 
 
-def _intact(model: Transformer, prep: Prepared, names: list[str] = ()) -> tuple[list[torch.Tensor], torch.Tensor, dict]:
+def _intact(model: Transformer, prep: Prepared, names: tuple[str, ...] = ()) -> tuple[list, torch.Tensor, dict]:
     """One intact forward: the decoder's residual stream entering each layer and after the last ((1, T, d) each,
     row r enters layer r: residual_names; none for an encoder-decoder, which never resumes), the decoder's output
     (1, T, d), and the hook points `names` besides."""
@@ -118,7 +118,7 @@ def head_effects(model: Transformer, prep: Prepared, metric: str = "logit_diff",
     L, H = model.cfg.n_layers, model.cfg.n_heads
     jobs = [("head", k, layer, h) for k in kinds(model) for layer in range(L) for h in range(H)]
     jobs += [("ffn", "decoder", layer, None) for layer in range(L)]
-    stream, hidden, seen = _intact(model, prep, sorted({_hook(job) for job in jobs}) if mode == "mean" else [])
+    stream, hidden, seen = _intact(model, prep, tuple(sorted({_hook(job) for job in jobs})) if mode == "mean" else ())
     means = {n: x.mean(dim=-2, keepdim=True) for n, x in seen.items()}  # over positions: z (1, nh, 1, hs), FFN (1,1,d)
     intact = float(_metric(metric, model, hidden, ids, token_a, token_b)[0])
     chunk = max(1, CHUNK_BYTES // max(1, forward_bytes(model.cfg, prep.src_ids.size(1),

@@ -121,7 +121,7 @@ class DecoderLayer(nn.Module):
         """A key/value store (as generation keeps) of the self-attention's keys and values of x (B, T, d): the rows
         that follow then attend to x's rows without the rest of the layer running on them."""
         _, k, v = self.self_attn.keys_values(self.addnorm1.read(x))  # (B, n_kv, T, hs) each
-        return {"self": {"k": k, "v": v}, "cross": {}}
+        return {"self": {"k": k, "v": v}}
 
 
 class Encoder(nn.Module):
