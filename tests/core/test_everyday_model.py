@@ -81,6 +81,21 @@ def test_the_card_everyday_figures_are_what_the_shipped_weights_give(default):
         assert got[group]["top1"] == pytest.approx(figures["top1"], abs=1e-3), group
 
 
+@pytest.mark.parametrize("name", [n for n, r in SHIPPED_LMS.items() if "summary" in r])
+def test_the_one_line_summary_quotes_the_card_s_own_figures(name):
+    """The summary is written by hand (what the model is good and bad at): after a rebuild its numbers must follow."""
+    card = json.loads((ASSETS / name / "card.json").read_text(encoding="utf-8"))
+    groups, trigram = card["everyday"]["groups"], card["everyday"]["trigram_bits_per_byte"]
+    best = {k: max(h[k] for h in card["heads"]) for k in ("previous_token", "induction")}
+    figures = [f"{groups['chinese']['bits_per_byte']:.2f}", f"{groups['english']['bits_per_byte']:.2f}",
+               f"{trigram['english']:.2f}", f"{groups['english']['top1']:.0%}", f"{groups['chinese']['top1']:.0%}",
+               f"{best['previous_token']:.2f}", f"{best['induction']:.2f}", card["everyday"]["continuation"]["text"]
+               .strip().split()[0].strip(".")]
+    for lang, line in card["summary"].items():
+        for figure in figures:
+            assert figure in line, (lang, figure)
+
+
 def test_no_card_names_a_folder_of_the_machine_it_was_built_on():
     folder = re.compile(r"(/root|/home/|/tmp/|/Users/|[A-Z]:\\\\|~/|\.cache)")
     for card in ASSETS.glob("*/card.json"):

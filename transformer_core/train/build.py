@@ -1,6 +1,7 @@
 """Train and write every shipped model: a folder with its weights, config and model card.
 
     python -m transformer_core.train.build [--only NAME ...] [--out assets/models] [--cache DIR] [--threads N]
+    python -m transformer_core.train.build --only everyday-gpt --recipe gpu --cache .corpora   (on a GPU machine)
 
 The language models fetch their corpus from its package registry (Debian's bible-kjv-text, npm's chinese-poetry)
 into --cache once; a rebuild is then offline. Fixed seeds: the same machine gives the same weights. A GPU is used
@@ -12,6 +13,7 @@ import argparse
 import shutil
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -36,8 +38,8 @@ def fp16(model):
     return model
 
 
-def save(name: str, out: Path, result: TrainResult, card: dict, dtype: str = "float32") -> dict:
-    card = {"name": name, **card, "command": f"{COMMAND} --only {name}", "default": name == DEFAULT_MODEL}
+def save(name: str, out: Path, result: TrainResult, card: dict, dtype: str = "float32", command: str = "") -> dict:
+    card = {"name": name, **card, "command": command or f"{COMMAND} --only {name}", "default": name == DEFAULT_MODEL}
     shutil.rmtree(out / name, ignore_errors=True)
     save_checkpoint(result.model.cpu(), out / name, card, dtype=dtype)
     return card
@@ -90,10 +92,11 @@ def build_subset(recipe: dict, cache: str) -> str:
     return spec["name"]
 
 
-def build_lm(name: str, out: Path, cache: str) -> dict:
-    """A decoder-only language model on its corpus, measured on held-out text it never trained on."""
+def build_lm(name: str, out: Path, cache: str, gpu: bool = False, **changes) -> dict:
+    """A decoder-only language model on its corpus, measured on held-out text it never trained on (`gpu`: its GPU
+    recipe, for a machine that has one; `changes`: TrainConfig fields for a trial, e.g. a short budget)."""
     recipe = SHIPPED_LMS[name]
-    tc = replace(recipe["config"], cache_dir=cache)
+    tc = replace(recipe["gpu_config" if gpu else "config"], cache_dir=cache, **changes)
     if "subset" in recipe:
         tc = replace(tc, encoding=build_subset({"name": name, **recipe}, cache))
     result = train(tc, progress(name))
@@ -113,7 +116,8 @@ def build_lm(name: str, out: Path, cache: str) -> dict:
     if "summary" in recipe:
         card["summary"] = recipe["summary"]
     texts, card["heldout_sample"] = heldout_samples(model, data)
-    card = save(name, out, result, card, dtype="float16")
+    card = save(name, out, result, card, dtype="float16",
+                command=f"{COMMAND} --only {name} --recipe gpu --cache .corpora" if gpu else "")
     for corpus, text in texts.items():  # beside the weights (save() starts the folder afresh)
         (out / name / f"heldout_{corpus}.txt").write_text(text, encoding="utf-8")
     from ..analysis.neurons import index_folder
@@ -223,13 +227,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", nargs="*", choices=sorted(BUILDERS), default=None)
     parser.add_argument("--cache", default="", help="where corpus archives are kept (default ~/.cache/...)")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
+    parser.add_argument("--recipe", choices=("cpu", "gpu"), default="cpu",
+                        help="gpu: the language models' GPU recipes (train/defaults.py; see README, Models)")
+    parser.add_argument("--budget", type=float, default=None, help="a trial: the GPU recipe's training seconds")
+    parser.add_argument("--device", default=None, help="a trial: the GPU recipe on another device (cpu)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    builders = BUILDERS
+    if args.recipe == "gpu":
+        changes = {k: v for k, v in (("budget_s", args.budget), ("device", args.device)) if v is not None}
+        builders = {n: partial(build_lm, gpu=True, **changes) for n, r in SHIPPED_LMS.items() if "gpu_config" in r}
+        if not set(args.only or ()) <= set(builders) or not args.only:
+            parser.error(f"--recipe gpu: name one of {sorted(builders)} with --only")
     start = time.perf_counter()
-    for name in args.only or BUILDERS:
+    for name in args.only or builders:
         t0 = time.perf_counter()
-        card = BUILDERS[name](name, args.out, args.cache)
+        card = builders[name](name, args.out, args.cache)
         shown = ", ".join(f"{k} {card[k]}" for k in ("accuracy", "exact_match", "heldout_loss", "bigram_loss",
                                                      "unk_rate") if isinstance(card.get(k), (int, float)))
         print(f"{name:<14} {time.perf_counter() - t0:7.1f} s  {shown}", flush=True)

@@ -33,8 +33,18 @@ def task_card(name: str, result: TrainResult, n: int = ACCURACY_N) -> dict:
 
 def run_fields(result: TrainResult) -> dict:
     """What every card says about its run."""
+    kept = {} if result.best_step is None else {"best_step": result.best_step}  # keep_best: the weights' step
     return {"steps": result.iterations, "tokens_seen": result.tokens, "train_seconds": round(result.seconds, 1),
-            "device": str(result.device), "stopped": result.stopped, "train_config": describe(result.config)}
+            "device": device_name(result.device), "stopped": result.stopped, **kept,
+            "train_config": describe(result.config)}
+
+
+def device_name(device) -> str:
+    """The card's device: "cpu", or the GPU's model name ("cuda (NVIDIA H100 80GB HBM3)")."""
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return str(device)
+    return f"{device} ({torch.cuda.get_device_name(device)})"
 
 
 @torch.no_grad()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lzma
 import re
 import struct
 import subprocess
@@ -74,6 +75,44 @@ class Corpus:
     train: str
     heldout: str
     provenance: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- packed cleaned text (train/corpus_pack.py)
+
+SUFFIX = ".corpus.xz"
+
+
+def packed_path(folder: Path, name: str) -> Path:
+    return Path(folder) / f"{name}{SUFFIX}"
+
+
+def write_packed(corpus: Corpus, folder: Path) -> Path:
+    """One corpus as xz-compressed JSON (its name, texts and provenance)."""
+    path = packed_path(folder, corpus.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps({"name": corpus.name, "train": corpus.train, "heldout": corpus.heldout,
+                       "provenance": corpus.provenance}, ensure_ascii=False).encode("utf-8")
+    path.write_bytes(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME))
+    return path
+
+
+def read_packed(name: str, folder: Path) -> Corpus | None:
+    """The packed corpus `name` in `folder`, or None when there is none; CorpusError when its texts are not the
+    ones the provenance names (a packed file edited or from another cleaning)."""
+    path = packed_path(folder, name)
+    if not path.is_file():
+        return None
+    try:
+        d = json.loads(lzma.decompress(path.read_bytes()).decode("utf-8"))
+    except (lzma.LZMAError, UnicodeDecodeError, ValueError) as exc:
+        raise CorpusError(f"packed corpus {path.name} is unreadable: {exc}") from exc
+    corpus = Corpus(d["name"], d["train"], d["heldout"], d["provenance"])
+    for split in ("train", "heldout"):
+        if sha256_text(getattr(corpus, split)) != corpus.provenance.get(f"{split}_sha256"):
+            raise CorpusError(f"packed corpus {path.name}: its {split} text differs from the cleaned text's sha256")
+    if corpus.name != name:
+        raise CorpusError(f"packed corpus {path.name} holds {corpus.name!r}, not {name!r}")
+    return corpus
 
 
 # ---------------------------------------------------------------- hashing and registry clients
@@ -540,7 +579,10 @@ LOADERS = {"kjv": load_kjv, "tang": load_tang, "brown": load_brown,
 
 
 def load_corpus(name: str, cache_dir: Path, **kwargs) -> Corpus:
-    """A corpus by name (a key of LOADERS); the registry archives are kept in cache_dir (a rebuild is offline)."""
+    """A corpus by name (a key of LOADERS); the registry archives are kept in cache_dir (a rebuild is offline).
+    A packed copy of its cleaned text in cache_dir (train/corpus_pack.py: for a machine with no network) is read
+    instead when the split is the default one."""
     if name not in LOADERS:
         raise CorpusError(f"unknown corpus {name!r}; choose one of {sorted(LOADERS)}")
-    return LOADERS[name](Path(cache_dir), **kwargs)
+    packed = None if kwargs else read_packed(name, Path(cache_dir))
+    return packed or LOADERS[name](Path(cache_dir), **kwargs)

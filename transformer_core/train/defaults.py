@@ -72,6 +72,13 @@ BILINGUAL = replace(_LM, context=128, d_model=256, n_heads=8, n_layers=4, d_ffn=
 # induction head (0.83 on the probe) and a previous-token head (0.63); which of the changes did it was not measured.
 EVERYDAY = replace(BILINGUAL, encoding="cl100k_2k", corpus_weights=(0.44, 0.24, 0.24, 0.04, 0.04), max_iters=3600,
                    synthetic_first=200, synthetic_fraction=0.2)
+# The default's recipe for a lent GPU (`build --only everyday-gpt --recipe gpu`; the machine reaches no registry, so
+# the corpora travel packed: train/corpus_pack.py). The same model and data, many times the tokens: the steps that
+# fit in 5 minutes of training (budget_s; the card records them), batch 64, bfloat16 autocast. At that budget the
+# Brown Corpus (2.2 M tokens of this vocabulary) is read dozens of times, so dropout 0.1 and the weights of the
+# evaluation with the lowest held-out loss are kept (every 500 steps). Not yet run: no session has had a GPU since.
+EVERYDAY_GPU = replace(EVERYDAY, batch_size=64, max_iters=60_000, budget_s=300.0, amp=True, dropout=0.1, warmup=500,
+                       eval_interval=500, eval_iters=10, keep_best=True, device="cuda")
 # Today's decoder on the bilingual recipe (same steps, batch, context, corpora, vocabulary, tied and scaled
 # embeddings, learning rate): only the parts Llama and Qwen2 changed differ. RoPE instead of sinusoidal
 # positions, RMSNorm instead of LayerNorm, a SwiGLU FFN (three matrices, so d_ffn 688 ≈ ⅔ × 1024 keeps its
@@ -92,6 +99,7 @@ def subset(name: str, size: int) -> dict:
 SHIPPED_LMS = {
     "everyday-gpt": {
         "config": EVERYDAY,
+        "gpu_config": EVERYDAY_GPU,
         "subset": subset("cl100k_2k", 2048),
         "order": 0, "example": "The weather was nice, so we walked to the park after lunch.",
         "summary": {  # one honest line, measured (see the card's everyday figures)

@@ -6,7 +6,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -70,6 +70,12 @@ class TrainConfig:
     rope_theta: float = 10000.0
     bias: bool = True  # False: no biases in attention and FFN linears (Llama)
     cache_dir: str = ""  # where corpus archives are kept (a rebuild is then offline)
+    # a long run on a GPU: bfloat16 autocast for the training steps (CUDA only; evaluation stays float32), a wall-time
+    # budget that sets max_iters from the measured speed (0: none; the card records the steps, a rerun with them and
+    # budget 0 repeats the run), and the weights of the evaluation with the lowest held-out loss kept at the end
+    amp: bool = False
+    budget_s: float = 0.0
+    keep_best: bool = False
 
     def validate(self) -> None:
         """Raise TrainingError for a setting out of range."""
@@ -92,7 +98,8 @@ class TrainConfig:
             rng("val_fraction", 0.05, 0.5), rng("grad_clip", 0.0, 1e6), rng("synthetic_fraction", 0.0, 1.0),
             rng("warmup", 0, MAX_ITERS), rng("synthetic_first", 0, MAX_ITERS), rng("min_lr_ratio", 0.0, 1.0),
             rng("synthetic_alphabet", 0, 1024),
-            rng("embed_std", 0.0, 10.0),
+            rng("embed_std", 0.0, 10.0), rng("budget_s", 0.0, 86_400.0),
+            (not self.keep_best or self.eval_interval > 0, "train_keep_best", {}),
             (self.lr_schedule in LR_SCHEDULES, "config_choice", {"field": "lr_schedule",
                                                                  "choices": ", ".join(LR_SCHEDULES)}),
         ]
@@ -137,6 +144,7 @@ class TrainResult:
     config: TrainConfig
     device: torch.device = torch.device("cpu")
     data: object = None  # the run's data source (its vocabulary and held-out split measure the model afterwards)
+    best_step: int | None = None  # keep_best: the step whose weights the model holds
 
 
 class TaskData:
@@ -217,9 +225,11 @@ def optimizer(model: Transformer, tc: TrainConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(groups, lr=tc.lr, betas=tc.betas)
 
 
-def train_step(model, opt, b: Batch, grad_clip: float) -> torch.Tensor:
-    """One AdamW step (the model is in train mode); returns the (detached) loss."""
-    loss = batch_loss(model, b)
+def train_step(model, opt, b: Batch, grad_clip: float, amp: bool = False) -> torch.Tensor:
+    """One AdamW step (the model is in train mode); returns the (detached) loss. `amp`: the forward in bfloat16
+    where the device supports it (the weights, gradients and optimizer stay float32)."""
+    with torch.autocast(b.src.device.type, dtype=torch.bfloat16, enabled=amp and b.src.device.type == "cuda"):
+        loss = batch_loss(model, b)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     if grad_clip:
@@ -243,6 +253,7 @@ def train(tc: TrainConfig, callback: Callable[[Progress], None] | None = None,
     model = build_model(model_config(tc, data), device)  # never a shared model
     opt = optimizer(model, tc)
     hist, it, tokens, start = History(), 0, 0, time.perf_counter()
+    best: tuple[float, int, dict] | None = None  # keep_best: (held-out loss, step, weights)
     with _fork_rng(device):
         torch.manual_seed(tc.seed)
         while it < tc.max_iters and not (stop is not None and stop.is_set()):
@@ -251,19 +262,45 @@ def train(tc: TrainConfig, callback: Callable[[Progress], None] | None = None,
                 if stop is not None and stop.is_set():
                     break  # a cut-short estimate is not recorded
                 _record_eval(hist, it, losses)
+                if tc.keep_best and (best is None or losses["val"] < best[0]):
+                    best = (losses["val"], it, {k: v.detach().clone() for k, v in model.state_dict().items()})
             if not model.training:
                 model.train()  # once, and again after each evaluation
             b = data.batch("train", tc.batch_size)
             tokens += b.n_tokens  # counted on the CPU: no device sync
             for group in opt.param_groups:
                 group["lr"] = lr_at(tc, it)
-            loss = float(train_step(model, opt, b.to(device), tc.grad_clip))
+            loss = float(train_step(model, opt, b.to(device), tc.grad_clip, tc.amp))
             it += 1
             hist.step_loss.append(loss)
+            if tc.budget_s and it == CALIBRATION_STEPS:
+                tc = fit_budget(tc, it, time.perf_counter() - start)
             if callback is not None:
                 callback(Progress(it, tc.max_iters, loss, hist, model))
+            if tc.budget_s and time.perf_counter() - start > 1.1 * tc.budget_s:
+                break  # the calibration was off: stop rather than overrun the machine's lease
     stopped = it < tc.max_iters
-    return TrainResult(model.eval(), hist, it, stopped, time.perf_counter() - start, tokens, tc, device, data)
+    if best is not None and best[1] < it and not (stop is not None and stop.is_set()):
+        losses = estimate_loss(model, data, tc, device)  # the last weights, against the best evaluated before
+        _record_eval(hist, it, losses)
+        if losses["val"] >= best[0]:
+            model.load_state_dict(best[2])
+        else:
+            best = (losses["val"], it, {})
+    return TrainResult(model.eval(), hist, it, stopped, time.perf_counter() - start, tokens, tc, device, data,
+                       best[1] if best is not None else None)
+
+
+CALIBRATION_STEPS = 50  # a budgeted run measures this many steps (one evaluation among them), then sets max_iters
+
+
+def fit_budget(tc: TrainConfig, done: int, seconds: float) -> TrainConfig:
+    """The config with max_iters cut to what fits in budget_s at the speed of the first steps (an evaluation costs
+    about eval_iters × 2 forwards, a third of a step each, every eval_interval steps; the first one was measured)."""
+    per_step = seconds / done
+    evals = (2 * tc.eval_iters / 3) / tc.eval_interval if tc.eval_interval else 0.0
+    fits = done + int((tc.budget_s - seconds) / (per_step * (1 + evals)))
+    return replace(tc, max_iters=max(done, min(tc.max_iters, fits)))
 
 
 def _record_eval(hist: History, it: int, losses: dict[str, float]) -> None:

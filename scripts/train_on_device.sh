@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The default model's GPU recipe (train/defaults.py: EVERYDAY_GPU), run on a lent GPU machine that reaches no
+# network. Three steps (README, "Models"):
+#   here:   python -m transformer_core.train.corpus_pack --out .corpora --only everyday-gpt   (8.6 MB, ignored by git)
+#   there:  bash scripts/train_on_device.sh "$OUT"        (the device call carries .corpora; about 7 minutes)
+#   here:   tar xzf FILES_AT/everyday-gpt.tgz -C assets/models && python bench/everyday.py
+# The build writes the model folder (weights, config, card with its figures, held-out samples, neuron index); it is
+# sent back as one archive with the build's log.
+set -euo pipefail
+out=${1:?usage: bash scripts/train_on_device.sh OUT_FOLDER}
+export PYTHONUNBUFFERED=1
+python3 -c "import torch; assert torch.cuda.is_available(), 'no GPU here'; print(torch.__version__, torch.cuda.get_device_name())"
+work=$(mktemp -d)
+python3 -m transformer_core.train.build --only everyday-gpt --recipe gpu --cache .corpora --out "$work" 2>&1 \
+  | tee "$out/build.log"
+tar czf "$out/everyday-gpt.tgz" -C "$work" everyday-gpt
+ls -la "$out"

@@ -1,0 +1,145 @@
+"""What a long training run on a lent GPU needs: corpora packed for a machine with no network, a wall-time budget
+that sets the steps, the best evaluated weights kept, bfloat16 autocast only where there is a GPU."""
+from dataclasses import replace
+
+import pytest
+import torch
+
+from transformer_core.train import corpora
+from transformer_core.train import loop as training
+from transformer_core.train.build import main as build_main
+from transformer_core.train.cards import device_name
+from transformer_core.train.corpus import TEXT
+from transformer_core.train.defaults import EVERYDAY, EVERYDAY_GPU, SHIPPED_LMS
+from transformer_core.train.loop import TrainConfig, fit_budget, train
+
+TINY = dict(text=TEXT, d_model=16, n_heads=2, n_layers=1, dropout=0.0, eval_interval=0, seed=0, device="cpu",
+            batch_size=4, context=8)
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
+
+
+def corpus(name: str = "brown") -> corpora.Corpus:
+    train_text, heldout = "The cat sat on the mat.\n今天天气很好。\n", "A dog ran.\n"
+    hashes = corpora.text_hashes(train_text + heldout, train_text, heldout)
+    return corpora.Corpus(name, train_text, heldout, {"package": "test", **hashes})
+
+
+def test_a_packed_corpus_reads_back_equal_and_load_corpus_prefers_it_without_fetching(tmp_path):
+    path = corpora.write_packed(corpus(), tmp_path)
+    assert path == corpora.packed_path(tmp_path, "brown") and path.stat().st_size < 1000
+    assert corpora.read_packed("brown", tmp_path) == corpus()
+    assert corpora.load_corpus("brown", tmp_path) == corpus()  # an empty cache otherwise: a fetch would fail here
+    assert corpora.read_packed("kjv", tmp_path) is None
+
+
+def test_a_packed_corpus_whose_text_changed_is_refused(tmp_path):
+    c = corpus()
+    corpora.write_packed(corpora.Corpus(c.name, c.train + "one more line\n", c.heldout, c.provenance), tmp_path)
+    with pytest.raises(corpora.CorpusError, match="train text differs"):
+        corpora.read_packed("brown", tmp_path)
+    corpora.packed_path(tmp_path, "kjv").write_bytes(b"not xz")
+    with pytest.raises(corpora.CorpusError, match="unreadable"):
+        corpora.read_packed("kjv", tmp_path)
+
+
+def test_the_budget_sets_the_steps_from_the_measured_speed():
+    tc = TrainConfig(**TINY, max_iters=1000, budget_s=100.0)
+    assert fit_budget(tc, 50, 10.0).max_iters == 500  # 0.2 s a step: 450 more fit in the 90 s left
+    assert fit_budget(replace(tc, eval_interval=10, eval_iters=3), 50, 10.0).max_iters == 50 + int(90 / 0.24)
+    assert fit_budget(tc, 50, 1.0).max_iters == 1000  # never more than max_iters
+    assert fit_budget(tc, 50, 120.0).max_iters == 50  # over budget already: stop
+
+
+class Clock:
+    """perf_counter advancing one second per call: the training loop reads it once per step in a budgeted run."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def test_a_budgeted_run_trains_the_fitted_steps_and_a_rerun_with_them_repeats_it(monkeypatch):
+    monkeypatch.setattr(training, "time", Clock())
+    tc = TrainConfig(**TINY, max_iters=5000, budget_s=100.0, lr_schedule="cosine", warmup=60, lr=3e-3)
+    result = train(tc)
+    assert 90 <= result.config.max_iters == result.iterations <= 100 < 5000 and not result.stopped
+    assert result.config.budget_s == 100.0 and tc.warmup >= training.CALIBRATION_STEPS
+    again = train(replace(tc, budget_s=0.0, max_iters=result.iterations))
+    for a, b in zip(result.model.parameters(), again.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_budgeted_run_stops_at_a_tenth_over_its_budget_if_the_speed_changes(monkeypatch):
+    monkeypatch.setattr(training, "time", Clock())
+    monkeypatch.setattr(training, "fit_budget", lambda tc, done, seconds: tc)  # as if calibrated far too high
+    result = train(TrainConfig(**TINY, max_iters=5000, budget_s=20.0))
+    assert result.stopped and result.iterations == 23  # the first step past 22 s (1.1 × 20), one second per step
+
+
+def fake_evals(monkeypatch, vals: list[float]):
+    """Evaluations that report these held-out losses in turn (the training itself is real)."""
+    seq = iter(vals)
+    monkeypatch.setattr(training, "estimate_loss", lambda *a, **k: {"train": 1.0, "val": next(seq)})
+
+
+def weights_at(steps: set[int]):
+    seen: dict[int, dict] = {}
+
+    def callback(p) -> None:
+        if p.iteration in steps:
+            seen[p.iteration] = {k: v.clone() for k, v in p.model.state_dict().items()}
+    return seen, callback
+
+
+@pytest.mark.parametrize(("vals", "best"), [
+    ([5.0, 3.0, 4.0, 4.5, 4.6], 10),  # evaluations at 0, 10, 20, 29 and after the last step (30): 10 is best
+    ([5.0, 4.0, 3.0, 2.5, 2.0], 30),  # still falling: the last weights are kept
+])
+def test_keep_best_ends_with_the_weights_of_the_lowest_held_out_loss(monkeypatch, vals, best):
+    fake_evals(monkeypatch, vals)
+    seen, callback = weights_at({best})
+    result = train(TrainConfig(**(TINY | {"eval_interval": 10}), max_iters=30, keep_best=True), callback)
+    assert result.best_step == best and result.history.eval_steps == [0, 10, 20, 29, 30]
+    for k, v in result.model.state_dict().items():
+        assert torch.equal(v, seen[best][k]), k
+
+
+def test_keep_best_needs_evaluations():
+    with pytest.raises(training.TrainingError, match="needs evaluations") as info:
+        train(TrainConfig(**TINY, max_iters=5, keep_best=True))
+    assert info.value.code == "train_keep_best"
+
+
+def test_amp_changes_nothing_on_the_cpu():
+    a = train(TrainConfig(**TINY, max_iters=10))
+    b = train(TrainConfig(**TINY, max_iters=10, amp=True))
+    assert a.history.step_loss == b.history.step_loss
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_amp_trains_on_cuda_and_the_card_names_the_gpu():
+    result = train(TrainConfig(**(TINY | {"device": "cuda"}), max_iters=20, amp=True))
+    assert result.history.step_loss[-1] < result.history.step_loss[0]
+    assert device_name(result.device).startswith("cuda") and "(" in device_name(result.device)
+
+
+def test_the_gpu_recipe_is_the_default_model_with_only_the_long_run_settings_changed():
+    assert SHIPPED_LMS["everyday-gpt"]["gpu_config"] is EVERYDAY_GPU
+    EVERYDAY_GPU.validate()
+    changed = {k for k in vars(EVERYDAY) if getattr(EVERYDAY, k) != getattr(EVERYDAY_GPU, k)}
+    assert changed == {"batch_size", "max_iters", "budget_s", "amp", "dropout", "warmup", "eval_interval",
+                       "eval_iters", "keep_best", "device"}
+    assert EVERYDAY_GPU.warmup >= training.CALIBRATION_STEPS  # a rerun with the card's steps repeats the run
+    assert device_name("cpu") == "cpu"
+
+
+def test_the_build_asks_which_model_for_the_gpu_recipe(capsys):
+    with pytest.raises(SystemExit):
+        build_main(["--recipe", "gpu"])
+    with pytest.raises(SystemExit):
+        build_main(["--recipe", "gpu", "--only", "copy"])
+    assert "name one of ['everyday-gpt'] with --only" in capsys.readouterr().err
