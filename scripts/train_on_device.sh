@@ -7,11 +7,12 @@
 # The build writes the model folder (weights, config, card with its figures, held-out samples, neuron index); it is
 # sent back as one archive with the build's log.
 set -euo pipefail
-out=${1:?usage: bash scripts/train_on_device.sh OUT_FOLDER}
+out=${1:?usage: bash scripts/train_on_device.sh OUT_FOLDER [build options, e.g. --budget 240]}
+shift
 export PYTHONUNBUFFERED=1
 python3 -c "import torch; assert torch.cuda.is_available(), 'no GPU here'; print(torch.__version__, torch.cuda.get_device_name())"
 work=$(mktemp -d)
-python3 -m transformer_core.train.build --only everyday-gpt --recipe gpu --cache .corpora --out "$work" 2>&1 \
+python3 -m transformer_core.train.build --only everyday-gpt --recipe gpu --cache .corpora --out "$work" "$@" 2>&1 \
   | tee "$out/build.log"
 tar czf "$out/everyday-gpt.tgz" -C "$work" everyday-gpt
 ls -la "$out"
