@@ -55,10 +55,13 @@ def build_task(name: str, out: Path, cache: str) -> dict:
 
 
 def progress(name: str):
-    """Print the training loss every 100 steps (a build takes minutes)."""
-    start = time.perf_counter()
+    """Print the training loss every 100 steps (a build takes minutes), and the steps when a budget sets them."""
+    start, planned = time.perf_counter(), [None]  # the steps planned so far
 
     def callback(p) -> None:
+        if planned[0] not in (None, p.max_iters):
+            print(f"  {name} fits {p.max_iters} steps in its time budget ({p.iteration} steps timed)", flush=True)
+        planned[0] = p.max_iters
         if p.iteration % 100 == 0 or p.iteration == p.max_iters:
             print(f"  {name} step {p.iteration}/{p.max_iters} loss {p.loss:.3f} "
                   f"({time.perf_counter() - start:.0f} s)", flush=True)
