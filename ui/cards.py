@@ -29,6 +29,9 @@ def show_card(card: dict, key: str) -> None:
     if run:
         st.markdown(t("card_run", steps=run.get("steps", "—"), tokens=f"{run.get('tokens_seen', 0):,}",
                       seconds=run.get("train_seconds", "—"), device=run.get("device", "—")))
+    if isinstance(card.get("best_step"), int) and card["best_step"] != card.get("steps"):
+        every = (card.get("train_config") or {}).get("eval_interval", "—")
+        st.caption(t("card_best_step", step=f"{card['best_step']:,}", every=every))
     figures = {k: card[k] for k in FIGURES if isinstance(card.get(k), (int, float))}
     if figures:
         cols = st.columns(len(figures))

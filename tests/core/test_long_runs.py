@@ -8,7 +8,7 @@ import torch
 from transformer_core.train import corpora
 from transformer_core.train import loop as training
 from transformer_core.train.build import main as build_main
-from transformer_core.train.cards import device_name
+from transformer_core.train.cards import run_fields
 from transformer_core.train.corpus import TEXT
 from transformer_core.train.defaults import EVERYDAY, EVERYDAY_GPU, SHIPPED_LMS
 from transformer_core.train.loop import TrainConfig, fit_budget, train
@@ -114,17 +114,21 @@ def test_keep_best_needs_evaluations():
     assert info.value.code == "train_keep_best"
 
 
-def test_amp_changes_nothing_on_the_cpu():
+def test_amp_changes_nothing_on_the_cpu_and_the_card_says_cpu_and_the_kept_step(monkeypatch):
     a = train(TrainConfig(**TINY, max_iters=10))
     b = train(TrainConfig(**TINY, max_iters=10, amp=True))
     assert a.history.step_loss == b.history.step_loss
+    assert run_fields(a)["device"] == "cpu" and "best_step" not in run_fields(a)
+    fake_evals(monkeypatch, [3.0, 2.0, 2.5, 2.6, 2.7])  # steps 0, 4, 8, 9 and after the last (10)
+    kept = train(TrainConfig(**(TINY | {"eval_interval": 4}), max_iters=10, keep_best=True))
+    assert run_fields(kept)["best_step"] == 4 and run_fields(kept)["steps"] == 10
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_amp_trains_on_cuda_and_the_card_names_the_gpu():
     result = train(TrainConfig(**(TINY | {"device": "cuda"}), max_iters=20, amp=True))
     assert result.history.step_loss[-1] < result.history.step_loss[0]
-    assert device_name(result.device).startswith("cuda") and "(" in device_name(result.device)
+    assert run_fields(result)["device"] == f"cuda ({torch.cuda.get_device_name()})"
 
 
 def test_the_gpu_recipe_is_the_default_model_with_only_the_long_run_settings_changed():
@@ -134,7 +138,6 @@ def test_the_gpu_recipe_is_the_default_model_with_only_the_long_run_settings_cha
     assert changed == {"batch_size", "max_iters", "budget_s", "amp", "dropout", "warmup", "eval_interval",
                        "eval_iters", "keep_best", "device"}
     assert EVERYDAY_GPU.warmup >= training.CALIBRATION_STEPS  # a rerun with the card's steps repeats the run
-    assert device_name("cpu") == "cpu"
 
 
 def test_the_build_asks_which_model_for_the_gpu_recipe(capsys):

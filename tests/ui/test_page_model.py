@@ -123,3 +123,21 @@ def test_the_whole_model_picture_draws_a_residual_connection_round_every_sublaye
         (x, y) = path[-1]
         assert any(abs(s["y0"] - y) < 1e-6 and s["x0"] < x < s["x1"] for s in shapes), path
         assert path[0][1] >= y - 0.2  # it starts beside or above the sublayer, not from another row
+
+
+def _card_with_a_kept_step():
+    from ui.cards import show_card
+
+    show_card({"steps": 12000, "tokens_seen": 98_304_000, "train_seconds": 291.5, "device": "cuda (NVIDIA H100)",
+               "best_step": 9500, "train_config": {"eval_interval": 500}}, "gpu-card")
+
+
+def test_a_card_whose_weights_are_an_earlier_step_s_says_which_and_names_the_gpu():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_card_with_a_kept_step, default_timeout=30).run()
+    assert not at.exception
+    assert any("12000 training steps, 98,304,000 tokens seen, 291.5 s on cuda (NVIDIA H100)" in m.value
+               for m in at.markdown)
+    assert [c.value for c in at.caption if "step 9,500" in c.value] == [
+        "Its weights are those of step 9,500: the evaluation with the lowest held-out loss (checked every 500 steps)."]

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ..analysis.alignment import alignment_mass
+from ..model.device import device_name
 from ..text.tokenizer import encode_by_line, load_encoding
 from .data import IGNORE
 from .loop import TrainResult, describe
@@ -34,17 +35,9 @@ def task_card(name: str, result: TrainResult, n: int = ACCURACY_N) -> dict:
 def run_fields(result: TrainResult) -> dict:
     """What every card says about its run."""
     kept = {} if result.best_step is None else {"best_step": result.best_step}  # keep_best: the weights' step
+    device = result.device if result.device.type != "cuda" else f"cuda ({device_name(result.device)})"
     return {"steps": result.iterations, "tokens_seen": result.tokens, "train_seconds": round(result.seconds, 1),
-            "device": device_name(result.device), "stopped": result.stopped, **kept,
-            "train_config": describe(result.config)}
-
-
-def device_name(device) -> str:
-    """The card's device: "cpu", or the GPU's model name ("cuda (NVIDIA H100 80GB HBM3)")."""
-    device = torch.device(device)
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return str(device)
-    return f"{device} ({torch.cuda.get_device_name(device)})"
+            "device": str(device), "stopped": result.stopped, **kept, "train_config": describe(result.config)}
 
 
 @torch.no_grad()
