@@ -146,3 +146,21 @@ def test_the_build_asks_which_model_for_the_gpu_recipe(capsys):
     with pytest.raises(SystemExit):
         build_main(["--recipe", "gpu", "--only", "copy"])
     assert "name one of ['everyday-gpt'] with --only" in capsys.readouterr().err
+
+
+def test_a_run_stopped_by_hand_keeps_its_last_weights_and_claims_no_kept_step(monkeypatch):
+    import threading
+
+    stop = threading.Event()
+    fake_evals(monkeypatch, [5.0, 3.0, 4.0])
+    seen, callback = weights_at({25})
+
+    def stop_at_25(p) -> None:
+        callback(p)
+        if p.iteration == 25:
+            stop.set()
+
+    result = train(TrainConfig(**(TINY | {"eval_interval": 10}), max_iters=30, keep_best=True), stop_at_25, stop)
+    assert result.stopped and result.iterations == 25 and result.best_step is None
+    for k, v in result.model.state_dict().items():
+        assert torch.equal(v, seen[25][k]), k

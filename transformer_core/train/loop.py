@@ -279,16 +279,17 @@ def train(tc: TrainConfig, callback: Callable[[Progress], None] | None = None,
                 callback(Progress(it, tc.max_iters, loss, hist, model))
             if tc.budget_s and time.perf_counter() - start > 1.1 * tc.budget_s:
                 break  # the calibration was off: stop rather than overrun the machine's lease
-    stopped = it < tc.max_iters
-    if best is not None and best[1] < it and not (stop is not None and stop.is_set()):
-        losses = estimate_loss(model, data, tc, device)  # the last weights, against the best evaluated before
-        _record_eval(hist, it, losses)
-        if losses["val"] >= best[0]:
-            model.load_state_dict(best[2])
-        else:
-            best = (losses["val"], it, {})
-    return TrainResult(model.eval(), hist, it, stopped, time.perf_counter() - start, tokens, tc, device, data,
-                       best[1] if best is not None else None)
+    stopped, kept = it < tc.max_iters, None
+    if best is not None and not (stop is not None and stop.is_set()):  # a run stopped by hand keeps its last weights
+        kept = best[1]
+        if best[1] < it:
+            losses = estimate_loss(model, data, tc, device)  # the last weights, against the best evaluated before
+            _record_eval(hist, it, losses)
+            if losses["val"] < best[0]:
+                kept = it
+            else:
+                model.load_state_dict(best[2])
+    return TrainResult(model.eval(), hist, it, stopped, time.perf_counter() - start, tokens, tc, device, data, kept)
 
 
 CALIBRATION_STEPS = 50  # a budgeted run measures this many steps (one evaluation among them), then sets max_iters
