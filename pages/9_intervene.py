@@ -7,7 +7,7 @@ import streamlit as st
 
 from transformer_core.analysis.blocks import kinds, sides
 from transformer_core.analysis.head_effects import CHUNK_BYTES, METRICS, head_effects, residual_effects
-from transformer_core.analysis.interventions import ABLATION_MODES, ALIGNMENTS, ablate, patch
+from transformer_core.analysis.interventions import ABLATION_MODES, ALIGNMENTS, ablate, patch, patch_source
 from transformer_core.model.memory import KEEP_NONE
 from transformer_core.model.transformer import param_counts
 from transformer_core.text.inputs import sequence_labels, token_labels
@@ -58,12 +58,21 @@ def residual_of(key, device, text, tgt, special, gen, text_b, metric: str, token
         return residual_effects(model, prep, prep_b, metric, token_a, token_b), prep.longest, prep.cut_from
 
 
+@st.cache_data(show_spinner=False, max_entries=32, ttl=1800)
+def source_of(key, device, text_b, tgt_b, special, kind: str, layer: int):
+    """Text B's side of a patch (its z at the block, its next token): kept while text A and the head change."""
+    model, prep_b = prep_for(key, device, text_b, tgt_b, special, (), layer)
+    with reserve(model, prep_b, keep=layer):
+        return patch_source(model, prep_b, kind, layer)
+
+
 @st.cache_data(show_spinner=False, max_entries=64, ttl=1800)
 def patch_of(key, device, text, tgt, special, gen, text_b, tgt_b, kind: str, layer: int, head: int, align: str):
     model, prep = prep_for(key, device, text, tgt, special, gen, layer)
     prep_b = prepared(model, text_b, tgt_b, special, layer)
-    with reserve(model, prep, prep_b, keep=layer):
-        return patch(model, prep, prep_b, kind, layer, head, align=align), prep.longest, prep.cut_from
+    source = source_of(key, device, text_b, tgt_b, special, kind, layer)
+    with reserve(model, prep, keep=layer, batch=2):  # A intact and patched: one forward of two copies
+        return patch(model, prep, prep_b, kind, layer, head, align=align, source=source), prep.longest, prep.cut_from
 
 
 # --- text B (shared with the compare page through the "_text_b" / "_tgt_b" keys, which outlive the widgets) ----

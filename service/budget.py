@@ -29,7 +29,7 @@ from functools import lru_cache
 
 from transformer_core.errors import ExplorerError
 from transformer_core.model.config import TransformerConfig
-from transformer_core.model.memory import KEEP_ALL, max_tokens_that_fit, trace_bytes
+from transformer_core.model.memory import KEEP_ALL, forward_bytes, max_tokens_that_fit, trace_bytes
 
 from .settings import settings
 
@@ -168,7 +168,11 @@ def cut_to_fit(cfg: TransformerConfig, prep, keep=KEEP_ALL):
     return prep.cut(fits)
 
 
-def trace_reservation(cfg: TransformerConfig, n_src: int, n_tgt: int | None = None, keep=KEEP_ALL):
+def trace_reservation(cfg: TransformerConfig, n_src: int, n_tgt: int | None = None, keep=KEEP_ALL, batch: int = 1):
     """Context manager reserving what one traced forward of n_src (and n_tgt) tokens needs, probabilities
-    included; put it around run_with_trace. Raises MemoryBudgetError like reserve()."""
-    return reserve(trace_bytes(cfg, n_src, n_tgt, keep=keep), "trace")
+    included; put it around run_with_trace (`batch` > 1: or an untraced forward of that many copies, whichever is
+    more). Raises MemoryBudgetError like reserve()."""
+    need = trace_bytes(cfg, n_src, n_tgt, keep=keep)
+    if batch > 1:
+        need = max(need, forward_bytes(cfg, n_src, n_tgt, batch=batch))
+    return reserve(need, "trace")

@@ -66,15 +66,16 @@ def prep_for(key, device, text, tgt, special, gen, keep):
     return model, prepared(model, text, tgt, special, keep, gen)
 
 
-def reserve(model, *preps, keep, at_least: int = 0, batches_of: int = 0):
+def reserve(model, *preps, keep, at_least: int = 0, batches_of: int = 0, batch: int = 1):
     """Hold the memory of one traced forward of the longest of these inputs (or of `at_least` tokens, e.g. a probe
-    sequence the analysis runs besides the text) while the analysis runs; an analysis that runs its forwards in
-    batches of at most `batches_of` bytes (the sweeps of the Intervene page) holds that instead."""
+    sequence the analysis runs besides the text; `batch`: or an untraced forward of that many copies) while the
+    analysis runs; an analysis that runs its forwards in batches of at most `batches_of` bytes (the sweeps of the
+    Intervene page) holds that instead."""
     if batches_of:
         return budget.reserve(batches_of, "batched forwards")
     n_src = max(at_least, *(p.src_ids.size(1) for p in preps))
     n_tgt = None if preps[0].tgt_ids is None else max(at_least, *(p.tgt_ids.size(1) for p in preps))
-    return budget.trace_reservation(model.cfg, n_src, n_tgt, keep=keep)
+    return budget.trace_reservation(model.cfg, n_src, n_tgt, keep=keep, batch=batch)
 
 
 def probe_length(model, length: int, keep=KEEP_ALL) -> int:

@@ -15,6 +15,7 @@ from transformer_core.analysis.interventions import (
     intervene,
     kl_divergence,
     patch,
+    patch_source,
 )
 from transformer_core.model.hooks import editing
 from transformer_core.model.trace import run_with_trace
@@ -241,3 +242,15 @@ def test_kl_divergence_matches_torch_kl_div():
                         reduction="sum")
     assert kl_divergence(p, q) == pytest.approx(float(expected), abs=1e-12)
     assert kl_divergence(p, p) == 0.0
+
+
+def test_a_patch_from_a_kept_source_equals_one_that_runs_text_b_itself(gpt):
+    a, b = prepare(gpt, TEXT), prepare(gpt, OTHER)
+    source = patch_source(gpt, b, "dec_self", 1)
+    assert source.z.shape == (1, gpt.cfg.n_heads, b.src_ids.size(1), gpt.cfg.head_dim)
+    torch.testing.assert_close(source.last_logits, logits(gpt, b)[-1], atol=2e-4, rtol=1e-5)
+    for head in (0, 1):
+        kept, fresh = patch(gpt, a, b, "dec_self", 1, head, source=source), patch(gpt, a, b, "dec_self", 1, head)
+        assert kept.effect == fresh.effect and kept.source_top_in_a == fresh.source_top_in_a
+    other_layer = patch(gpt, a, b, "dec_self", 0, 1, source=source)  # a source of another block is not used
+    assert other_layer == patch(gpt, a, b, "dec_self", 0, 1)

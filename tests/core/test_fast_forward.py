@@ -52,6 +52,27 @@ def test_fused_attention_runs_where_allowed_and_nothing_watches_and_equals_the_s
     torch.testing.assert_close(fast, plain, atol=2e-5, rtol=1e-5)
 
 
+def test_a_capture_that_keeps_no_map_runs_fused_and_keeps_what_the_step_by_step_forward_keeps(model_ids, monkeypatch):
+    model, ids = model_ids
+    calls = []
+    fused = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda *a, **k: calls.append(1) or fused(*a, **k))
+    names = [act_name("addnorm_out", layer=0, block="dec_ffn", cross=False), act_name("z", layer=0, block="dec_self")]
+    plain_logits, plain = run_with_trace(model, ids, names=names)
+    with fused_attention():
+        fast_logits, fast = run_with_trace(model, ids, names=names)
+        assert len(calls) == model.cfg.n_layers
+        weights = act_name("weights", layer=1, block="dec_self")
+        assert observed([weights]) is False
+        _, with_map = run_with_trace(model, ids, names=[*names, weights])
+        assert len(calls) == 2 * model.cfg.n_layers - 1  # the block whose map is kept: step by step
+    for n in names:
+        torch.testing.assert_close(fast[n], plain[n], atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(fast_logits, plain_logits, atol=2e-4, rtol=1e-5)
+    assert with_map[weights].shape[-1] == ids.size(1)
+
+
 def test_an_edit_of_z_runs_on_the_fused_path_and_an_edit_of_a_map_on_the_step_by_step_one(model_ids):
     model, ids = model_ids
     z = act_name("z", layer=0, block="dec_self")

@@ -86,7 +86,8 @@ def _intact(model: Transformer, prep: Prepared, names: tuple[str, ...] = ()) -> 
     (1, T, d), and the hook points `names` besides."""
     rows = [] if model.is_encoder_decoder else residual_names(model)
     out = act_name("stack_out", side="decoder")
-    _, trace = run_with_trace(model, prep.src_ids, prep.tgt_ids, names=[*rows, out, *names], stop_early=True)
+    with fused_attention():  # no map kept: the fused kernel (the knock-outs that follow run it too)
+        _, trace = run_with_trace(model, prep.src_ids, prep.tgt_ids, names=[*rows, out, *names], stop_early=True)
     p = next(model.parameters())
     return [trace[n].to(p.device, p.dtype) for n in rows], trace[out].to(p.device, p.dtype), \
         {n: trace[n].to(p.device, p.dtype) for n in names}

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..model.hooks import act_name, intervene
-from ..model.trace import run_with_trace
+from ..model.hooks import act_name, fused_attention, intervene
+from ..model.trace import run, run_with_trace
 from ..model.transformer import Transformer
 from ..text.inputs import Prepared
 from .blocks import check_ffn, check_head, check_top, logits_of, query_side, sequence
@@ -22,7 +22,7 @@ from .next_token import Distribution, distribution
 from .surprise import mean_loss
 
 __all__ = ["ABLATION_MODES", "ALIGNMENTS", "Ablation", "Effect", "Patch", "ablate", "ablation_edits",
-           "aligned_positions", "effect", "intervene", "kl_divergence", "patch"]
+           "PatchSource", "aligned_positions", "effect", "intervene", "kl_divergence", "patch", "patch_source"]
 
 Edit = Callable[[torch.Tensor], torch.Tensor]
 ABLATION_MODES = ("zero", "mean")
@@ -173,30 +173,50 @@ class Patch:
                 "source_top_in_a": np.array(self.source_top_in_a, dtype=np.float32)}
 
 
+@dataclass(frozen=True)
+class PatchSource:
+    """What text B gives a patch at one block: every head's z there and B's own next-token logits. It does not
+    depend on text A or the head, so a page keeps it while the learner changes those."""
+
+    kind: str
+    layer: int
+    z: torch.Tensor  # (1, nh, Tb, hs) CPU
+    last_logits: torch.Tensor  # (vocab,) float32 CPU, B's prediction after its last token
+
+
+def patch_source(model: Transformer, prep_b: Prepared, kind: str, layer: int) -> PatchSource:
+    """Run B once, keeping the z of block (kind, layer) (no map kept: the fused attention kernel)."""
+    kind, layer, _ = check_head(model, kind, layer, 0)
+    name = act_name("z", layer=layer, block=kind)
+    with fused_attention():
+        logits_b, trace_b = run_with_trace(model, prep_b.src_ids, prep_b.tgt_ids, names=[name])
+    return PatchSource(kind, layer, trace_b[name], logits_b[0, -1].float().cpu())
+
+
 def patch(model: Transformer, prep_a: Prepared, prep_b: Prepared, kind: str, layer: int, head: int, *,
-          align: str = "end", top: int = 10) -> Patch:
-    """Run A with head `head`'s z at (kind, layer) replaced by B's at aligned positions (activation patching)."""
+          align: str = "end", top: int = 10, source: PatchSource | None = None) -> Patch:
+    """Run A with head `head`'s z at (kind, layer) replaced by B's at aligned positions (activation patching).
+    `source`: patch_source(model, prep_b, kind, layer) computed before (B is not run again)."""
     kind, layer, head = check_head(model, kind, layer, head)
     top = check_top(top)
     if (prep_a.tgt_ids is None) != (prep_b.tgt_ids is None):
         raise InputError("patch_mismatch")
+    if source is None or (source.kind, source.layer) != (kind, layer):
+        source = patch_source(model, prep_b, kind, layer)
     side = query_side(kind)
     pairs = aligned_positions(sequence(prep_a, side).numel(), sequence(prep_b, side).numel(), align)
-    name = act_name("z", layer=layer, block=kind)
-    logits_b, trace_b = run_with_trace(model, prep_b.src_ids, prep_b.tgt_ids, names=[name])
-    z_b = trace_b[name][:, head]  # (1, Tb, hs)
+    z_b = source.z[:, head]  # (1, Tb, hs)
     at_a, at_b = [a for a, _ in pairs], [b for _, b in pairs]
 
-    def edit(z: torch.Tensor) -> torch.Tensor:  # (1, nh, Ta, hs)
+    def edit(z: torch.Tensor) -> torch.Tensor:  # (2, nh, Ta, hs): item 0 stays intact, item 1 is patched
         out = z.clone()
-        out[:, head, at_a] = z_b[:, at_b].to(z)  # (1, n, hs)
+        out[1, head, at_a] = z_b[0, at_b].to(z)  # (n, hs)
         return out
 
-    intact = logits_of(model, prep_a)  # (Ta, vocab)
-    with intervene({name: edit}):
-        patched = logits_of(model, prep_a)  # (Ta, vocab)
-    last_b = logits_b[0, -1].float().cpu()  # (vocab,)
-    b_top = int(last_b.argmax())
+    both = (prep_a.src_ids.expand(2, -1), None if prep_a.tgt_ids is None else prep_a.tgt_ids.expand(2, -1))
+    with intervene({act_name("z", layer=layer, block=kind): edit}), fused_attention():
+        intact, patched = run(model, *both).float().cpu()  # (Ta, vocab) each: one forward of A, intact and patched
+    b_top = int(source.last_logits.argmax())
     p0, p1 = (torch.softmax(x[-1].double(), dim=-1)[b_top] for x in (intact, patched))
     return Patch(kind, layer, head, pairs, effect(intact, patched, sequence(prep_a, "decoder"), top),
-                 distribution(last_b, top=top), b_top, (float(p0), float(p1)))
+                 distribution(source.last_logits, top=top), b_top, (float(p0), float(p1)))

@@ -69,12 +69,14 @@ def capturing() -> bool:
 
 
 def observed(names: Iterable[str] | None = None) -> bool:
-    """Whether hook points may matter in this thread / context: a capture is active, or an edit is set (on one of
-    `names` when given). A block may skip the hook points nobody observes (a fused kernel of the same formula)."""
-    edits = _EDITS.get()
-    if _ACTIVE.get() is not None:
-        return True
-    return bool(edits) and (names is None or any(n in edits for n in names))
+    """Whether hook points may matter in this thread / context: a capture is active, or an edit is set (when `names`
+    are given: a capture that keeps one of them, or an edit of one of them). A block may skip the hook points nobody
+    observes (a fused kernel of the same formula)."""
+    edits, store = _EDITS.get(), _ACTIVE.get()
+    if names is None:
+        return store is not None or bool(edits)
+    names = tuple(names)
+    return any(store is not None and store.wanted(n) or bool(edits) and n in edits for n in names)
 
 
 def name_hook_points(root: nn.Module) -> list[str]:
