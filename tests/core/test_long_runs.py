@@ -164,3 +164,21 @@ def test_a_run_stopped_by_hand_keeps_its_last_weights_and_claims_no_kept_step(mo
     assert result.stopped and result.iterations == 25 and result.best_step is None
     for k, v in result.model.state_dict().items():
         assert torch.equal(v, seen[25][k]), k
+
+
+def test_the_pack_command_writes_every_corpus_the_recipe_reads(tmp_path, monkeypatch, capsys):
+    from transformer_core.train import corpus_pack
+
+    monkeypatch.setattr(corpus_pack, "load_corpus", lambda name, cache: corpus(name))  # no registry here
+    corpus_pack.main(["--out", str(tmp_path), "--only", "everyday-gpt"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{c}.corpus.xz" for c in EVERYDAY.corpus)
+    assert all(corpora.load_corpus(c, tmp_path) == corpus(c) for c in EVERYDAY.corpus)
+    assert capsys.readouterr().out.count(" MB") == len(EVERYDAY.corpus)
+
+
+def test_the_device_script_runs_the_documented_build_and_sends_back_one_archive():
+    from pathlib import Path
+
+    script = (Path(__file__).resolve().parents[2] / "scripts" / "train_on_device.sh").read_text(encoding="utf-8")
+    assert "-m transformer_core.train.build --only everyday-gpt --recipe gpu --cache .corpora" in script
+    assert 'tar czf "$out/everyday-gpt.tgz"' in script and 'tee "$out/build.log"' in script  # 2 files: under 8
