@@ -254,3 +254,5 @@ def test_a_patch_from_a_kept_source_equals_one_that_runs_text_b_itself(gpt):
         assert kept.effect == fresh.effect and kept.source_top_in_a == fresh.source_top_in_a
     other_layer = patch(gpt, a, b, "dec_self", 0, 1, source=source)  # a source of another block is not used
     assert other_layer == patch(gpt, a, b, "dec_self", 0, 1)
+    c = prepare(gpt, TEXT + " and more")  # nor one of a text of another length
+    assert patch(gpt, a, c, "dec_self", 1, 1, source=source) == patch(gpt, a, c, "dec_self", 1, 1)

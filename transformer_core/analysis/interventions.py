@@ -201,10 +201,11 @@ def patch(model: Transformer, prep_a: Prepared, prep_b: Prepared, kind: str, lay
     top = check_top(top)
     if (prep_a.tgt_ids is None) != (prep_b.tgt_ids is None):
         raise InputError("patch_mismatch")
-    if source is None or (source.kind, source.layer) != (kind, layer):
-        source = patch_source(model, prep_b, kind, layer)
     side = query_side(kind)
-    pairs = aligned_positions(sequence(prep_a, side).numel(), sequence(prep_b, side).numel(), align)
+    n_b = sequence(prep_b, side).numel()
+    if source is None or (source.kind, source.layer, source.z.size(2)) != (kind, layer, n_b):
+        source = patch_source(model, prep_b, kind, layer)  # none given, or one of another block or text
+    pairs = aligned_positions(sequence(prep_a, side).numel(), n_b, align)
     z_b = source.z[:, head]  # (1, Tb, hs)
     at_a, at_b = [a for a, _ in pairs], [b for _, b in pairs]
 

@@ -76,7 +76,7 @@ def observed(names: Iterable[str] | None = None) -> bool:
     if names is None:
         return store is not None or bool(edits)
     names = tuple(names)
-    return any(store is not None and store.wanted(n) or bool(edits) and n in edits for n in names)
+    return any((store is not None and store.wanted(n)) or (bool(edits) and n in edits) for n in names)
 
 
 def name_hook_points(root: nn.Module) -> list[str]:

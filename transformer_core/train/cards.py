@@ -35,9 +35,9 @@ def task_card(name: str, result: TrainResult, n: int = ACCURACY_N) -> dict:
 def run_fields(result: TrainResult) -> dict:
     """What every card says about its run."""
     kept = {} if result.best_step is None else {"best_step": result.best_step}  # keep_best: the weights' step
-    device = result.device if result.device.type != "cuda" else f"cuda ({device_name(result.device)})"
+    device = f"cuda ({device_name(result.device)})" if result.device.type == "cuda" else str(result.device)
     return {"steps": result.iterations, "tokens_seen": result.tokens, "train_seconds": round(result.seconds, 1),
-            "device": str(device), "stopped": result.stopped, **kept, "train_config": describe(result.config)}
+            "device": device, "stopped": result.stopped, **kept, "train_config": describe(result.config)}
 
 
 @torch.no_grad()
