@@ -16,6 +16,7 @@ try:
     from ui.sidebar import sidebar
 
     sidebar()
+    runs.warm_fonts()
     preloading.empty()
     PAGES = {
         t("nav_section_flow"): [

@@ -173,6 +173,7 @@ def trace_reservation(cfg: TransformerConfig, n_src: int, n_tgt: int | None = No
     included; put it around run_with_trace (`batch` > 1: or an untraced forward of that many copies, whichever is
     more). Raises MemoryBudgetError like reserve()."""
     need = trace_bytes(cfg, n_src, n_tgt, keep=keep)
-    if batch > 1:
-        need = max(need, forward_bytes(cfg, n_src, n_tgt, batch=batch))
+    if batch > 1:  # every tensor of a forward grows with the batch: `batch` times one copy's (a test holds it), and
+        # no footprint measured anew for that batch (3 s, once per process, on the Intervene page's first visit)
+        need = max(need, batch * forward_bytes(cfg, n_src, n_tgt))
     return reserve(need, "trace")

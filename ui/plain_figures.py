@@ -17,6 +17,8 @@ from _plotly_utils.basevalidators import ColorscaleValidator
 from _plotly_utils.utils import is_homogeneous_array, is_skipped_key, to_typed_array_spec
 from plotly.basedatatypes import BaseFigure
 
+from .chart_theme import themed
+
 _SCALES = ColorscaleValidator("colorscale", "figure")
 
 
@@ -75,12 +77,13 @@ class _Spec(BaseFigure):
         return self._spec
 
 
-def sendable(fig: go.Figure) -> BaseFigure:
+def sendable(fig: go.Figure, look: str | None = None) -> BaseFigure:
     """What a chart sends: fig.to_dict() without the deep copy (the figure is left as it was), every cartesian
-    axis's tick labels allowed past the plot's edge (`label_overflow_allowed`)."""
+    axis's tick labels allowed past the plot's edge (`label_overflow_allowed`), in Streamlit's light or dark look
+    written into the chart itself (ui.chart_theme: drawn once, not twice)."""
     if fig._frame_objs:  # an animation: plotly's own way
         return fig
-    return _Spec(label_overflow_allowed(_converted({"data": fig._data, "layout": fig._layout})))
+    return _Spec(themed(label_overflow_allowed(_converted({"data": fig._data, "layout": fig._layout})), look))
 
 
 CARTESIAN = {"scatter", "bar", "heatmap", "histogram", "box", "violin", "contour", "scattergl"}

@@ -6,6 +6,8 @@ This module imports nothing but Streamlit, so app.py can use it before any impor
   a collection of the 150,000 freshly imported objects cost that run 0.1 s (bench/cold_start.py).
 - After the first completed run, every object alive (torch, plotly, Streamlit, our modules) is frozen out of
   the collector's sight, so each later collection scans only what sessions made since.
+- Every run leaves a hidden line of text in each web font the pages use (`warm_fonts`), so the browser loads them
+  all early: plotly.js draws a chart again when a font finished loading while it drew.
 - A full collection every tenth run replaces Streamlit's collection after each run (runner.postScriptGC, off in
   .streamlit/config.toml: 38% of the server's CPU under 20 learners). A rerun interrupts the script with an
   exception whose frames can hold tensors in reference cycles, which only a full collection frees, and
@@ -63,3 +65,20 @@ def preload_charts():
                                       "xaxis": {"visible": False}, "yaxis": {"visible": False}}},
                           config={"staticPlot": True, "displayModeBar": False}, key="_preload")
     return slot
+
+
+# Text in each web font the pages use, laid out but never seen, so the browser loads every font once, early. A chart
+# drawn while a font is loading is drawn again when it has loaded (plotly.js redraws after document.fonts settle:
+# the FFN and embeddings pages drew 11 times for 5-6 charts on a first visit, 6 with the fonts loaded).
+FONT_WARMER = ('<div aria-hidden="true" style="position:absolute;width:1px;height:1px;overflow:hidden;'
+               'visibility:hidden">' + "".join(
+                   f'<span style="font-family:{family};font-style:{style}">Aa(</span>'
+                   for family, style in (("Source Sans", "normal"), ("Source Sans", "italic"),
+                                         ("Source Code Pro", "normal"), ("KaTeX_Main", "normal"),
+                                         ("KaTeX_Math", "italic"), ("KaTeX_Size1", "normal"),
+                                         ("KaTeX_Size2", "normal"), ("KaTeX_Size3", "normal"))) + "</div>")
+
+
+def warm_fonts() -> None:
+    """At the sidebar's foot, each run (the same element each time: Streamlit sends nothing new)."""
+    st.sidebar.html(FONT_WARMER)

@@ -37,11 +37,13 @@ def chart(fig, key: str, *, on_select: bool = False):
     config = {"displaylogo": False, "toImageButtonOptions": {
         "format": fmt if fmt in IMAGE_FORMATS else "png", "scale": 2,
         "filename": file_stem("transformer-explorer", key, str(st.session_state.get("model", "")).split(":")[-1])}}
-    fig = sendable(fig) if isinstance(fig, go.Figure) else fig
+    theme = "streamlit"
+    if isinstance(fig, go.Figure):  # the theme written into the chart (ui.chart_theme): the browser draws it once
+        fig, theme = sendable(fig, st.context.theme.type), None
     if on_select:
-        return st.plotly_chart(fig, key=key, config=config, width="stretch", on_select="rerun",
+        return st.plotly_chart(fig, key=key, config=config, width="stretch", theme=theme, on_select="rerun",
                                selection_mode="points")
-    st.plotly_chart(fig, key=key, config=config, width="stretch")
+    st.plotly_chart(fig, key=key, config=config, width="stretch", theme=theme)
     return None
 
 

@@ -11,10 +11,13 @@ from harness.browser import (
     CHART_SVG,
     MAIN,
     SIDEBAR,
+    choose,
     full_screenshot,
+    new_tab,
     page_problem,
     require_browser,
     rerun_settled,
+    s,
     settle,
 )
 from harness.server import ROOT, start_app
@@ -173,3 +176,43 @@ def test_chinese_switch_renders_chinese_titles(server, tab):
     assert_no_exception(tab, server, "attention in Chinese")
     sync_api.expect(tab.locator("h1").first).to_have_text(title("attention", "zh"))
     full_screenshot(tab, SHOTS / "attention_zh.png")
+
+
+# the first chart of the page: its tick labels as drawn (SVG text) and as its data say, its template, revision, colours
+FIRST_CHART_JS = """() => { const p = document.querySelector("[data-testid='stPlotlyChart'] .js-plotly-plot");
+    return {drawn: Array.from(p.querySelectorAll('.xaxislayer-above .xtick text'), t => t.textContent),
+            labels: Array.from(p._fullLayout.xaxis._vals || [], v => v.text),
+            template: p.layout.template === undefined ? null : 'set', revision: p.layout.datarevision,
+            bg: p._fullLayout.paper_bgcolor, font: p._fullLayout.font.color,
+            drawnZ: Array.from(p.calcdata[0][0].z, r => Array.from(r)),
+            dataZ: Array.from(p._fullData[0].z, r => Array.from(r))}; }"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_a_chart_is_drawn_anew_with_new_data_and_in_the_browsers_light_or_dark_look(server, browser, scheme):
+    """Charts carry their look (no template: ui.chart_theme) and a datarevision; plotly then skips comparing data
+    arrays, so a new text must give a new revision and the chart drawn must show the new tokens, not the old."""
+    from ui.chart_theme import PALETTES
+
+    context = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1000}, color_scheme=scheme)
+    tab = new_tab(browser, context)
+    try:
+        tab.goto(page_url(server[1], "attention", f"{REVERSE}&text={quote('b d a c')}"))
+        settle(tab, charts=True)
+        first = tab.evaluate(FIRST_CHART_JS)
+        choose(tab, s("att_head"), "2")  # the same tokens, other weights: only data arrays change
+        rerun_settled(tab, charts=True)
+        head = tab.evaluate(FIRST_CHART_JS)
+        type_text(tab, "c a d b a")
+        settle(tab, charts=True)
+        second = tab.evaluate(FIRST_CHART_JS)
+        assert_no_exception(tab, server, f"attention, {scheme}")
+    finally:
+        context.close()
+    text, _title, _legend, bg, *_ = PALETTES[scheme]
+    for chart in (first, head, second):
+        assert chart["template"] is None and chart["bg"] == bg and chart["font"] == text
+        assert chart["drawn"] and chart["drawn"] == chart["labels"]  # what is drawn is what the data say
+        assert chart["drawnZ"] == chart["dataZ"]
+    assert head["drawn"] == first["drawn"] and head["dataZ"] != first["dataZ"] and head["revision"] != first["revision"]
+    assert second["revision"] != first["revision"] and len(second["drawn"]) == len(first["drawn"]) + 1

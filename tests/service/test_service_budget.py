@@ -251,3 +251,18 @@ def test_every_source_says_what_its_load_takes(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     assert load_bytes("hf:smollm2-135m") == 0
     assert load_bytes("nowhere:x") == load_bytes("shipped:../etc") == 0
+
+
+@pytest.mark.parametrize("name", ["course-base", "tiny"])
+def test_a_forward_of_several_copies_takes_that_many_times_one_copys_bytes(name):
+    """trace_reservation(batch=B) reserves B × one untraced forward rather than measuring a B-copy footprint (a
+    second measurement of the model, seconds on a server's first use of it): every tensor of a forward grows with
+    the batch, so the measured footprints agree to rounding."""
+    cfg = PRESETS[name]
+    for n in (1, 7, 64):
+        for batch in (2, 3):
+            measured = memory.forward_bytes(cfg, n, n, batch=batch)
+            assert abs(measured - batch * memory.forward_bytes(cfg, n, n)) <= batch
+    with budget.trace_reservation(cfg, 7, 7, keep=0, batch=2):
+        want = max(memory.trace_bytes(cfg, 7, 7, keep=0), 2 * memory.forward_bytes(cfg, 7, 7))
+        assert budget.current().in_use() == want

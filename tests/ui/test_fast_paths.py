@@ -140,6 +140,7 @@ def test_charts_built_without_plotlys_validation_send_what_a_validated_build_sen
     import plotly.io as pio
 
     from ui import figures, model_map
+    from ui.chart_theme import themed
     from ui.plain_figures import label_overflow_allowed, sendable
 
     rng = np.random.default_rng(0)
@@ -181,8 +182,8 @@ def test_charts_built_without_plotlys_validation_send_what_a_validated_build_sen
     monkeypatch.setattr(figures, "figure", validated)
     monkeypatch.setattr(model_map, "figure", validated)
     monkeypatch.setattr(figures, "add", lambda fig, trace, **where: fig.add_trace(trace, **where))
-    # the same properties and values (plotly.js reads no key order)
-    assert fast == charts(lambda fig: label_overflow_allowed(fig.to_dict()))
+    # the same properties and values (plotly.js reads no key order), in the same look (ui.chart_theme)
+    assert fast == charts(lambda fig: themed(label_overflow_allowed(fig.to_dict()), None))
 
 
 def test_every_cartesian_axis_lets_its_labels_pass_the_edge_unless_a_chart_says_otherwise():

@@ -42,7 +42,7 @@ def test_the_course_sentence_tokens_and_merge_counts_equal_tiktoken():
     assert axis["dtick"] >= 1 and float(axis["dtick"]).is_integer() and axis["tick0"] == 0  # no 0.5 ticks
     assert [m.value for m in at.metric][:2] == [str(len(ids)), str(sum(merges))]
     assert merges[5:8] == [0, 0, 0]  # 踩 stays three single bytes, as the caption says
-    whole = at.html[-1].value  # the whole text's chips, each with its merge count
+    whole = at.main.html[-1].value  # the whole text's chips, each with its merge count
     assert re.findall(r"<sub[^>]*>(\d+)</sub>", whole) == [str(m) for m in merges]
     assert at.selectbox(key=f"bpe_pick_text_{len(ids)}").value == 0  # the first token with the most merges (2)
 
@@ -120,7 +120,7 @@ def test_chinese_chips_and_bars_show_characters_not_bytes():
     text = "我踩着地雷了"
     at = open_app(PAGE, model=SMALL, text=text, lang="en")
     assert_clean(at)
-    chips = re.findall(r">([^<>]+)<sub", at.html[-1].value)
+    chips = re.findall(r">([^<>]+)<sub", at.main.html[-1].value)
     assert chips == ["我", "踩\u00a01/3", "踩\u00a02/3", "踩\u00a03/3", "着\u00a01/2", "着\u00a02/2", "地", "雷", "了"]
     labels = figure(at, "bpe_merges")["data"][0]["y"]
     assert not any("<0x" in str(x) for x in labels) and any("踩\u00a02/3" in str(x) for x in labels)
