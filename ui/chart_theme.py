@@ -32,8 +32,8 @@ def _scale(colours) -> list:
     return [[i / (len(colours) - 1), c] for i, c in enumerate(colours)]
 
 
-def _looks(kind: str) -> tuple[dict, dict]:
-    """(layout defaults, per-trace-type defaults) of Streamlit's light or dark chart theme."""
+def _looks(kind: str) -> tuple[dict, dict, str]:
+    """(layout defaults, per-trace-type defaults, grid colour) of Streamlit's light or dark chart theme."""
     text, title, legend, bg, grid, hover, colorway, seq = PALETTES[kind]
     # A template's colours only colour what is on; in a layout, a grid or zero-line colour also turns that line on,
     # and a tick colour turns ticks on: those are added per axis in `themed`, only where plotly would draw them.

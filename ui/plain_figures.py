@@ -81,9 +81,8 @@ def sendable(fig: go.Figure, look: str | None = None) -> BaseFigure:
     """What a chart sends: fig.to_dict() without the deep copy (the figure is left as it was), every cartesian
     axis's tick labels allowed past the plot's edge (`label_overflow_allowed`), in Streamlit's light or dark look
     written into the chart itself (ui.chart_theme: drawn once, not twice)."""
-    if fig._frame_objs:  # an animation: plotly's own way
-        return fig
-    return _Spec(themed(label_overflow_allowed(_converted({"data": fig._data, "layout": fig._layout})), look))
+    spec = fig.to_dict() if fig._frame_objs else _converted({"data": fig._data, "layout": fig._layout})  # frames:
+    return _Spec(themed(label_overflow_allowed(spec), look))  # an animation's spec is plotly's own, copied
 
 
 CARTESIAN = {"scatter", "bar", "heatmap", "histogram", "box", "violin", "contour", "scattergl"}

@@ -91,3 +91,15 @@ def test_every_chart_is_sent_without_streamlits_theme_and_in_the_light_look():
         layout = json.loads(c.proto.spec)["layout"]
         assert "template" not in layout and layout["paper_bgcolor"] == PALETTES["light"][3]
         assert layout["datarevision"]
+
+
+def test_an_animation_is_sent_in_the_look_with_its_frames():
+    """No page animates today; one that does still gets the look (it is sent with theme None like every chart)."""
+    import plotly.graph_objects as go
+
+    from ui.plain_figures import sendable
+
+    fig = go.Figure(data=[go.Scatter(y=[1, 2])], frames=[go.Frame(data=[go.Scatter(y=[2, 1])])])
+    sent = sendable(fig, "dark").to_dict()
+    assert sent["frames"][0]["data"][0]["y"] == [2, 1]
+    assert "template" not in sent["layout"] and sent["layout"]["paper_bgcolor"] == PALETTES["dark"][3]
