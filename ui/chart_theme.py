@@ -85,6 +85,9 @@ def themed(spec: dict, kind: str | None) -> dict:
         if own.get("ticks"):
             axis["tickcolor"] = grid
         layout[name] = merged(axis, own)
+        ink = layout[name].get("tickfont", {}).get("color")
+        if kind == "dark" and _dark(ink):  # a chart's dark labels (token names: "#222") on the dark page: light ink
+            layout[name]["tickfont"] = {**layout[name]["tickfont"], "color": PALETTES["dark"][2]}
     layout = merged({k: v for k, v in layout_defaults.items() if k not in ("xaxis", "yaxis")}, layout)
     title = layout.get("title", {})
     if title.get("text") and not str(title["text"]).startswith("<b>"):
@@ -94,6 +97,18 @@ def themed(spec: dict, kind: str | None) -> dict:
     out = {**spec, "data": data, "layout": layout}
     out["layout"]["datarevision"] = revision(out)
     return out
+
+
+def _dark(colour) -> bool:
+    """Whether a colour is a dark grey or black written as #rgb or #rrggbb (the labels charts set for a light page)."""
+    if not (isinstance(colour, str) and colour.startswith("#") and len(colour) in (4, 7)):
+        return False
+    digits = colour[1:] if len(colour) == 7 else "".join(c * 2 for c in colour[1:])
+    try:
+        r, g, b = (int(digits[i : i + 2], 16) for i in (0, 2, 4))
+    except ValueError:
+        return False
+    return max(r, g, b) - min(r, g, b) < 40 and 0.2126 * r + 0.7152 * g + 0.0722 * b < 100  # grey, and dark
 
 
 ORIENTED = {"bar", "box", "violin", "histogram", "waterfall", "funnel"}

@@ -103,3 +103,13 @@ def test_an_animation_is_sent_in_the_look_with_its_frames():
     sent = sendable(fig, "dark").to_dict()
     assert sent["frames"][0]["data"][0]["y"] == [2, 1]
     assert "template" not in sent["layout"] and sent["layout"]["paper_bgcolor"] == PALETTES["dark"][3]
+
+
+def test_dark_tick_labels_a_chart_sets_for_a_light_page_turn_light_on_the_dark_one():
+    """Token labels are drawn "#222" (ui.figures.token_heatmap): on the dark page they were invisible."""
+    own = spec(yaxis={"tickfont": {"size": 9, "color": "#222"}}, xaxis={"tickfont": {"color": "#d62728"}})
+    dark, light = themed(copy.deepcopy(own), "dark")["layout"], themed(copy.deepcopy(own), "light")["layout"]
+    assert dark["yaxis"]["tickfont"] == {"size": 9, "color": PALETTES["dark"][2]}
+    assert light["yaxis"]["tickfont"]["color"] == "#222"
+    assert dark["xaxis"]["tickfont"]["color"] == "#d62728"  # a colour that reads on both is left alone
+    assert dark["yaxis2"]["tickfont"]["color"] == PALETTES["dark"][0]  # the look's own grey stays
