@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 FONT = '"Source Sans", sans-serif'
 BLUES = ("#e4f5ff", "#c7ebff", "#a6dcff", "#83c9ff", "#60b4ff", "#3d9df3", "#1c83e1", "#0068c9", "#0054a3", "#004280")
@@ -77,8 +78,7 @@ def themed(spec: dict, kind: str | None) -> dict:
     that changes whenever anything in the spec does (plotly then redraws; an unchanged chart is left alone)."""
     layout_defaults, trace_defaults, grid = LOOKS.get(kind or "light", LOOKS["light"])
     layout = {k: v for k, v in spec["layout"].items() if k != "template"}
-    axes = [k for k in layout if k[1:5] == "axis" and k[0] in "xy"]  # each cartesian trace's (label_overflow_allowed)
-    for name in axes:  # every x axis takes the template's xaxis, every y axis its yaxis
+    for name in axis_names(layout):  # every x axis takes the template's xaxis, every y axis its yaxis
         own, axis = layout.get(name) or {}, dict(layout_defaults[name[0] + "axis"])
         if own.get("showgrid", name[0] == "y" and not _categories_along(spec["data"], name)):
             axis.update(gridcolor=grid, zerolinecolor=grid)  # where plotly draws the grid (the template's x: never)
@@ -97,6 +97,12 @@ def themed(spec: dict, kind: str | None) -> dict:
     out = {**spec, "data": data, "layout": layout}
     out["layout"]["datarevision"] = revision(out)
     return out
+
+
+def axis_names(layout: dict) -> list[str]:
+    """The cartesian axes a layout holds ("xaxis", "yaxis2", ...; plain_figures.label_overflow_allowed has added
+    every axis a cartesian trace uses)."""
+    return [k for k in layout if re.fullmatch(r"[xy]axis\d*", k)]
 
 
 def _dark(colour) -> bool:

@@ -9,7 +9,6 @@ measured by the browser for overflow.
 """
 from __future__ import annotations
 
-import re
 from functools import partial
 
 import plotly.graph_objects as go
@@ -17,7 +16,7 @@ from _plotly_utils.basevalidators import ColorscaleValidator
 from _plotly_utils.utils import is_homogeneous_array, is_skipped_key, to_typed_array_spec
 from plotly.basedatatypes import BaseFigure
 
-from .chart_theme import themed
+from .chart_theme import axis_names, themed
 
 _SCALES = ColorscaleValidator("colorscale", "figure")
 
@@ -81,8 +80,9 @@ def sendable(fig: go.Figure, look: str | None = None) -> BaseFigure:
     """What a chart sends: fig.to_dict() without the deep copy (the figure is left as it was), every cartesian
     axis's tick labels allowed past the plot's edge (`label_overflow_allowed`), in Streamlit's light or dark look
     written into the chart itself (ui.chart_theme: drawn once, not twice)."""
-    spec = fig.to_dict() if fig._frame_objs else _converted({"data": fig._data, "layout": fig._layout})  # frames:
-    return _Spec(themed(label_overflow_allowed(spec), look))  # an animation's spec is plotly's own, copied
+    # an animation (frames) takes plotly's own copying to_dict
+    spec = fig.to_dict() if fig._frame_objs else _converted({"data": fig._data, "layout": fig._layout})
+    return _Spec(themed(label_overflow_allowed(spec), look))
 
 
 CARTESIAN = {"scatter", "bar", "heatmap", "histogram", "box", "violin", "contour", "scattergl"}
@@ -94,7 +94,7 @@ def label_overflow_allowed(spec: dict) -> dict:
     tokens); Streamlit's theme grows the margins to hold the labels (automargin), or a chart sets its own margins
     for them (figures.token_heatmap), so nothing passes the edge and nothing is hidden either way."""
     layout = spec["layout"] = dict(spec["layout"])
-    axes = {k for k in layout if re.fullmatch(r"[xy]axis\d*", k)}
+    axes = set(axis_names(layout))
     for trace in spec["data"]:
         if trace.get("type", "scatter") in CARTESIAN:
             axes |= {f"{a}axis{str(trace.get(a + 'axis', a))[1:]}" for a in "xy"}

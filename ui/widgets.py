@@ -6,7 +6,6 @@ from __future__ import annotations
 import html
 import re
 
-import plotly.graph_objects as go
 import streamlit as st
 
 from .figures import visible
@@ -37,13 +36,11 @@ def chart(fig, key: str, *, on_select: bool = False):
     config = {"displaylogo": False, "toImageButtonOptions": {
         "format": fmt if fmt in IMAGE_FORMATS else "png", "scale": 2,
         "filename": file_stem("transformer-explorer", key, str(st.session_state.get("model", "")).split(":")[-1])}}
-    theme = "streamlit"
-    if isinstance(fig, go.Figure):  # the theme written into the chart (ui.chart_theme): the browser draws it once
-        fig, theme = sendable(fig, st.context.theme.type), None
+    fig = sendable(fig, st.context.theme.type)  # the look written into the chart (ui.chart_theme): drawn once
     if on_select:
-        return st.plotly_chart(fig, key=key, config=config, width="stretch", theme=theme, on_select="rerun",
+        return st.plotly_chart(fig, key=key, config=config, width="stretch", theme=None, on_select="rerun",
                                selection_mode="points")
-    st.plotly_chart(fig, key=key, config=config, width="stretch", theme=theme)
+    st.plotly_chart(fig, key=key, config=config, width="stretch", theme=None)
     return None
 
 
