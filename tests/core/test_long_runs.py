@@ -49,6 +49,7 @@ def test_the_budget_sets_the_steps_from_the_measured_speed():
     assert fit_budget(replace(tc, eval_interval=10, eval_iters=3), 50, 10.0).max_iters == 50 + int(90 / 0.24)
     assert fit_budget(tc, 50, 1.0).max_iters == 1000  # never more than max_iters
     assert fit_budget(tc, 50, 120.0).max_iters == 50  # over budget already: stop
+    assert fit_budget(tc, 50, 10.0, per_step=0.1).max_iters == 950  # the warm steps' speed, not the mean
 
 
 class Clock:
@@ -64,7 +65,7 @@ class Clock:
 
 def test_a_budgeted_run_trains_the_fitted_steps_and_a_rerun_with_them_repeats_it(monkeypatch):
     monkeypatch.setattr(training, "time", Clock())
-    tc = TrainConfig(**TINY, max_iters=5000, budget_s=100.0, lr_schedule="cosine", warmup=60, lr=3e-3)
+    tc = TrainConfig(**TINY, max_iters=5000, budget_s=100.0, lr_schedule="cosine", warmup=100, lr=3e-3)
     result = train(tc)
     assert 90 <= result.config.max_iters == result.iterations <= 100 < 5000 and not result.stopped
     assert result.config.budget_s == 100.0 and tc.warmup >= training.CALIBRATION_STEPS
@@ -75,9 +76,9 @@ def test_a_budgeted_run_trains_the_fitted_steps_and_a_rerun_with_them_repeats_it
 
 def test_a_budgeted_run_stops_at_a_tenth_over_its_budget_if_the_speed_changes(monkeypatch):
     monkeypatch.setattr(training, "time", Clock())
-    monkeypatch.setattr(training, "fit_budget", lambda tc, done, seconds: tc)  # as if calibrated far too high
-    result = train(TrainConfig(**TINY, max_iters=5000, budget_s=20.0))
-    assert result.stopped and result.iterations == 23  # the first step past 22 s (1.1 × 20), one second per step
+    monkeypatch.setattr(training, "fit_budget", lambda tc, *timing: tc)  # as if calibrated far too high
+    result = train(TrainConfig(**TINY, max_iters=5000, budget_s=10.0))
+    assert result.stopped and result.iterations == 12  # the first step past 11 s (1.1 × 10), one second per step
 
 
 def fake_evals(monkeypatch, vals: list[float]):
@@ -135,8 +136,8 @@ def test_the_gpu_recipe_is_the_default_model_with_only_the_long_run_settings_cha
     assert SHIPPED_LMS["everyday-gpt"]["gpu_config"] is EVERYDAY_GPU
     EVERYDAY_GPU.validate()
     changed = {k for k in vars(EVERYDAY) if getattr(EVERYDAY, k) != getattr(EVERYDAY_GPU, k)}
-    assert changed == {"batch_size", "max_iters", "budget_s", "amp", "dropout", "warmup", "eval_interval",
-                       "eval_iters", "keep_best", "device"}
+    assert changed == {"corpus_weights", "batch_size", "max_iters", "budget_s", "amp", "dropout", "warmup",
+                       "eval_interval", "eval_iters", "keep_best", "device"}
     assert EVERYDAY_GPU.warmup >= training.CALIBRATION_STEPS  # a rerun with the card's steps repeats the run
 
 

@@ -59,7 +59,8 @@ def test_card_has_every_field_and_names_its_source(shipped, name):
     for c in corpora:
         assert {"package", "version", "licence", "sha256"} <= set(c) and c["package"]
     assert card["steps"] > 0 and card["tokens_seen"] > 0 and card["train_seconds"] > 0 and card["device"]
-    assert card["command"] == f"python -m transformer_core.train.build --only {name}"
+    gpu = " --recipe gpu --cache .corpora" if card["device"].startswith("cuda") else ""  # README, Models
+    assert card["command"] == f"python -m transformer_core.train.build --only {name}{gpu}"
     assert card["description"]["en"] and card["description"]["zh"]
     assert sum(f.stat().st_size for f in (ASSETS / name).iterdir()) <= 25 * 2**20
 

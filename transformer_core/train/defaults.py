@@ -73,13 +73,17 @@ BILINGUAL = replace(_LM, context=128, d_model=256, n_heads=8, n_layers=4, d_ffn=
 EVERYDAY = replace(BILINGUAL, encoding="cl100k_2k", corpus_weights=(0.44, 0.24, 0.24, 0.04, 0.04), max_iters=3600,
                    synthetic_first=200, synthetic_fraction=0.2)
 # The default's recipe for a lent GPU (`build --only everyday-gpt --recipe gpu`; the machine reaches no registry, so
-# the corpora travel packed: train/corpus_pack.py). The same model and data, seven times the tokens: 12,000 steps of
-# 64 × 128 (98 M tokens; the Brown Corpus, 2.2 M tokens of this vocabulary, read about 15 times: past ~4 repeats a
-# repeat adds little and a model this size starts to learn the text by heart), so dropout 0.1 and the weights of the
-# evaluation with the lowest held-out loss are kept (every 500 steps). bfloat16 autocast; at most 5 minutes of
-# training (budget_s: fewer steps if the machine is slower; the card records the steps). Not yet run on a GPU.
-EVERYDAY_GPU = replace(EVERYDAY, batch_size=64, max_iters=12_000, budget_s=300.0, amp=True, dropout=0.1, warmup=500,
-                       eval_interval=500, eval_iters=10, keep_best=True, device="cuda")
+# the corpora travel packed: train/corpus_pack.py). The same model and vocabulary, about seven times the tokens:
+# batches of 64 × 128, dropout 0.1, the weights of the evaluation with the lowest held-out loss kept (every 500
+# steps), bfloat16 autocast, and more of the Brown Corpus (56% instead of 44%; the Chinese corpora 18% each): read
+# about 15 times, so past ~4 repeats a model this size starts to learn it by heart. Built 2026-11-27 on an NVIDIA
+# H200: a 215 s budget fitted 9,832 steps (≈ 19 ms each; 186 s of training, 234 s for the command, 75 M tokens).
+# Tried there too: 12,000 steps at the 44% mix, 204 s: English 1.575 bits per byte (this one 1.544), the same
+# top-1 (29.4%), Chinese 1.758 (this one 1.786); kept this one for its lower Brown held-out loss (3.18 vs 3.23).
+# max_iters caps the steps at the shipped run's, so a rerun on an H200 repeats it; `--budget 0` skips the timing.
+EVERYDAY_GPU = replace(EVERYDAY, corpus_weights=(0.56, 0.18, 0.18, 0.04, 0.04), batch_size=64, max_iters=9_832,
+                       budget_s=215.0, amp=True, dropout=0.1, warmup=500, eval_interval=500, eval_iters=10,
+                       keep_best=True, device="cuda")
 # Today's decoder on the bilingual recipe (same steps, batch, context, corpora, vocabulary, tied and scaled
 # embeddings, learning rate): only the parts Llama and Qwen2 changed differ. RoPE instead of sinusoidal
 # positions, RMSNorm instead of LayerNorm, a SwiGLU FFN (three matrices, so d_ffn 688 ≈ ⅔ × 1024 keeps its
@@ -104,17 +108,18 @@ SHIPPED_LMS = {
         "subset": subset("cl100k_2k", 2048),
         "order": 0, "example": "The weather was nice, so we walked to the park after lunch.",
         "summary": {  # one honest line, measured (see the card's everyday figures)
-            "en": "Good at: reading any text with no ⟨unk⟩; Chinese (1.89 bits per byte; right first guess 31% of "
-                  "the time); its heads: a previous-token head (0.63) and an induction head (0.83), which copies "
-                  "what followed the last time a token appeared. Bad at: English against a trigram (1.72 bits per "
-                  "byte, a trigram 1.60) and whole English words (its 2,048 tokens spell many words in pieces, so "
-                  "its first guess is often a piece such as “ s”: right 24% of the time), code and emoji, and "
-                  "writing: greedy text soon loses the thread (“ satisfacy”).",
-            "zh": "擅长：读任何文本而没有 ⟨unk⟩；中文（每字节 1.89 比特；第一猜测的正确率 31%）；它的注意力头："
-                  "一个前一个词元头（0.63）和一个归纳头（0.83），后者会照抄某个词元上次出现时后面跟着的内容。"
-                  "不擅长：英文上不如三元语法（每字节 1.72 比特，三元语法 1.60）、猜整个英文单词（它的 2,048 个词元"
-                  "把许多单词拆成小块，所以第一猜测常常是“ s”这样的小块：正确率 24%）、代码和表情符号，以及写作："
-                  "贪心生成很快就失去条理（“ satisfacy”）。"},
+            "en": "Good at: reading any text with no ⟨unk⟩; everyday English and Chinese, better than a trigram of "
+                  "its own corpora (English 1.54 bits per byte, the trigram 1.60; Chinese 1.79, right first guess "
+                  "33% of the time); its heads: a previous-token head (0.91) and an induction head (0.96), which "
+                  "copies what followed the last time a token appeared. Bad at: whole English words (its 2,048 "
+                  "tokens spell many words in pieces, so its first guess is often a piece such as “ s”: right 29% "
+                  "of the time), code and emoji, and writing: greedy text reads like English but soon loses the "
+                  "thread (“ the spring of the clou”).",
+            "zh": "擅长：读任何文本而没有 ⟨unk⟩；日常英文和中文，比用它自己的语料做的三元语法更好（英文每字节 1.54 "
+                  "比特，三元语法 1.60；中文 1.79，第一猜测的正确率 33%）；它的注意力头：一个前一个词元头（0.91）和"
+                  "一个归纳头（0.96），后者会照抄某个词元上次出现时后面跟着的内容。不擅长：猜整个英文单词（它的 "
+                  "2,048 个词元把许多单词拆成小块，所以第一猜测常常是“ s”这样的小块：正确率 29%）、代码和表情符号，"
+                  "以及写作：贪心生成读起来像英文，但很快就失去条理（“ the spring of the clou”）。"},
         "description": {
             "en": "The default: a GPT of the course's decoder blocks (4 layers, d_model 256, 8 heads, pre-norm) "
                   "trained here on modern English (the Brown Corpus) and Chinese (reviews and the People's Daily), "

@@ -273,8 +273,11 @@ def train(tc: TrainConfig, callback: Callable[[Progress], None] | None = None,
             loss = float(train_step(model, opt, b.to(device), tc.grad_clip, tc.amp))
             it += 1
             hist.step_loss.append(loss)
+            if tc.budget_s and it == WARM_STEPS:
+                warm = time.perf_counter()
             if tc.budget_s and it == CALIBRATION_STEPS:
-                tc = fit_budget(tc, it, time.perf_counter() - start)
+                now = time.perf_counter()
+                tc = fit_budget(tc, it, now - start, (now - warm) / (CALIBRATION_STEPS - WARM_STEPS))
             if callback is not None:
                 callback(Progress(it, tc.max_iters, loss, hist, model))
             if tc.budget_s and time.perf_counter() - start > 1.1 * tc.budget_s:
@@ -292,13 +295,16 @@ def train(tc: TrainConfig, callback: Callable[[Progress], None] | None = None,
     return TrainResult(model.eval(), hist, it, stopped, time.perf_counter() - start, tokens, tc, device, data, kept)
 
 
-CALIBRATION_STEPS = 50  # a budgeted run measures this many steps (one evaluation among them), then sets max_iters
+# A budgeted run times its steps WARM_STEPS..CALIBRATION_STEPS, then sets max_iters. The first steps are left out:
+# on a GPU they pay its warm-up (on an H200, 50 steps from the start gave 7x the true step time, and 2,844 steps of
+# the 12,000 that fitted).
+WARM_STEPS, CALIBRATION_STEPS = 20, 100
 
 
-def fit_budget(tc: TrainConfig, done: int, seconds: float) -> TrainConfig:
-    """The config with max_iters cut to what fits in budget_s at the speed of the first steps (an evaluation costs
-    about eval_iters × 2 forwards, a third of a step each, every eval_interval steps; the first one was measured)."""
-    per_step = seconds / done
+def fit_budget(tc: TrainConfig, done: int, seconds: float, per_step: float | None = None) -> TrainConfig:
+    """The config with max_iters cut to what fits in budget_s, `seconds` spent, at `per_step` (default: the mean so
+    far; an evaluation costs about eval_iters × 2 forwards, a third of a step each, every eval_interval steps)."""
+    per_step = seconds / done if per_step is None else per_step
     evals = (2 * tc.eval_iters / 3) / tc.eval_interval if tc.eval_interval else 0.0
     fits = done + int((tc.budget_s - seconds) / (per_step * (1 + evals)))
     return replace(tc, max_iters=max(done, min(tc.max_iters, fits)))
