@@ -84,6 +84,13 @@ def open_app(page: str | None = None, timeout: float = 120, **query) -> AppTest:
     return at
 
 
+def open_export(at: AppTest, *views: str) -> AppTest:
+    """Open these views' Export expanders (ui.tools.export_panel builds its contents only when open) and rerun."""
+    for view in views:
+        at.session_state[f"xp_open_{view}"] = True
+    return at.run()
+
+
 def assert_clean(at: AppTest) -> None:
     """The run showed no exception and no error box."""
     assert not at.exception, [e.value for e in at.exception]

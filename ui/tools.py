@@ -31,7 +31,10 @@ def export_panel(result, view: str, ctx=None, *, key: str = "", boxed: bool = Tr
         key = ctx.key.split(":")[-1]
         params = {"model": ctx.key.removeprefix("shipped:"), "text": ss.get("text", ""),
                   "target": ss.get("tgt") if ctx.model.is_encoder_decoder else None, **params}
-    with st.expander(t("xp_title")) if boxed else st.container(border=True):
+    box = st.expander(t("xp_title"), key=f"xp_open_{view}", on_change="rerun") if boxed else st.container(border=True)
+    if boxed and not box.open:  # built when opened: a code block's highlighter cost the FFN page 0.7 s of browser CPU
+        return
+    with box:
         if not boxed:
             st.markdown(f"**{t('xp_title')}**")
         try:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.apptest import array, figure, harness_language, open_app, page_names
+from harness.apptest import array, figure, harness_language, open_app, open_export, page_names
 from service import catalog
 from transformer_core.analysis.positions import rope_offset_scores
 
@@ -183,6 +183,8 @@ def test_ffn_page_exports_the_neuron_it_reads():
 
     at = open_app("ffn", model="shipped:everyday-gpt", text=TEXT)
     assert not at.exception, at.exception
+    assert not any("xp_npz_neuron" in b.proto.id for b in at.get("download_button"))  # built when opened
+    open_export(at, "neuron")
     assert any("xp_npz_neuron" in b.proto.id for b in at.get("download_button"))
     code = next(c.value for c in at.code if "read_neuron" in c.value)
     ns = {}

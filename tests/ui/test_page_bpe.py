@@ -14,6 +14,7 @@ from harness.apptest import (
     harness_language,
     messages,
     open_app,
+    open_export,
     shown_texts,
 )
 from transformer_core import load_encoding
@@ -70,7 +71,7 @@ def test_stepping_a_word_replays_tiktokens_merges_lowest_rank_first():
     assert "rank 350" in " ".join(c.value for c in at.caption)
     at.slider(key=f"bpe_step_cl100k_base_{tid}").set_value(11).run()
     assert chip_texts(at.html[0].value) == ["␣Transformer"]
-    code = next(c.value for c in at.code if "token_playback" in c.value)
+    code = next(c.value for c in open_export(at, "bpe_token").code if "token_playback" in c.value)
     scope: dict = {}
     exec(code, scope)  # the page's notebook code recomputes the ranks it shows
     np.testing.assert_array_equal(scope["arrays"]["ranks"], df[EN["bpe_col_rank"]])

@@ -16,6 +16,7 @@ from harness.apptest import (
     harness_language,
     messages,
     open_app,
+    open_export,
     page_file,
     shown_texts,
 )
@@ -70,7 +71,7 @@ def test_reverse_default_and_the_notebook_snippet():
     assert_clean(at)
     assert at.text_area(key="cmp_text_b").value == "b c a d"  # the sidebar's words, reversed
     assert at.selectbox(key="cmp_kind").value == "cross"
-    code = at.code[0].value
+    code = open_export(at, "compare").code[0].value
     assert "compare(model, prep, prep_b, 'cross', 0, 0, top=10)" in code
     scope: dict = {}
     exec(code, scope)  # the page's notebook code recomputes what it shows

@@ -14,6 +14,7 @@ from harness.apptest import (
     harness_language,
     messages,
     open_app,
+    open_export,
     shown_texts,
 )
 from transformer_core import load_model, prepare
@@ -100,7 +101,7 @@ def test_sinks_and_removing_one_equal_the_core_functions():
     kl = next(m.value for m in at.metric if m.label == EN["sk_kl"])
     assert float(kl) == pytest.approx(removal.effect.kl, rel=1e-3, abs=1e-9)
     assert removal.effect.kl < 0.01 and "parked" in " ".join(m.value for m in at.markdown)  # what the caption says
-    code = [c.value for c in at.code if "remove_sink" in c.value][0]
+    code = [c.value for c in open_export(at, "remove_sink").code if "remove_sink" in c.value][0]
     scope: dict = {}
     exec(code, scope)  # the page's notebook code recomputes the numbers it shows
     np.testing.assert_allclose(scope["arrays"]["weights_after"], removal.weights_after.numpy(), atol=1e-6)
@@ -109,7 +110,7 @@ def test_sinks_and_removing_one_equal_the_core_functions():
 def test_the_heads_snippet_recomputes_the_catalogue():
     at = open_app(PAGE, model="shipped:copy", text="d a c b", tgt="= d a c", lang="en")
     assert_clean(at)
-    code = [c.value for c in at.code if "detect_heads" in c.value][0]
+    code = [c.value for c in open_export(at, "heads").code if "detect_heads" in c.value][0]
     assert "length=4" in code and f"count={PROBE_COUNT}" in code
     scope: dict = {}
     exec(code, scope)

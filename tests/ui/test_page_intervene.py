@@ -14,6 +14,7 @@ from harness.apptest import (
     harness_language,
     messages,
     open_app,
+    open_export,
     shown_texts,
 )
 from transformer_core import load_model, prepare, run
@@ -74,7 +75,7 @@ def test_mean_ablation_of_an_ffn_equals_ablate_and_the_shared_model_is_unchanged
     eff = ablate(model, prep, ffn_layers=[("encoder", 0)], mode="mean").effect
     assert summary(at)[EN["iv_col_change"]].tolist()[0] == pytest.approx(eff.loss_change, abs=1e-6)
     torch.testing.assert_close(run(model, prep.src_ids, prep.tgt_ids), before, rtol=0, atol=0)
-    code = [c.value for c in at.code if "ablate(" in c.value][0]
+    code = [c.value for c in open_export(at, "ablate").code if "ablate(" in c.value][0]
     assert "ffn_layers=[('encoder', 0)]" in code and "mode='mean'" in code
     scope: dict = {}
     exec(code, scope)  # the page's notebook code recomputes what it shows

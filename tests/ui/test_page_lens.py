@@ -14,6 +14,7 @@ from harness.apptest import (
     harness_language,
     messages,
     open_app,
+    open_export,
     shown_texts,
 )
 from transformer_core import act_name, load_model, prepare, run, run_with_trace, token_labels
@@ -84,7 +85,7 @@ def test_picking_a_position_and_k_changes_the_table():
 
 def test_the_notebook_snippet_recomputes_the_heatmap():
     at = open_app(PAGE, model="shipped:reverse", text="d a c b", tgt="= b c a", lang="en")
-    code = at.code[0].value
+    code = open_export(at, "logit_lens").code[0].value
     assert "logit_lens(model, prep, k=5)" in code and "load_model('reverse')" in code
     scope: dict = {}
     exec(code, scope)

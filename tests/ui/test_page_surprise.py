@@ -7,7 +7,17 @@ import numpy as np
 import pytest
 import torch
 
-from harness.apptest import EN, ENGLISH_ONLY, SMALL, assert_clean, harness_language, messages, open_app, shown_texts
+from harness.apptest import (
+    EN,
+    ENGLISH_ONLY,
+    SMALL,
+    assert_clean,
+    harness_language,
+    messages,
+    open_app,
+    open_export,
+    shown_texts,
+)
 from transformer_core import load_model, prepare, run, token_labels
 from ui.figures import visible
 
@@ -59,7 +69,7 @@ def test_encoder_decoder_surprise_is_over_the_target():
 def test_the_notebook_snippet_recomputes_the_page_numbers():
     at = open_app(PAGE, model=SMALL, text="the cat sat on the mat", lang="en")
     assert_clean(at)
-    code = at.code[0].value
+    code = open_export(at, "surprise").code[0].value
     assert "surprise(model, prep)" in code and "course-gpt" in code
     scope: dict = {}
     exec(code, scope)  # the page's own snippet, run as a learner would
