@@ -13,7 +13,7 @@ from ui.figures import bars
 from ui.i18n import t
 from ui.nav import link
 from ui.session import page_context, through_app
-from ui.widgets import chart, explain, file_stem, table
+from ui.widgets import chart, explain, file_stem, preformatted, table
 
 through_app()
 
@@ -42,11 +42,11 @@ st.subheader(t("mdl_arch"))
 arch = "encdec" if ctx.model.is_encoder_decoder else "dec"
 hd = str(cfg.head_dim) + (t("mdl_gqa", kv=cfg.kv_heads, g=cfg.n_heads // cfg.kv_heads) if cfg.kv_heads < cfg.n_heads
                           else "") + (t("mdl_rope") if cfg.positional == "rope" else "")
-st.code(t(f"mdl_arch_{arch}", n=cfg.n_layers, h=cfg.n_heads, hd=hd, d=cfg.d_model,
-          ffn=f"{cfg.d_ffn}{t('mdl_swiglu') if cfg.ffn == 'gated' else ''}", vocab=cfg.vocab_size,
-          pos=POSITION_CLASSES[cfg.positional], scale=" × √d_model" if cfg.scale_embedding else "",
-          norm=("pre-norm" if cfg.norm_first else "post-norm") + f" {NORM_CLASSES[cfg.norm]}",
-          final=f" → {NORM_CLASSES[cfg.norm]}" if cfg.final_norm else ""), language="text")
+preformatted(t(f"mdl_arch_{arch}", n=cfg.n_layers, h=cfg.n_heads, hd=hd, d=cfg.d_model,
+               ffn=f"{cfg.d_ffn}{t('mdl_swiglu') if cfg.ffn == 'gated' else ''}", vocab=cfg.vocab_size,
+               pos=POSITION_CLASSES[cfg.positional], scale=" × √d_model" if cfg.scale_embedding else "",
+               norm=("pre-norm" if cfg.norm_first else "post-norm") + f" {NORM_CLASSES[cfg.norm]}",
+               final=f" → {NORM_CLASSES[cfg.norm]}" if cfg.final_norm else ""))
 
 st.subheader(t("mdl_vs_course"))
 st.markdown(t("mdl_vs_course_text"))
@@ -67,7 +67,7 @@ fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
 fields["vocab_map"] = t("mdl_vocab_map", n=len(cfg.vocab_map)) if cfg.vocab_map else "—"
 table(pd.DataFrame({t("col_field"): list(fields), t("col_value"): [str(v) for v in fields.values()]}), "config")
 with st.expander(t("mdl_tree")):
-    st.code(str(ctx.model), language="text")
+    preformatted(str(ctx.model))
 
 st.subheader(t("mdl_params"))
 counts = param_counts(ctx.model)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import streamlit as st
 
 from .i18n import lang, strings, t
-from .widgets import table
+from .widgets import preformatted, table
 
 FIGURES = ("heldout_loss", "bigram_loss", "unigram_loss", "unk_rate", "exact_match", "accuracy")
 
@@ -65,7 +65,7 @@ def show_card(card: dict, key: str) -> None:
         table(df, f"heads_{key}", formats={t("card_head_score"): "%.3f"})
     if card.get("command"):
         st.caption(t("card_command"))
-        st.code(card["command"], language="bash")
+        preformatted(card["command"])
 
 
 def corpus_label(name: str) -> str:

@@ -23,6 +23,17 @@ def explain(key: str, latex: str | None = None) -> None:
         st.latex(latex)
 
 
+# st.code's look without its syntax highlighter: Streamlit loads that (every grammar, ~1 MB) the first time a tab
+# shows a code block, ~0.5-0.9 s of the browser's main thread on the page that shows one (the Model page at 2.0 s)
+PRE_STYLE = ("font-family:'Source Code Pro',monospace;font-size:0.875rem;line-height:1.6;white-space:pre;"
+             "overflow-x:auto;padding:1rem;border-radius:0.5rem;background:rgba(128,128,128,0.1);margin:0 0 1rem")
+
+
+def preformatted(text: str) -> None:
+    """Monospace text as printed (an architecture, a command): selectable, never read as HTML."""
+    st.html(f'<pre style="{PRE_STYLE}">{html.escape(text)}</pre>')
+
+
 def file_stem(*parts: str) -> str:
     """A download's file name: page, view and model, in letters, digits and dashes."""
     stem = "-".join(re.sub(r"[^\w]+", "-", str(p), flags=re.ASCII).strip("-") for p in parts if p)

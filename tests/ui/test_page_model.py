@@ -33,8 +33,9 @@ def test_parameter_total_equals_sum_of_numel():
     assert counts["parameters"].iloc[0] == VOCAB * 64  # token embedding; sinusoidal PE has no parameters
     assert counts["component"].tolist()[-1] == "total"
     assert any("hand count is wrong" in i.value for i in at.info)
-    assert "PositionWiseFFN: 64 → 256 → 64" in at.code[0].value
-    assert "Transformer(" in at.code[1].value  # str(model) in the expander
+    printed = [h.value for h in at.html]  # ui.widgets.preformatted: monospace, no syntax highlighter
+    assert any("PositionWiseFFN: 64 → 256 → 64" in v for v in printed) and not at.code
+    assert any("Transformer(" in v for v in printed)  # str(model) in the expander
 
 
 def test_shapes_table_lists_every_hook_in_forward_order():
