@@ -1,5 +1,6 @@
 """What keeps a shared server fast (bench/protocol_load.py measures it): the server settings, every chart on
 plotly's fast JSON path, the attention map's hover made of numbers and labels, tables built only when asked."""
+import itertools
 import tomllib
 from pathlib import Path
 
@@ -18,32 +19,85 @@ def test_server_settings_skip_the_collection_after_each_run_and_the_file_watcher
     assert config["server"]["fileWatcherType"] == "none"
 
 
-def test_a_full_collection_runs_every_tenth_run_and_frees_tensors_in_cycles(monkeypatch):
+def _cycle_holding_a_tensor(old: bool):
+    """A frame-like cycle holding a tensor, as an interrupted script leaves behind; old: aged into the oldest
+    generation first (it survived two collections while its run went on). Returns a weak reference to the tensor."""
     import gc
     import weakref
 
     import torch
 
-    from ui import runs
-
-    class Holder:  # a frame-like cycle holding a tensor, as an interrupted script leaves behind
+    class Holder:
         pass
 
     h = Holder()
     h.me, h.tensor = h, torch.zeros(1000)
     gone = weakref.ref(h.tensor)
+    if old:
+        gc.collect(0)
+        gc.collect(1)  # survivors of the middle generation move to the oldest
     del h
+    return gone
+
+
+def _runs_collecting(monkeypatch, n: int, rss=None) -> list:
+    """n runs of the app's begin/end with Python's own collections off; the generations the app collected."""
+    import gc
+
+    from ui import runs
+
+    calls = []
+    real = gc.collect
+    monkeypatch.setattr(gc, "collect", lambda generation=2: calls.append(generation) or real(generation))
+    if rss is not None:
+        monkeypatch.setattr(runs, "resident_bytes", rss)
+    monkeypatch.setattr(runs, "_RUNS", itertools.count(1))
+    monkeypatch.setitem(runs._last_full, "rss", 0 if rss is None else rss())
+    for _ in range(n):
+        runs.end(runs.begin())
+    return calls
+
+
+def test_every_tenth_run_collects_the_young_generations_and_frees_a_young_cycle(monkeypatch):
+    import gc
+
+    from ui import runs
+
     gc.disable()  # only the app's own collections count here
     try:
-        calls = []
-        real = gc.collect
-        monkeypatch.setattr(gc, "collect", lambda *a: calls.append(1) or real(*a))
-        for _ in range(2 * runs.COLLECT_EVERY):
-            runs.end(runs.begin())
-        assert len(calls) == 2
+        gone = _cycle_holding_a_tensor(old=False)
+        calls = _runs_collecting(monkeypatch, 2 * runs.COLLECT_EVERY, rss=lambda: 10**9)
+        assert calls == [1, 1]  # two young collections, no full one: memory did not grow
         assert gone() is None  # the tensor in the cycle is freed
     finally:
         gc.enable()
+
+
+def test_a_full_collection_frees_an_old_cycle_every_full_every_runs_or_when_memory_grew(monkeypatch):
+    import gc
+
+    from ui import runs
+
+    gc.disable()
+    try:
+        gone = _cycle_holding_a_tensor(old=True)
+        calls = _runs_collecting(monkeypatch, runs.FULL_EVERY - 1, rss=lambda: 10**9)
+        assert set(calls) == {1} and gone() is not None  # young collections leave an old cycle alone
+        calls = _runs_collecting(monkeypatch, runs.FULL_EVERY, rss=lambda: 10**9)
+        assert calls[-1] == 2 and calls.count(2) == 1 and gone() is None  # the FULL_EVERY-th run frees it
+
+        gone = _cycle_holding_a_tensor(old=True)
+        size = iter([10**9] + [10**9 + runs.FULL_GROWTH + 1] * 10)  # grown past FULL_GROWTH since the last full one
+        calls = _runs_collecting(monkeypatch, runs.COLLECT_EVERY, rss=lambda: next(size))
+        assert calls == [2] and gone() is None
+    finally:
+        gc.enable()
+
+
+def test_resident_bytes_reads_this_process():
+    from ui import runs
+
+    assert 10 * 2**20 < runs.resident_bytes() < 64 * 2**30  # a Python process with torch: tens of MB at least
 
 
 def test_the_first_run_freezes_the_imported_heap_once_and_every_run_is_counted(monkeypatch):
@@ -61,7 +115,7 @@ def test_the_first_run_freezes_the_imported_heap_once_and_every_run_is_counted(m
         assert gc.get_freeze_count() > 100_000  # streamlit, torch, plotly: out of every later collection's scan
         assert gc.isenabled()  # switched off only during the server's first run
         at.run()
-        assert len(counted) >= 2  # each run counts towards the full collection every tenth run
+        assert len(counted) >= 2  # each run counts towards the collection every tenth run
     finally:
         gc.unfreeze()
 
