@@ -150,6 +150,28 @@ def test_the_build_asks_which_model_for_the_gpu_recipe(capsys):
     assert "name one of ['everyday-gpt'] with --only" in capsys.readouterr().err
 
 
+def test_a_trial_of_the_gpu_recipe_takes_more_steps_and_its_card_command_repeats_it(monkeypatch, tmp_path):
+    from transformer_core.train import build
+
+    seen = {}
+
+    def fake_build(name, out, cache, gpu=False, **changes):
+        seen.update(name=name, gpu=gpu, changes=changes)
+        return {"command": build.gpu_command(name, changes)}
+
+    monkeypatch.setattr(build, "build_lm", fake_build)
+    build_main(["--recipe", "gpu", "--only", "everyday-gpt", "--out", str(tmp_path), "--steps", "20000",
+                "--budget", "420"])
+    assert seen == {"name": "everyday-gpt", "gpu": True, "changes": {"budget_s": 420.0, "max_iters": 20000}}
+    assert build.gpu_command("everyday-gpt", seen["changes"]) == (
+        "python -m transformer_core.train.build --only everyday-gpt --recipe gpu --cache .corpora --budget 420 "
+        "--steps 20000")
+    assert build.gpu_command("everyday-gpt", {}).endswith("--recipe gpu --cache .corpora")  # the shipped run
+    more = replace(EVERYDAY_GPU, max_iters=20_000, budget_s=420.0)  # what the options set; the budget still fits
+    assert fit_budget(more, 100, 2.0).max_iters == 20_000  # 0.02 s a step: all 20,000 fit in 420 s
+    assert fit_budget(replace(more, budget_s=100.0), 100, 2.0).max_iters < 20_000
+
+
 def test_a_run_stopped_by_hand_keeps_its_last_weights_and_claims_no_kept_step(monkeypatch):
     import threading
 

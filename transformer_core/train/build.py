@@ -95,9 +95,22 @@ def build_subset(recipe: dict, cache: str) -> str:
     return spec["name"]
 
 
+# A trial of the GPU recipe: TrainConfig field -> its option here (the card's command names those used, so the
+# command on a card always repeats its run)
+TRIAL_OPTIONS = {"budget_s": "--budget", "max_iters": "--steps", "device": "--device"}
+
+
+def gpu_command(name: str, changes: dict) -> str:
+    """The command that repeats a GPU build of `name` with these trial changes (README, Models)."""
+    trial = "".join(f" {TRIAL_OPTIONS[k]} {v:g}" if isinstance(v, float) else f" {TRIAL_OPTIONS[k]} {v}"
+                    for k, v in changes.items())
+    return f"{COMMAND} --only {name} --recipe gpu --cache .corpora{trial}"
+
+
 def build_lm(name: str, out: Path, cache: str, gpu: bool = False, **changes) -> dict:
     """A decoder-only language model on its corpus, measured on held-out text it never trained on (`gpu`: its GPU
-    recipe, for a machine that has one; `changes`: TrainConfig fields for a trial, e.g. a short budget)."""
+    recipe, for a machine that has one; `changes`: TrainConfig fields for a trial (TRIAL_OPTIONS), e.g. a short
+    budget or more steps)."""
     recipe = SHIPPED_LMS[name]
     tc = replace(recipe["gpu_config" if gpu else "config"], cache_dir=cache, **changes)
     if "subset" in recipe:
@@ -120,7 +133,7 @@ def build_lm(name: str, out: Path, cache: str, gpu: bool = False, **changes) -> 
         card["summary"] = recipe["summary"]
     texts, card["heldout_sample"] = heldout_samples(model, data)
     card = save(name, out, result, card, dtype="float16",
-                command=f"{COMMAND} --only {name} --recipe gpu --cache .corpora" if gpu else "")
+                command=gpu_command(name, changes) if gpu else "")
     for corpus, text in texts.items():  # beside the weights (save() starts the folder afresh)
         (out / name / f"heldout_{corpus}.txt").write_text(text, encoding="utf-8")
     from ..analysis.neurons import index_folder
@@ -233,13 +246,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--recipe", choices=("cpu", "gpu"), default="cpu",
                         help="gpu: the language models' GPU recipes (train/defaults.py; see README, Models)")
     parser.add_argument("--budget", type=float, default=None, help="a trial: the GPU recipe's training seconds")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="a trial: the GPU recipe's steps (at most; its budget may stop it sooner)")
     parser.add_argument("--device", default=None, help="a trial: the GPU recipe on another device (cpu)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     builders = BUILDERS
     if args.recipe == "gpu":
-        changes = {k: v for k, v in (("budget_s", args.budget), ("device", args.device)) if v is not None}
+        given = {"budget_s": args.budget, "max_iters": args.steps, "device": args.device}
+        changes = {k: v for k, v in given.items() if v is not None}
         builders = {n: partial(build_lm, gpu=True, **changes) for n, r in SHIPPED_LMS.items() if "gpu_config" in r}
         if not set(args.only or ()) <= set(builders) or not args.only:
             parser.error(f"--recipe gpu: name one of {sorted(builders)} with --only")
