@@ -9,8 +9,8 @@ from transformer_core.analysis.residual import (
     active_fraction,
     gate_up,
     layer_norm_effect,
+    norm_affine,
     norm_pair,
-    norm_weight,
     stream,
     top_neurons,
 )
@@ -84,16 +84,16 @@ if effect is not None:
     st.markdown(t("ffn_ln_text", mi=effect.mean_in, si=effect.std_in, ni=effect.norm_in, mo=effect.mean_out,
                   so=effect.std_out, no=effect.norm_out, norm=norm_name))
     pair = norm_pair(ffn_step.ln_in[position], cfg.layer_norm_eps)
-    gain = norm_weight(model, side, layer, ffn_step.sublayer)
+    gain, bias = norm_affine(model, side, layer, ffn_step.sublayer)
     mine = pair.rms_norm if cfg.norm == "rmsnorm" else pair.layer_norm
-    if not cfg.norm_first:  # post-norm: the stream is the norm's output, a LayerNorm with a bias too
+    if not cfg.norm_first:  # post-norm: ln_in is x + sublayer(x), checked on the page's Add & Norm figures
         gap = None
-    else:
-        gap = float((ffn_step.ln_out[position] - gain * mine).abs().max())
+    else:  # pre-norm: ln_out is what the FFN reads, g ⊙ formula + b
+        gap = float((ffn_step.ln_out[position] - (gain * mine + (0 if bias is None else bias))).abs().max())
     st.markdown(t("ffn_two_norms", mean=pair.mean, std=pair.std, rms=pair.rms, norm=norm_name,
                   diff=float((pair.layer_norm - pair.rms_norm).abs().max())))
     if gap is not None:
-        st.caption(t("ffn_two_norms_check", norm=norm_name, gap=gap))
+        st.caption(t("ffn_two_norms_check" + ("" if bias is None else "_bias"), norm=norm_name, gap=gap))
     n_show = min(64, pair.x.numel())
     dims = list(range(n_show))
     fig = figure([dict(type="scatter", x=dims, y=pair.x[:n_show].tolist(), mode="lines+markers",

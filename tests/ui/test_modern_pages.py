@@ -197,6 +197,29 @@ def test_ffn_page_exports_the_neuron_it_reads():
     assert list(shown["before"]) == list(ns["arrays"]["snippet_before"])
 
 
+def test_ffn_page_checks_a_layernorm_with_its_bias_against_torch():
+    """The default's pre-norm LayerNorm has a gain and a bias: its output is g ⊙ formula + b (found 6.4e-01 off when
+    the page left b out)."""
+    from transformer_core import trace_text
+    from transformer_core.model.hooks import act_name
+
+    at = open_app("ffn", model="shipped:everyday-gpt", text=TEXT)
+    assert not at.exception, at.exception
+    check = next(c.value for c in at.caption if c.value.startswith("Check: the model's own LayerNorm"))
+    assert "+ b" in check and float(check.rsplit("within ", 1)[1].rstrip(".")) < 1e-5
+    model, _ = catalog.load("shipped:everyday-gpt", "cpu")[:2]
+    trace = trace_text(model, TEXT)[1]
+    pos = trace.src_ids.size(1) - 1  # the page's default token (the last) and layer (0)
+    x = trace[act_name("addnorm_in", layer=0, block="dec_ffn", cross=False)][0, pos]
+    normed = trace[act_name("addnorm_normed", layer=0, block="dec_ffn", cross=False)][0, pos]
+    ln = model.decoder.layers[0].addnorm2.ln
+    with torch.inference_mode():
+        ours = torch.nn.functional.layer_norm(x.float(), (x.numel(),), ln.weight.float(), ln.bias.float(), ln.eps)
+        no_bias = ln.weight.float() * torch.nn.functional.layer_norm(x.float(), (x.numel(),), eps=ln.eps)
+    assert (ours - normed.float()).abs().max() < 1e-4  # torch's LayerNorm with g and b is the model's output
+    assert (ours - no_bias).abs().max() > 0.01  # without b it is not: the bias matters here
+
+
 def test_architecture_rows_for_any_head_count():
     """SmolLM2-135M has 9 heads of 64 (d_model 576): the course's side is drawn at the model's own sizes."""
     from transformer_core.analysis.architecture import architecture_rows

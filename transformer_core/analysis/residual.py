@@ -141,8 +141,10 @@ def gate_up(trace: Trace, side: str, layer: int, position: int, k: int = 12) -> 
     return GateUp(g, u, h, float((g.abs() > GATE_OPEN).float().mean()), top)
 
 
-def norm_weight(model, side: str, layer: int, sublayer: str) -> torch.Tensor:
-    """(d,) the gain g of the norm in the Add & Norm around a sub-layer (enc_self, dec_self, cross, *_ffn)."""
+def norm_affine(model, side: str, layer: int, sublayer: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(g, b): the gain (d,) and the bias (d,) of the norm in the Add & Norm around a sub-layer (enc_self, dec_self,
+    cross, *_ffn); b is None for a norm without one (RMSNorm, a LayerNorm built with bias=False)."""
     stack = model.encoder if side == "encoder" else model.decoder
-    addnorm = getattr(stack.layers[layer], f"addnorm{addnorm_index(sublayer, model.is_encoder_decoder)}")
-    return addnorm.ln.weight.detach().float().cpu()
+    ln = getattr(stack.layers[layer], f"addnorm{addnorm_index(sublayer, model.is_encoder_decoder)}").ln
+    bias = getattr(ln, "bias", None)
+    return ln.weight.detach().float().cpu(), None if bias is None else bias.detach().float().cpu()
