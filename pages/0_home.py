@@ -18,6 +18,7 @@ from ui.widgets import clicked
 through_app()
 ss = st.session_state
 ROW_H, BOX_H, BOX_W, GAP = 1.6, 1.05, 1.9, 0.3
+NORM_NAME = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}
 KIND = {"enc_self": "attn", "dec_self": "attn", "cross": "cross", "enc_ffn": "ffn", "dec_ffn": "ffn"}
 
 
@@ -68,7 +69,8 @@ def stack_blocks(side: str, x0: float, y0: float, trace, cfg) -> tuple[list[dict
                            "detail": detail, "page": page})
             norm = float(step.norm.mean()) if step is not None else 0.0
             blocks.append({"id": norm_id, "x": x + BOX_W + GAP, "y": y, "w": BOX_W, "h": BOX_H, "kind": "norm",
-                           "title": t("map_addnorm"), "detail": t("map_norm_detail", layer=layer, norm=norm),
+                           "title": t("map_add" if cfg.norm_first else "map_addnorm"),
+                           "detail": t("map_norm_detail", layer=layer, norm=norm),
                            "page": f"ffn:{layer}"})
             where[norm_id] = blocks[-1]
             arrows += [(prev, block_id), (block_id, norm_id)]
@@ -142,9 +144,9 @@ arrows += [(dec_blocks[-1]["id"], "logits"), ("logits", "softmax")]
 width = max(x + dec_w, 6.0)
 height = max(b["y"] + b["h"] / 2 for b in blocks) + 0.3
 st.subheader(t("map_title"))
-look_for("map")
+look_for("map_pre" if cfg.norm_first else "map")
 picked = clicked(model_map(blocks, arrows, width=width, height=height), "model_map", trace_name="blocks")
-st.caption(t("map_hint"))
+st.caption(t("map_hint_pre", norm=NORM_NAME[cfg.norm]) if cfg.norm_first else t("map_hint"))
 if isinstance(picked, str):
     on_click(picked)
 

@@ -26,15 +26,27 @@ from ui.widgets import chart, explain, table
 
 through_app()
 ss = st.session_state
+ACT_TEX = {"relu": r"\max(0,\, {})", "gelu": r"\mathrm{{GELU}}({})", "gelu_tanh": r"\mathrm{{GELU}}({})",
+           "silu": r"\mathrm{{SiLU}}({})"}
+
+
+def formula(cfg) -> str:
+    """The Add & Norm and the FFN as this model computes them: pre- or post-norm, its norm, activation and biases."""
+    norm = r"\mathrm{RMSNorm}" if cfg.norm == "rmsnorm" else r"\mathrm{LayerNorm}"
+    block = (rf"x \leftarrow x + \mathrm{{Sublayer}}\big({norm}(x)\big)" if cfg.norm_first else
+             rf"x \leftarrow {norm}\big(x + \mathrm{{Sublayer}}(x)\big)")
+    act = ACT_TEX[cfg.activation]
+    b1, b2 = (" + b_1", " + b_2") if cfg.linear_bias else ("", "")
+    gate, hidden = act.format(r"W_{gate}\,x"), act.format("W_1 x" + b1)  # (3.11: no backslash inside an f-string's {})
+    ffn = rf"W_{{down}}\big({gate} \odot W_{{up}}\,x\big)" if cfg.ffn == "gated" else rf"W_2\,{hidden}{b2}"
+    return rf"{block},\qquad \mathrm{{FFN}}(x) = {ffn}"
+
 
 st.title(t("nav_ffn"))
 ctx = page_context()
 model, cfg, trace = ctx.model, ctx.model.cfg, ctx.trace
 gated = cfg.ffn == "gated"
-explain("ffn_intro", (r"x \leftarrow x + \mathrm{Sublayer}\big(\mathrm{RMSNorm}(x)\big),\qquad "
-                      r"\mathrm{FFN}(x) = W_{down}\big(\mathrm{SiLU}(W_{gate}\,x) \odot W_{up}\,x\big)") if gated else
-        (r"x \leftarrow \mathrm{LayerNorm}\big(x + \mathrm{Sublayer}(x)\big),\qquad "
-         r"\mathrm{FFN}(x) = W_2\,\max(0,\, W_1 x + b_1) + b_2"))
+explain("ffn_intro", formula(cfg))
 side = "decoder"
 if model.is_encoder_decoder:
     side = st.radio(t("ffn_side"), ["encoder", "decoder"], horizontal=True, key="ffn_side",
@@ -47,7 +59,7 @@ names = [t("ffn_step_embed") if s.layer is None else t("ffn_step", layer=s.layer
 
 biggest = max((s for s in steps if s.added is not None), key=lambda s: float(s.added.mean()), default=None)
 if biggest is not None:
-    look_for("ffn", step=names[steps.index(biggest)])
+    look_for("ffn_pre" if cfg.norm_first else "ffn", step=names[steps.index(biggest)])
 st.subheader(t("ffn_stream"))
 st.markdown(t("ffn_stream_text", norm=t("ffn_norm_post" if not cfg.norm_first else "ffn_norm_pre")))
 norms = np.stack([s.norm.numpy() for s in steps], axis=1)  # (T, steps)

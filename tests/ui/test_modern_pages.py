@@ -1,6 +1,9 @@
 """Today's decoder family on every page, through the real app: a random-init modern preset (RoPE, RMSNorm, SwiGLU,
 grouped-query attention) renders every page in English and Chinese with no error, and the pages that show what
 changed show it with numbers recomputed here."""
+import json
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -218,6 +221,29 @@ def test_ffn_page_checks_a_layernorm_with_its_bias_against_torch():
         no_bias = ln.weight.float() * torch.nn.functional.layer_norm(x.float(), (x.numel(),), eps=ln.eps)
     assert (ours - normed.float()).abs().max() < 1e-4  # torch's LayerNorm with g and b is the model's output
     assert (ours - no_bias).abs().max() > 0.01  # without b it is not: the bias matters here
+
+
+@pytest.mark.parametrize("key, norm_first", [("shipped:everyday-gpt", True), (MODERN, True),
+                                             ("preset:course-base@cl100k_base", False)])
+def test_ffn_and_home_pages_state_the_models_own_norm_order(key, norm_first):
+    """Pre-norm models (the default, today's decoders) read x + Sublayer(Norm(x)); the course's post-norm model
+    Norm(x + Sublayer(x)): the formula, the look-for box and the whole-model picture's boxes say which."""
+    model = catalog.load(key, "cpu")[0]
+    assert model.cfg.norm_first is norm_first
+    at = open_app("ffn", model=key, text=TEXT)
+    assert not at.exception, at.exception
+    formula = at.latex[0].value
+    norm = "RMSNorm" if model.cfg.norm == "rmsnorm" else "LayerNorm"
+    pre, post = rf"x + \mathrm{{Sublayer}}\big(\mathrm{{{norm}}}(x)\big)", rf"\mathrm{{{norm}}}\big(x + \mathrm"
+    assert (pre in formula) is norm_first and (post in formula) is not norm_first, formula
+    look = next(i.value for i in at.info if i.value.startswith("What to look for"))
+    assert ("pre-norm" in look) is norm_first and ("post-norm" in look) is not norm_first
+    home = open_app("home", model=key, text=TEXT)
+    hint = next(c.value for c in home.caption if "residual connections" in c.value)
+    assert ("pre-norm" in hint) is norm_first
+    drawn = json.dumps(figure(home, "model_map_0"), ensure_ascii=False)
+    boxes = set(re.findall(r"Add(?: & Norm)?", drawn))  # each sub-layer's residual box, as titled in the picture
+    assert boxes == ({"Add"} if norm_first else {"Add & Norm"}), boxes
 
 
 def test_architecture_rows_for_any_head_count():
