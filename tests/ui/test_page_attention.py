@@ -371,3 +371,15 @@ def test_a_head_shows_each_label_with_the_input_it_was_measured_on():
 
 
 EN_HEAD_WHAT = "Head 1: **"
+
+
+@pytest.mark.parametrize("lang, named", [("en", r"layer 0, head \d: "), ("zh", r"第 0 层第 \d 个头：")])
+def test_the_look_for_box_names_each_head_by_layer_and_head(lang, named):
+    """Not "head 0.6" (read in Chinese as "the 0.6th head"): the layer and the head, each said."""
+    from harness.apptest import harness_language
+
+    with harness_language(lang):
+        at = open_app("attention", model="shipped:everyday-gpt", text="The cat sat on the mat, and the cat sat.",
+                      lang=lang)
+    look = at.info[0].value
+    assert re.search(named, look) and not re.search(r"\d\.\d+ ?(个头|:)", look), look
