@@ -47,7 +47,7 @@ emb = ctx.trace.embeddings(side)
 tok, scaled, pe, summed = emb.tok[0], emb.scaled[0], emb.pe[0], emb.sum[0]  # (T, d) each
 n_tok = ids.numel()
 labels = axis_labels(sequence_labels(ctx.model, ids))
-st.caption(t("emb_shapes", side=side, n=n_tok, d=d, shape=f"(1, {n_tok}, {d})"))
+st.caption(t("emb_shapes", side=t(f"map_side_{side}"), n=n_tok, d=d, shape=f"(1, {n_tok}, {d})"))
 
 lo, hi = st.slider(t("emb_dims"), 0, d - 1, (0, min(d, 64) - 1), key=f"emb_dims_{d}",
                    help=t("emb_dims_help", n=MAX_DIMS))

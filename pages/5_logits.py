@@ -98,7 +98,8 @@ def _append(model, src: list[int], dec: list[int], steps: int, s: Sampling, seed
     if new and new[-1] == end_of_text_id(model):
         ss["_log_flash"] = ("info", f"{text} {t('log_stopped_eot')}")
     else:
-        ss["_log_flash"] = ("warning", f"{text} {t('log_full')}".strip()) if len(new) < steps else ("success", text)
+        full_note = f"{text} {t('log_full', n=model.cfg.max_len)}".strip()
+        ss["_log_flash"] = ("warning", full_note) if len(new) < steps else ("success", text)
 
 
 def _undo() -> None:
@@ -127,7 +128,7 @@ flash = ss.pop("_log_flash", None)
 if flash:
     getattr(st, flash[0])(flash[1])
 elif full:
-    st.warning(t("log_full"), icon="🧱")
+    st.warning(t("log_full", n=model.cfg.max_len), icon="🧱")
 elif ended:
     st.info(t("log_stopped_eot"), icon="🏁")
 

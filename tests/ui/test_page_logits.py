@@ -268,7 +268,7 @@ def test_append_five_stops_at_max_len_with_a_message(page):
     page.button(key="log_five").click().run()
     assert not page.exception
     assert len(page.session_state["gen_ids"]) == 3  # 13 tokens + 3 = max_len 16
-    assert any(EN["log_full"] in m for m in messages(page))
+    assert any(EN["log_full"].format(n=16) in m for m in messages(page))  # the context it fills, and what to do
     assert page.button(key="log_next").disabled and page.button(key="log_five").disabled
 
 
