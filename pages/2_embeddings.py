@@ -10,9 +10,9 @@ from transformer_core.analysis.positions import (
     similarity,
 )
 from transformer_core.model.positional import sinusoid_table
-from transformer_core.text.inputs import sequence_labels
+from transformer_core.text.inputs import real_ids, sequence_labels, token_labels
 from ui.errors import show_error
-from ui.figures import DIVERGING, SEQUENTIAL, axis_labels, bars, lines, token_heatmap
+from ui.figures import DIVERGING, SEQUENTIAL, axis_labels, bars, lines, token_heatmap, visible
 from ui.guidance import look_for
 from ui.i18n import t
 from ui.session import page_context, through_app
@@ -48,6 +48,12 @@ tok, scaled, pe, summed = emb.tok[0], emb.scaled[0], emb.pe[0], emb.sum[0]  # (T
 n_tok = ids.numel()
 labels = axis_labels(sequence_labels(ctx.model, ids))
 st.caption(t("emb_shapes", side=t(f"map_side_{side}"), n=n_tok, d=d, shape=f"(1, {n_tok}, {d})"))
+# a compacted vocabulary: the tokenizer's ids are not the rows of E; shown on the text's last token whose differ
+differ = [(row, tid) for row, tid in zip(ids.tolist(), real_ids(ctx.model, ids), strict=True) if row != tid]
+if cfg.vocab_map and differ:
+    row, tid = differ[-1]
+    st.caption(t("emb_rows", v=cfg.vocab_size, enc=cfg.encoding, tok=f"‘{visible(token_labels(ctx.model, [row])[0])}’",
+                 tid=tid, row=row))
 
 lo, hi = st.slider(t("emb_dims"), 0, d - 1, (0, min(d, 64) - 1), key=f"emb_dims_{d}",
                    help=t("emb_dims_help", n=MAX_DIMS))

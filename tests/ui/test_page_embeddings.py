@@ -101,3 +101,31 @@ def test_chinese_headings():
     heads = [s.value for s in at.subheader]
     assert "词嵌入（词元 × 维度）" in heads and "课程中的小表：max_len 6，d_model 4" in heads
     assert all(re.search(r"[\u4e00-\u9fff]", h) for h in heads)
+
+
+@pytest.mark.parametrize("lang, said", [("en", r"is token (\d+) of cl100k_2k and row (\d+) "),
+                                        ("zh", r"的第 (\d+) 号词元，是这个模型嵌入矩阵 E 的第 (\d+) 行")])
+def test_a_compacted_vocabulary_says_which_row_a_token_id_selects(lang, said):
+    """The default keeps 2,053 tokens of cl100k_2k, numbered by the model: the Tokenizer's id 6693 is not row 6693
+    of a 2,053-row matrix. The caption's example is recomputed through the model's own map and embedding."""
+    import re
+
+    import torch
+
+    from harness.apptest import harness_language
+    from service import catalog
+    from transformer_core import trace_text
+    from transformer_core.text.inputs import real_ids
+
+    text = "My sister bought fresh bread this morning."
+    with harness_language(lang):
+        at = open_app("embeddings", model="shipped:everyday-gpt", text=text, lang=lang)
+    assert not at.exception, at.exception
+    tid, row = next(tuple(map(int, m.groups())) for c in at.caption if (m := re.search(said, c.value)))
+    model = catalog.load("shipped:everyday-gpt", "cpu")[0]
+    trace = trace_text(model, text)[1]
+    ids = trace.src_ids[0].tolist()
+    assert row in ids and real_ids(model, [row]) == [tid] and tid != row and row < model.cfg.vocab_size
+    with torch.inference_mode():  # row `row` of E is the token embedding the trace recorded for that token
+        emb = model.decoder.embed.tok.weight[row].float()
+    assert torch.allclose(trace.embeddings("decoder").tok[0, ids.index(row)].float(), emb)
