@@ -108,9 +108,13 @@ st.markdown(t("lens_formed", pos=pos_labels[pos], tok=visible(final), row=rows[f
 
 c_rank, c_kl = st.columns(2)
 with c_rank:  # how each layer's reading ranks the final answer, and how far its whole distribution is from the end
-    chart(lines(rows, {t("lens_rank_series", tok=visible(final)): lens.final_rank[:, pos].tolist()},
+    ranks = lens.final_rank[:, pos].tolist()
+    ticks = [v for v in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000)
+             if v <= max(2, max(ranks))]  # 1-2-5 steps: plotly's own log ticks crowd 2…9 between 1 and 10
+    chart(lines(rows, {t("lens_rank_series", tok=visible(final)): ranks},
                 title=t("lens_rank_title"), x_title=t("lens_col_layer"), y_title=t("lens_rank_axis"), height=280,
-                y_axis={"type": "log", "autorange": "reversed"}), "lens_rank")
+                y_axis={"type": "log", "autorange": "reversed", "tickmode": "array", "tickvals": ticks,
+                        "ticktext": [f"{v:,}" for v in ticks]}), "lens_rank")
 with c_kl:
     chart(lines(rows, {"KL": lens.kl[:, pos].tolist()}, title=t("lens_kl_title"), x_title=t("lens_col_layer"),
                 y_title=t("lens_kl_axis"), height=280), "lens_kl")

@@ -22,8 +22,10 @@ WHITESPACE = str.maketrans({" ": "␣", "\t": "⇥", "\n": "⏎", "\r": "␍"})
 
 
 def visible(token: str) -> str:
-    """A token's text with its whitespace made visible (space ␣, tab ⇥, newline ⏎, carriage return ␍)."""
-    return str(token).translate(WHITESPACE)
+    """A token's text with its whitespace made visible (space ␣, tab ⇥, newline ⏎, carriage return ␍); right-to-left
+    text (Arabic, Hebrew) in a bidi isolate, so a label's position number and quotes stay where they are."""
+    text = str(token).translate(WHITESPACE)
+    return f"\u2068{text}\u2069" if any(unicodedata.bidirectional(c) in ("R", "AL") for c in text) else text
 
 
 def axis_labels(tokens: list[str]) -> list[str]:
@@ -164,7 +166,10 @@ def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL
     z = _f32(z)
     n_q, n_k = z.shape
     size = font_size or (12 if max(n_q, n_k) <= 30 else 10 if max(n_q, n_k) <= 64 else 9)
-    angle = -60 if n_k <= 30 else -90  # upright key labels need the least room: one per column up to ~60 tokens
+    # slanted key labels sit 0.87 × the column spacing apart: upright (the least room) once a line of text (CJK is
+    # taller) no longer fits between them; the plot is the chart's width less its row labels
+    plot_px = width_px - max(map(text_px, q_labels), default=0) * size - 8
+    angle = -60 if n_k <= 30 and plot_px / max(n_k, 1) * 0.87 >= size * 1.3 else -90
     # the slanted key labels need height of their own, or long ones (byte tokens "8 ‘<0xE7><0x9D>’") squeeze the rows
     longest = max(map(len, k_labels), default=0) if k_labels is not None else 0
     room = int(longest * size * 0.6 * abs(np.sin(np.radians(angle))))  # about 0.6 em per character
@@ -242,6 +247,9 @@ def _unit(x: float) -> float:
     return min(1.0, max(0.0, round(x, 9)))
 
 
+TITLE_ROOM_PX = 46  # between two rows of thumbnails: a title of two 12 px lines and the gap below it
+
+
 def thumbnails(mats, titles, *, cols: int, colorscale=SEQUENTIAL, zmin=0.0, zmax=1.0, masked=None,
                size_px: int = 150, selected: int | None = None) -> go.Figure:
     """Small multiples (one per head) on one colour scale, no tick labels; a click anywhere on one selects it
@@ -251,10 +259,12 @@ def thumbnails(mats, titles, *, cols: int, colorscale=SEQUENTIAL, zmin=0.0, zmax
     shown = [f"<b><span style='color:#d62728'>▶ {title}</span></b>" if i == selected else title
              for i, title in enumerate(titles)]  # the head shown large above
     # the grid laid out here, not by make_subplots: its per-subplot validation was half this chart's time
-    h_gap, v_gap = 0.02, 0.08 if rows > 1 else 0.02
+    height = rows * (size_px + 50) + 50
+    # a row's two-line title (the head, its pattern) needs ~46 px above it, clear of the row above's axis line
+    h_gap, v_gap = 0.02, min(0.3, TITLE_ROOM_PX / (height - 60)) if rows > 1 else 0.02
     w, h = (1 - h_gap * (cols - 1)) / cols, (1 - v_gap * (rows - 1)) / rows
     traces, layout, notes = [], {}, []
-    axis = {"showticklabels": False, "showgrid": False, "zeroline": False}
+    axis = {"showticklabels": False, "ticks": "", "showgrid": False, "zeroline": False}
     for i, m in enumerate(mats):
         r, c = divmod(i, cols)
         x0, top = c * (w + h_gap), 1 - r * (h + v_gap)
@@ -276,6 +286,6 @@ def thumbnails(mats, titles, *, cols: int, colorscale=SEQUENTIAL, zmin=0.0, zmax
                                  showlegend=False, name=f"pick {i}", xaxis=f"x{n}", yaxis=f"y{n}"))
     return figure(traces, dict(
         layout, annotations=notes, coloraxis={"colorscale": colorscale, "cmin": zmin, "cmax": zmax},
-        height=rows * (size_px + 50) + 50, margin=dict(l=10, r=10, t=50, b=10), clickmode="event+select",
+        height=height, margin=dict(l=10, r=10, t=50, b=10), clickmode="event+select",
         dragmode=False))
 

@@ -383,3 +383,39 @@ def test_the_look_for_box_names_each_head_by_layer_and_head(lang, named):
                       lang=lang)
     look = at.info[0].value
     assert re.search(named, look) and not re.search(r"\d\.\d+ ?(个头|:)", look), look
+
+
+def test_thumbnail_rows_leave_their_titles_room_and_draw_no_tick_marks():
+    from ui.figures import TITLE_ROOM_PX, thumbnails
+
+    fig = thumbnails([np.eye(12)] * 8, [f"head {h}<br>previous token 0.9" for h in range(8)], cols=4)
+    layout = fig.to_plotly_json()["layout"]
+    plot_px = layout["height"] - layout["margin"]["t"] - layout["margin"]["b"]
+    first, second = layout["yaxis"]["domain"], layout["yaxis5"]["domain"]  # rows 0 and 1, first column
+    assert (first[0] - second[1]) * plot_px >= TITLE_ROOM_PX - 0.5  # the second row's two-line title fits above it
+    axes = [a for k, a in layout.items() if k.startswith(("xaxis", "yaxis"))]
+    assert len(axes) == 16 and all(a["ticks"] == "" and a["showticklabels"] is False for a in axes)
+
+
+def test_key_labels_stand_upright_when_slanted_ones_would_touch():
+    """20 Chinese tokens in half a page (the before/after pair) overlapped at -60°; 8 short ones still slant."""
+    from ui.figures import COLUMN_PX
+
+    zh = [f"{i} ‘{c}’" for i, c in enumerate("今天天气很好，我们去公园散步吧。今天天气很")]
+    wide = token_heatmap(np.zeros((20, 20)), zh, zh, width_px=COLUMN_PX, fixed_margins=True)
+    assert wide.layout.xaxis.tickangle == -90
+    short = [f"{i} ‘{w}’" for i, w in enumerate("abcdefgh")]
+    assert token_heatmap(np.zeros((8, 8)), short, short, width_px=COLUMN_PX).layout.xaxis.tickangle == -60
+
+
+def test_right_to_left_tokens_are_isolated_so_labels_keep_their_order():
+    from ui.figures import axis_labels, visible
+
+    assert visible("hello world") == "hello␣world"  # left-to-right text unchanged
+    label = axis_labels(["مرحبا", " the"])
+    assert label[0] == "0 ‘\u2068مرحبا\u2069’" and label[1] == "1 ‘␣the’"
+    at = open_app("attention", model="shipped:everyday-gpt", text="مرحبا بالعالم، كيف حالك اليوم؟")
+    assert not at.exception, at.exception
+    ticks = figure(at, "att_main")["layout"]["yaxis"]["ticktext"]
+    assert all(re.fullmatch(r"\d+ ‘.*’", t) for t in ticks)
+    assert any("\u2068" in t and t.index("\u2068") < t.index("\u2069") for t in ticks)

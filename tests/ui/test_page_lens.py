@@ -133,3 +133,15 @@ def test_what_to_look_for_counts_where_this_texts_answers_settle():
     look = [m for m in messages(at) if m.startswith("What to look for")]
     assert look == [EN["look_lens"].format(where=where, rise=rise)]
     assert "reverse" not in look[0]  # about the model shown, not the toy models
+
+
+def test_the_rank_chart_ticks_in_one_two_five_steps_up_to_the_worst_rank():
+    """A log axis with plotly's own ticks printed 2 … 9 on top of each other between 1 and 10."""
+    at = open_app("lens", model="shipped:everyday-gpt", text="今天天气很好，我们去公园散步吧。")
+    assert not at.exception, at.exception
+    spec = figure(at, "lens_rank")
+    ranks = array(spec["data"][0]["y"])
+    axis = spec["layout"]["yaxis"]
+    assert axis["type"] == "log" and axis["tickmode"] == "array"
+    assert set(axis["tickvals"]) <= {m * 10**e for m in (1, 2, 5) for e in range(6)} and 1 in axis["tickvals"]
+    assert max(axis["tickvals"]) <= max(2, ranks.max()) and axis["ticktext"] == [f"{v:,}" for v in axis["tickvals"]]
