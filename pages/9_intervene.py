@@ -12,7 +12,7 @@ from transformer_core.model.memory import KEEP_NONE
 from transformer_core.model.transformer import param_counts
 from transformer_core.text.inputs import sequence_labels, token_labels
 from ui.errors import show_error
-from ui.figures import axis_labels, bars, ranked_labels, token_heatmap, visible
+from ui.figures import axis_labels, bars, ranked_labels, signed_format, token_heatmap, visible
 from ui.guidance import try_these
 from ui.head_grid import head_grid
 from ui.i18n import t
@@ -288,8 +288,8 @@ def effects(ctx) -> None:
     cells = [[kind_name(rows[i][0], model), rows[i][1], h, rows[i][0]] for h, i in at]
     fig = head_grid(z, ticks, columns, at, customdata=cells, marker_text=[f"{z[i, h]:+.4f}" for h, i in at],
                     hovertemplate=t("he_hover") + "<extra></extra>", colorscale="RdBu", zmin=-span, zmax=span, zmid=0,
-                    texttemplate="%{z:+.2f}" if len(columns) <= 17 else None, colorbar=t("he_change"),
-                    x_title=t("hd_col_head"), marker_px=22, row_px=40)
+                    texttemplate=f"%{{z:{signed_format(span)}}}" if len(columns) <= 17 else None,
+                    colorbar=t("he_change"), x_title=t("hd_col_head"), marker_px=22, row_px=40)
     picked = clicked(fig, "he_grid", trace_name="heads")
     if picked is not None:
         open_head(str(picked[3]), int(picked[1]), int(picked[2]))

@@ -38,6 +38,14 @@ def ranked_labels(tokens: list[str]) -> list[str]:
     return [f"#{i + 1} ‘{visible(tok)}’" for i, tok in enumerate(tokens)]
 
 
+def signed_format(span: float) -> str:
+    """A d3 format that writes the largest of some changes (|x| ≤ span) with two significant digits, at least two
+    decimals ("+0.0046", not "+0.00": a probability's changes are often that small)."""
+    span = abs(float(span))
+    digits = int(min(6, max(2, 1 - np.floor(np.log10(span))))) if span > 0 else 2
+    return f"+.{digits}f"
+
+
 def prob_text(p: float) -> str:
     """A probability as a learner reads it: 4 decimals, or 2 significant digits when that would show 0.0000."""
     p = float(p)

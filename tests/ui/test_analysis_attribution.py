@@ -199,6 +199,18 @@ def test_intervene_page_draws_the_head_effects_grid():
         model = catalog.load("shipped:everyday-gpt", "cpu")[0]
         assert array(data[0]["z"]).shape == (model.cfg.n_layers, model.cfg.n_heads + 1)
         assert any(m.value.startswith("Intact, logit(A) − logit(B) is") for m in at.markdown)
+        z = array(data[0]["z"]).astype(float)
+        largest = float(np.nanmax(np.abs(z)))
+        written = f"{largest:{data[0]['texttemplate'][4:-1]}}"  # "%{z:+.Nf}": the largest change as a cell shows it
+        assert abs(float(written)) >= 0.95 * largest and len(written.strip("+-0.")) >= 2  # two significant digits
+
+
+def test_cells_show_small_changes_with_two_significant_digits():
+    from ui.figures import signed_format
+
+    assert [f"{x:{signed_format(x)}}" for x in (3.2, 0.046, 0.0046, -0.00046)] == ["+3.20", "+0.046", "+0.0046",
+                                                                                 "-0.00046"]
+    assert signed_format(0.0) == "+.2f"
 
 
 def test_neuron_index_snippets_are_the_neurons_largest_activations_recomputed():
