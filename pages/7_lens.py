@@ -22,6 +22,12 @@ WINDOW = 48  # the heatmap shows at most this many positions (around the chosen 
 TEXT_CAP = 40  # up to this many positions, each cell is written with its top token
 
 
+HEAD_COLOURS = ("#0068c9", "#83c9ff", "#ff2b2b", "#ffabab", "#29b09d", "#7defa1", "#ff8700", "#ffd16a", "#6d3fc0",
+                "#c39bd3", "#8c564b", "#e377c2")
+PART_LOOKS = ({"color": "#9e9e9e"}, {"color": "#616161", "pattern": {"shape": "/"}},
+              {"color": "#424242", "pattern": {"shape": "x"}}, {"color": "#bdbdbd", "pattern": {"shape": "."}})
+
+
 def attribution_section(pos: int) -> None:
     """Direct logit attribution: which heads and FFNs wrote the chosen token's logit at this position."""
     st.subheader(t("dla_title"))
@@ -36,12 +42,16 @@ def attribution_section(pos: int) -> None:
         show_error(exc)
         return
     layers = [t("lens_row_layer", layer=layer) for layer in range(model.cfg.n_layers)]
-    fig = figure([*(dict(type="bar", x=layers, y=a.heads[:, h].tolist(), name=t("dla_head", h=h))
-                    for h in range(model.cfg.n_heads)),
-                  dict(type="bar", x=layers, y=a.attn_bias.tolist(), name=t("dla_bias")),
-                  dict(type="bar", x=layers, y=a.ffn.tolist(), name="FFN"),
-                  dict(type="bar", x=[t("lens_row_embed")], y=[a.embed], name=t("lens_row_embed")),
-                  dict(type="bar", x=[t("dla_const")], y=[a.constant], name=t("dla_const")),  # the bars add up
+    # heads in colours of their own, the other parts in hatched greys: no legend entry shares a look (12 parts
+    # cycled through the theme's 10 colours, and "embeddings" looked like "head 0")
+    fig = figure([*(dict(type="bar", x=layers, y=a.heads[:, h].tolist(), name=t("dla_head", h=h),
+                         marker={"color": HEAD_COLOURS[h % len(HEAD_COLOURS)]}) for h in range(model.cfg.n_heads)),
+                  dict(type="bar", x=layers, y=a.attn_bias.tolist(), name=t("dla_bias"), marker=PART_LOOKS[0]),
+                  dict(type="bar", x=layers, y=a.ffn.tolist(), name="FFN", marker=PART_LOOKS[1]),
+                  dict(type="bar", x=[t("lens_row_embed")], y=[a.embed], name=t("lens_row_embed"),
+                       marker=PART_LOOKS[2]),
+                  dict(type="bar", x=[t("dla_const")], y=[a.constant], name=t("dla_const"),  # the bars add up
+                       marker=PART_LOOKS[3]),
                   dict(type="scatter", x=layers, y=a.per_layer().tolist(), mode="markers",
                        marker=dict(symbol="diamond", size=10, color="black"), name=t("dla_layer_sum"))],
                  {"barmode": "relative", "height": 380, "margin": dict(l=10, r=10, t=30, b=10),

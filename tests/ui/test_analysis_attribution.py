@@ -1,5 +1,7 @@
 """Direct logit attribution and the lens's rank / KL, recomputed here through an independent path: forward hooks
 written in this test on the modules (not the model's hook points), a plain forward, and the formulas by hand."""
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -124,6 +126,8 @@ def test_lens_page_draws_the_attribution_bars_and_the_rank_and_kl_curves():
         pos = trace.decoder_ids.numel() - 1
         logit = float(trace.logits[0, pos].max())  # the default token: the model's top choice at the last position
         assert abs(total - logit) < 1e-3  # the bars add up to the logit
+        looks = [json.dumps(b["marker"], sort_keys=True) for b in bars if b["type"] == "bar"]
+        assert len(set(looks)) == len(looks)  # no two parts share a colour and hatch in the legend
         assert figure(at, "lens_rank")["data"][0]["y"][-1] == 1
         course = open_app("lens", model="preset:course-gpt@cl100k_base", text=TEXT)
         assert not course.exception and any("pre-norm" in m for m in [w.value for w in course.warning])
