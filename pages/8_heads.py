@@ -134,7 +134,7 @@ def catalogue(ctx) -> None:
         t("hd_col_head"): [r.head for r in keep],
         t("hd_col_label"): [label_names(r) for r in keep],
         t("hd_col_score"): [r.strength for r in keep],
-        t("hd_col_best"): [f"{t(f'hd_pat_{r.best[0]}')} {r.best[1]:.3f}" if r.best[0] else "—" for r in keep],
+        t("hd_col_best_text"): [f"{t(f'hd_pat_{r.best[0]}')} {r.best[1]:.3f}" if r.best[0] else "—" for r in keep],
         **{t(f"hd_pat_{p}"): [r.scores.get(p) for r in keep] for p in present},
     })
     table(df, "head_catalogue", formats={c: "%.3f" for c in [t("hd_col_score"), *(t(f"hd_pat_{p}") for p in present)]})

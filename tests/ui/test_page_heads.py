@@ -256,4 +256,4 @@ def test_the_head_grid_tiles_its_cells_and_an_unlabelled_head_shows_its_best_pat
             assert txt and txt != "·"  # every cell says something: a label, or its best pattern in brackets
             assert 0.0 <= z <= 1.0
     unlabelled = df[df[LABEL] == EN["hd_pat_none"]]
-    assert (unlabelled[EN["hd_col_best"]] != "—").all()  # the best pattern and its score, not a lone 0.000
+    assert (unlabelled[EN["hd_col_best_text"]] != "—").all()  # the best pattern and its score, not a lone 0.000
