@@ -73,9 +73,10 @@ c1, c2 = st.columns(2)
 loss = np.asarray(data["loss"], dtype=float)
 smooth = np.convolve(loss, np.ones(10) / 10, mode="valid")
 fig = over_steps([dict(type="scatter", x=list(range(1, len(loss) + 1)), y=loss.tolist(), mode="lines",
-                       name=t("learn_loss"), opacity=0.35),
+                       name=t("learn_loss"), line={"color": "#9e9e9e", "width": 1}),  # grey beside the blue mean
                   dict(type="scatter", x=list(range(10, len(loss) + 1)), y=smooth.tolist(), mode="lines",
-                       name=t("learn_loss_smooth"))], step, t("learn_loss_title"), t("learn_loss_axis"))
+                       name=t("learn_loss_smooth"), line={"color": "#0068c9", "width": 2})],
+                 step, t("learn_loss_title"), t("learn_loss_axis"))
 with c1:
     chart(fig, "learn_loss")
 icl = [data["measures"][str(s)]["icl"] for s in steps]

@@ -81,6 +81,8 @@ def test_learn_page_moves_through_training(lang):
         assert not at.exception and not at.error
         assert figure(at, "learn_loss")["layout"]["shapes"][0]["x0"] == at.select_slider(key="learn_step_v").value
         assert len(figure(at, "learn_ind")["data"]) == 8  # 2 layers × 4 heads
+        each, mean = (tr["line"]["color"] for tr in figure(at, "learn_loss")["data"])
+        assert each != mean  # the raw loss and its running mean told apart (both were light blues)
         steps = load_steps(FOLDER)["steps"]
         at.select_slider(key="learn_step_v").set_value(steps[-1]).run()
         assert not at.exception
