@@ -18,8 +18,9 @@ ss = st.session_state
 
 
 st.title(t("nav_surprise"))
-explain("sur_intro", r"\text{loss} = -\frac{1}{T-1}\sum_{t=1}^{T-1}\ln p(x_{t}\mid x_{<t}),\qquad"
-        r"\text{perplexity} = e^{\text{loss}}")
+loss_tex = rf"\text{{{t('tex_loss')}}}"
+explain("sur_intro", rf"{loss_tex} = -\frac{{1}}{{T-1}}\sum_{{t=1}}^{{T-1}}\ln p(x_{{t}}\mid x_{{<t}}),\qquad"
+        rf"\text{{{t('tex_perplexity')}}} = e^{{{loss_tex}}}")
 try_these("surprise", dict(model="shipped:repeat", text="d a c b g f d a c"),
           dict(model="shipped:count", text="4 7 10 13"))
 ctx = page_context()

@@ -16,7 +16,8 @@ from ui.widgets import count_text, explain, table, token_chips
 through_app()
 
 st.title(t("nav_tokenizer"))
-explain("tok_intro", r"\text{text} \xrightarrow{\text{BPE}} [t_1, \dots, t_n],\quad t_i \in \{0, \dots, |V|-1\}")
+explain("tok_intro", rf"\text{{{t('tex_text')}}} \xrightarrow{{\text{{BPE}}}} [t_1, \dots, t_n],\quad "
+        r"t_i \in \{0, \dots, |V|-1\}")
 # The tokenizer works on any text with any model: the model only decides the encoding, and which tokens it knows.
 _, model, card, _ = load_selected_model()
 ss = st.session_state

@@ -313,3 +313,15 @@ def test_chinese_strings_use_one_word_for_each_unit_and_part():
     zh = {key: entry["zh"] for key, entry in strings().items()}
     assert not [k for k, s in zh.items() if "纳特" in s]
     assert not [k for k, s in zh.items() if re.search(r"(?<![A-Za-z_])(decoder|encoder)(?![A-Za-z_])", s)]
+
+
+def test_formulas_name_their_words_in_the_learners_language():
+    from harness.apptest import harness_language
+
+    for page, en, zh in (("tokenizer", [r"\text{text}"], [r"\text{文本}"]),
+                         ("surprise", [r"\text{loss}", r"\text{perplexity}"], [r"\text{损失}", r"\text{困惑度}"])):
+        for lang, words in (("en", en), ("zh", zh)):
+            with harness_language(lang):
+                at = open_app(page, model="shipped:everyday-gpt", text="The cat sat.", lang=lang)
+            formula = at.latex[0].value
+            assert all(w in formula for w in words), formula
