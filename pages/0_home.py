@@ -2,6 +2,7 @@
 summary; a click on a block opens its page (on that layer and block)."""
 import streamlit as st
 
+from transformer_core.analysis.architecture import NORM_NAMES
 from transformer_core.analysis.next_token import distribution
 from transformer_core.analysis.residual import active_fraction, stream, sublayers
 from transformer_core.model.transformer import param_counts
@@ -18,7 +19,6 @@ from ui.widgets import clicked
 through_app()
 ss = st.session_state
 ROW_H, BOX_H, BOX_W, GAP = 1.6, 1.05, 1.9, 0.3
-NORM_NAME = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}
 KIND = {"enc_self": "attn", "dec_self": "attn", "cross": "cross", "enc_ffn": "ffn", "dec_ffn": "ffn"}
 
 
@@ -146,7 +146,7 @@ height = max(b["y"] + b["h"] / 2 for b in blocks) + 0.3
 st.subheader(t("map_title"))
 look_for("map_pre" if cfg.norm_first else "map")
 picked = clicked(model_map(blocks, arrows, width=width, height=height), "model_map", trace_name="blocks")
-st.caption(t("map_hint_pre", norm=NORM_NAME[cfg.norm]) if cfg.norm_first else t("map_hint"))
+st.caption(t("map_hint_pre", norm=NORM_NAMES[cfg.norm]) if cfg.norm_first else t("map_hint"))
 if isinstance(picked, str):
     on_click(picked)
 

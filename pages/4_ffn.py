@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from transformer_core.analysis.architecture import NORM_NAMES
 from transformer_core.analysis.neurons import read_neuron
 from transformer_core.analysis.residual import (
     active_fraction,
@@ -32,7 +33,7 @@ ACT_TEX = {"relu": r"\max(0,\, {})", "gelu": r"\mathrm{{GELU}}({})", "gelu_tanh"
 
 def formula(cfg) -> str:
     """The Add & Norm and the FFN as this model computes them: pre- or post-norm, its norm, activation and biases."""
-    norm = r"\mathrm{RMSNorm}" if cfg.norm == "rmsnorm" else r"\mathrm{LayerNorm}"
+    norm = rf"\mathrm{{{NORM_NAMES[cfg.norm]}}}"
     block = (rf"x \leftarrow x + \mathrm{{Sublayer}}\big({norm}(x)\big)" if cfg.norm_first else
              rf"x \leftarrow {norm}\big(x + \mathrm{{Sublayer}}(x)\big)")
     act = ACT_TEX[cfg.activation]
@@ -91,7 +92,7 @@ position = c1.selectbox(t("ffn_token"), range(len(labels)), index=len(labels) - 
 layer = c2.selectbox(t("att_layer"), range(cfg.n_layers), key="ffn_layer")
 ffn_step = next(s for s in steps if s.layer == layer and s.sublayer.endswith("ffn"))
 effect = layer_norm_effect(ffn_step, position)
-norm_name = "RMSNorm" if cfg.norm == "rmsnorm" else "LayerNorm"
+norm_name = NORM_NAMES[cfg.norm]
 if effect is not None:
     st.markdown(t("ffn_ln_text", mi=effect.mean_in, si=effect.std_in, ni=effect.norm_in, mo=effect.mean_out,
                   so=effect.std_out, no=effect.norm_out, norm=norm_name))

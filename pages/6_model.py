@@ -4,7 +4,7 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
-from transformer_core.analysis.architecture import architecture_rows
+from transformer_core.analysis.architecture import NORM_NAMES, architecture_rows
 from transformer_core.model.transformer import COMPONENTS, param_counts
 from ui import cache
 from ui.cards import show_card
@@ -22,7 +22,6 @@ AUTO_MEASURE_PARAMS = 10_000_000
 EXPORT_MAX_PARAMS = 20_000_000  # the exported file (float32) stays under the upload limit of 80 MB unpacked
 POSITION_CLASSES = {"sinusoidal": "PositionalEncoding", "learned": "LearnedPositions", "none": "NoPositions",
                     "rope": "RoPE"}
-NORM_CLASSES = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}
 
 st.title(t("nav_model"))
 explain("mdl_intro")
@@ -45,8 +44,8 @@ hd = str(cfg.head_dim) + (t("mdl_gqa", kv=cfg.kv_heads, g=cfg.n_heads // cfg.kv_
 preformatted(t(f"mdl_arch_{arch}", n=cfg.n_layers, h=cfg.n_heads, hd=hd, d=cfg.d_model,
                ffn=f"{cfg.d_ffn}{t('mdl_swiglu') if cfg.ffn == 'gated' else ''}", vocab=cfg.vocab_size,
                pos=POSITION_CLASSES[cfg.positional], scale=" × √d_model" if cfg.scale_embedding else "",
-               norm=("pre-norm" if cfg.norm_first else "post-norm") + f" {NORM_CLASSES[cfg.norm]}",
-               final=f" → {NORM_CLASSES[cfg.norm]}" if cfg.final_norm else ""))
+               norm=("pre-norm" if cfg.norm_first else "post-norm") + f" {NORM_NAMES[cfg.norm]}",
+               final=f" → {NORM_NAMES[cfg.norm]}" if cfg.final_norm else ""))
 
 st.subheader(t("mdl_vs_course"))
 st.markdown(t("mdl_vs_course_text"))

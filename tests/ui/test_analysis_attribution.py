@@ -198,7 +198,6 @@ def test_intervene_page_draws_the_head_effects_grid():
         at = open_app("intervene", model="shipped:everyday-gpt", text=TEXT)
         assert not at.exception and not at.error
         fig = next(f for f in at.get("plotly_chart") if "he_grid" in f.proto.id)
-        import json
         data = json.loads(fig.proto.spec)["data"]
         model = catalog.load("shipped:everyday-gpt", "cpu")[0]
         assert array(data[0]["z"]).shape == (model.cfg.n_layers, model.cfg.n_heads + 1)

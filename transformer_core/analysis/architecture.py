@@ -9,6 +9,7 @@ from ..model.config import TransformerConfig
 
 COURSE = TransformerConfig()  # the course's Transformer: sinusoidal positions, LayerNorm, ReLU FFN, one K/V per head
 ACT_NAMES = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU", "silu": "SiLU"}
+NORM_NAMES = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}  # the classes' names, as pages print them
 PAGES = {"positions": "embeddings", "norm": "ffn", "ffn": "ffn", "attention": "attention", "biases": "model",
          "output": "logits"}
 
@@ -23,7 +24,7 @@ class PartRow:
 
 
 def _describe(cfg: TransformerConfig) -> dict[str, tuple[str, dict]]:
-    norm_name = "RMSNorm" if cfg.norm == "rmsnorm" else "LayerNorm"
+    norm_name = NORM_NAMES[cfg.norm]
     return {
         "positions": (f"arch_pos_{cfg.positional}", {"base": f"{cfg.rope_theta:,.0f}"}),
         "norm": (f"arch_norm_{cfg.norm}_{'pre' if cfg.norm_first else 'post'}", {}),
