@@ -48,9 +48,10 @@ tok, scaled, pe, summed = emb.tok[0], emb.scaled[0], emb.pe[0], emb.sum[0]  # (T
 n_tok = ids.numel()
 labels = axis_labels(sequence_labels(ctx.model, ids))
 st.caption(t("emb_shapes", side=t(f"map_side_{side}"), n=n_tok, d=d, shape=f"(1, {n_tok}, {d})"))
-# a compacted vocabulary: the tokenizer's ids are not the rows of E; shown on the text's last token whose differ
+# a compacted vocabulary (cfg.vocab_map): the tokenizer's ids are not the rows of E; told on the text's last token
+# whose two differ (without a map they never do)
 differ = [(row, tid) for row, tid in zip(ids.tolist(), real_ids(ctx.model, ids), strict=True) if row != tid]
-if cfg.vocab_map and differ:
+if differ:
     row, tid = differ[-1]
     st.caption(t("emb_rows", v=cfg.vocab_size, enc=cfg.encoding, tok=f"‘{visible(token_labels(ctx.model, [row])[0])}’",
                  tid=tid, row=row))

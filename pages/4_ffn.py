@@ -4,13 +4,13 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from transformer_core.analysis.architecture import NORM_NAMES
+from transformer_core.analysis.architecture import ACT_NAMES, NORM_NAMES
 from transformer_core.analysis.neurons import read_neuron
 from transformer_core.analysis.residual import (
     active_fraction,
     gate_up,
     layer_norm_effect,
-    norm_affine,
+    norm_check,
     norm_pair,
     stream,
     top_neurons,
@@ -27,8 +27,7 @@ from ui.widgets import chart, explain, table
 
 through_app()
 ss = st.session_state
-ACT_TEX = {"relu": r"\max(0,\, {})", "gelu": r"\mathrm{{GELU}}({})", "gelu_tanh": r"\mathrm{{GELU}}({})",
-           "silu": r"\mathrm{{SiLU}}({})"}
+ACT_TEX = {a: r"\max(0,\, {})" if a == "relu" else rf"\mathrm{{{{{name}}}}}({{}})" for a, name in ACT_NAMES.items()}
 
 
 def formula(cfg) -> str:
@@ -97,16 +96,10 @@ if effect is not None:
     st.markdown(t("ffn_ln_text", mi=effect.mean_in, si=effect.std_in, ni=effect.norm_in, mo=effect.mean_out,
                   so=effect.std_out, no=effect.norm_out, norm=norm_name))
     pair = norm_pair(ffn_step.ln_in[position], cfg.layer_norm_eps)
-    gain, bias = norm_affine(model, side, layer, ffn_step.sublayer)
-    mine = pair.rms_norm if cfg.norm == "rmsnorm" else pair.layer_norm
-    if not cfg.norm_first:  # post-norm: ln_in is x + sublayer(x), checked on the page's Add & Norm figures
-        gap = None
-    else:  # pre-norm: ln_out is what the FFN reads, g ⊙ formula + b
-        gap = float((ffn_step.ln_out[position] - (gain * mine + (0 if bias is None else bias))).abs().max())
-    st.markdown(t("ffn_two_norms", mean=pair.mean, std=pair.std, rms=pair.rms, norm=norm_name,
-                  diff=float((pair.layer_norm - pair.rms_norm).abs().max())))
-    if gap is not None:
-        st.caption(t("ffn_two_norms_check" + ("" if bias is None else "_bias"), norm=norm_name, gap=gap))
+    st.markdown(t("ffn_two_norms", mean=pair.mean, std=pair.std, rms=pair.rms, norm=norm_name, diff=pair.difference))
+    if (check := norm_check(model, ffn_step, side, position)) is not None:  # pre-norm: what the FFN reads
+        gap, has_bias = check
+        st.caption(t("ffn_two_norms_check" + ("_bias" if has_bias else ""), norm=norm_name, gap=gap))
     n_show = min(64, pair.x.numel())
     dims = list(range(n_show))
     fig = figure([dict(type="scatter", x=dims, y=pair.x[:n_show].tolist(), mode="lines+markers",

@@ -104,6 +104,11 @@ class NormPair:
     model_out: torch.Tensor | None = None  # (d,) the model's own norm output (its gain applied)
     model_norm: str = "layernorm"
 
+    @property
+    def difference(self) -> float:
+        """The largest |LayerNorm − RMSNorm| over the vector (before any gain)."""
+        return float((self.layer_norm - self.rms_norm).abs().max())
+
 
 def norm_pair(x: torch.Tensor, eps: float, model_out: torch.Tensor | None = None,
               model_norm: str = "layernorm") -> NormPair:
@@ -148,3 +153,14 @@ def norm_affine(model, side: str, layer: int, sublayer: str) -> tuple[torch.Tens
     ln = getattr(stack.layers[layer], f"addnorm{addnorm_index(sublayer, model.is_encoder_decoder)}").ln
     bias = getattr(ln, "bias", None)
     return ln.weight.detach().float().cpu(), None if bias is None else bias.detach().float().cpu()
+
+
+def norm_check(model, step, side: str, position: int) -> tuple[float, bool] | None:
+    """The largest |model's own norm output − (g ⊙ formula + b)| at one position of a pre-norm sub-layer's input, and
+    whether the norm has a bias b; None for post-norm (there the norm's output is the stream itself)."""
+    if not model.cfg.norm_first:
+        return None
+    pair = norm_pair(step.ln_in[position], model.cfg.layer_norm_eps)
+    gain, bias = norm_affine(model, side, step.layer, step.sublayer)
+    mine = pair.rms_norm if model.cfg.norm == "rmsnorm" else pair.layer_norm
+    return float((step.ln_out[position] - (gain * mine + (0 if bias is None else bias))).abs().max()), bias is not None
