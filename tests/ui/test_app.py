@@ -308,10 +308,11 @@ def test_every_string_key_used_in_the_code_exists():
 
 
 def test_chinese_strings_use_one_word_for_each_unit_and_part():
-    """One translation per term: nats are 奈特 (not also 纳特), the decoder 解码器 (never the English word in a
-    Chinese sentence)."""
+    """One translation per term: nats are 奈特 (not also 纳特), pre-norm 前置归一化, the decoder 解码器 (never the
+    English word in a Chinese sentence)."""
     zh = {key: entry["zh"] for key, entry in strings().items()}
     assert not [k for k, s in zh.items() if "纳特" in s]
+    assert not [k for k, s in zh.items() if "前归一化" in s]  # pre-norm is 前置归一化 everywhere
     assert not [k for k, s in zh.items() if re.search(r"(?<![A-Za-z_])(decoder|encoder)(?![A-Za-z_])", s)]
 
 
