@@ -11,7 +11,8 @@ try:
     st.set_page_config(page_title="Transformer Explorer", page_icon="🔭", layout="wide")
     preloading = runs.preload_charts()  # before the imports below (torch: about a second)
 
-    from ui.i18n import t  # after the preload was sent
+    from ui.cache import warm_loaded  # after the preload was sent
+    from ui.i18n import t
     from ui.nav import page
     from ui.sidebar import sidebar
 
@@ -42,6 +43,8 @@ try:
         ],
     }
     st.navigation(PAGES, expanded=True).run()  # every page listed (no English "View more")
+    runs.warm_imports()  # the page is sent: what later pages import, and what a model just loaded measures once,
+    warm_loaded()  # in the background
 finally:
     runs.end(starting)
 runs.freeze_startup_heap()  # once; a run that stops early (st.rerun, a page switch) leaves it to a later run

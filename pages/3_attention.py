@@ -32,6 +32,7 @@ from ui.guidance import attention_hint
 from ui.head_view import head_view, model_view_figure
 from ui.i18n import t
 from ui.model_choice import load_selected_model
+from ui.panels import panel_heatmaps
 from ui.session import page_context, through_app
 from ui.state import generated, keep_view_in_model
 from ui.tools import export_panel, inputs, prep_for, reserve
@@ -357,13 +358,12 @@ def qkv(stages, head, q_lab, k_lab) -> None:
         st.caption(t("att_rope_qk"))
     mats = {s: stages.head(s, head).numpy() for s in ("q", "k", "v")}
     labels = {"q": q_lab, "k": k_lab, "v": k_lab}
-    for col, (s, m) in zip(st.columns(3), mats.items(), strict=True):
-        with col:
-            dims = [str(d) for d in range(m.shape[1])]
-            fig = token_heatmap(m, labels[s], dims, title=f"{s.upper()} {tuple(m.shape)}", colorscale=DIVERGING,
-                                zmid=0, px_per_token=14, max_height=900, x_title=t("attn_dims"), fixed_margins=True,
-                                hovertemplate=t("attn_hover_qkv") + "<extra></extra>")
-            chart(fig, f"att_{s}")
+    # one chart whose panels share the token rows: Q, K and V of a self-attention block; cross-attention's Q rows are
+    # the decoder's tokens and K, V's the encoder's
+    for group in [("q", "k", "v")] if list(q_lab) == list(k_lab) else [("q",), ("k", "v")]:
+        chart(panel_heatmaps([mats[s] for s in group], list(labels[group[0]]),
+                             [f"{s.upper()} {tuple(mats[s].shape)}" for s in group], x_title=t("attn_dims"),
+                             hovertemplate=t("attn_hover_qkv")), "att_" + "".join(group))
     tables = st.expander(t("attn_qkv_tables"), key="att_qkv_open", on_change="rerun")
     if not tables.open:  # three tables of Tq x d_k numbers are built only for a learner who opens them
         return

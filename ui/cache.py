@@ -30,7 +30,39 @@ def get_model(key: str, device: str):
     private model is checked before (ui.model_choice.load_selected_model), not here: the cache is shared. Models are
     kept in a byte-bounded LRU shared by every session (MODELS): opening many models evicts the least recently
     used, so one session cannot fill the server with them."""
-    return MODELS.get((key, device), lambda: catalog.load_any(key, device))
+    return MODELS.get((key, device), lambda: _loaded(key, device, catalog.load_any(key, device)))
+
+
+def _loaded(key: str, device: str, found: tuple):
+    """A model just loaded: its text-independent measurements are due (warm_loaded, once the run is over)."""
+    with _FRESH_LOCK:
+        _FRESH.append((key, device))
+    return found
+
+
+_FRESH: list[tuple[str, str]] = []  # models loaded by runs not yet over
+_FRESH_LOCK = threading.Lock()
+
+
+def warm_loaded() -> None:
+    """Call at the end of a run that got there (app.py): for each model that run loaded, measure in a background
+    thread what does not depend on the learner's text (the induction probe the Attention and Heads pages label heads
+    with: 0.4 s of the default's first Attention page), so no learner waits for it; the run's page is already sent,
+    and a page that asks meanwhile waits for this one measurement (PER_MODEL computes each key once). Not a daemon
+    thread (a run's thread is one, and its threads too): the process waits for it at exit, where a daemon thread
+    inside a torch op aborted it."""
+    with _FRESH_LOCK:
+        fresh = list(dict.fromkeys(_FRESH))
+        _FRESH.clear()
+    for key, device in fresh:
+        threading.Thread(target=_warm, args=(key, device), name=f"warm {key}", daemon=False).start()
+
+
+def _warm(key: str, device: str) -> None:
+    try:
+        induction_by_block(key, device)
+    except Exception:  # noqa: BLE001 - labels are extra: the page that needs them measures again (and says why not)
+        pass
 
 
 @st.cache_resource(show_spinner=False)
@@ -92,6 +124,8 @@ class BoundedCache:
 torch.set_num_threads(settings().page_threads)
 TRACES = BoundedCache(settings().trace_cache_mb * 2**20, lambda value: held_bytes(value[1]))
 MODELS = BoundedCache(settings().model_cache_mb * 2**20, lambda value: module_bytes(value[0]))
+# what a model's pages measure once, whatever the text: {(kind, layer): (nh,) tensor}, a few KB each
+PER_MODEL = BoundedCache(16 * 2**20, lambda value: sum(v.numel() * v.element_size() for v in value.values()))
 
 
 WHOLE_TRACE_BYTES = 32 * 2**20  # a trace at most this big keeps every layer's heads: one per text for all views
@@ -177,17 +211,10 @@ def induction_by_block(key: str, device: str, length: int | None = None) -> dict
     """(kind, layer) -> (nh,) induction scores of a model on the detector's probe (probe_count random sequences of
     `length` tokens, default_length by default, each written twice): they do not depend on the learner's text, so
     each model is measured once per server, and every page shows the same number as the model card."""
-    from transformer_core.analysis.heads import default_length
+    from transformer_core.analysis.heads import default_length, induction_scores
 
     model, _ = get_model(key, device)
-    return _induction(key, device, default_length(model) if length is None else int(length))
-
-
-@st.cache_resource(show_spinner=False, max_entries=16)
-def _induction(key: str, device: str, length: int) -> dict:
-    """Keyed by the probe's resolved length: the Attention page (the default) and the Heads page (the same length,
-    given) share one measurement (they were two, 5.8 s each on SmolLM2-135M)."""
-    from transformer_core.analysis.heads import induction_scores
-
-    model, _ = get_model(key, device)
-    return induction_scores(model, length)
+    length = default_length(model) if length is None else int(length)
+    # keyed by the probe's resolved length: the Attention page (the default) and the Heads page (the same length,
+    # given) share one measurement (they were two, 5.8 s each on SmolLM2-135M)
+    return PER_MODEL.get(("induction", key, device, length), lambda: induction_scores(model, length))

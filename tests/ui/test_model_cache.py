@@ -3,6 +3,8 @@ encoding cannot take the server past the cache's size (issue 27's many-models se
 import gc
 import resource
 
+import torch
+
 from transformer_core.model.config import PRESETS
 from transformer_core.model.memory import module_bytes, param_bytes
 from transformer_core.text.tokenizer import BUNDLED
@@ -47,3 +49,32 @@ def test_every_preset_on_every_shipped_encoding_stays_within_the_model_cache(mon
     assert peak < max(limit, largest) + largest + 300 * MB, f"RSS grew by {peak / MB:.0f} MB"
     hit = cache.get_model(f"preset:tiny@{encodings[0]}", "cpu")
     assert cache.get_model(f"preset:tiny@{encodings[0]}", "cpu") is hit  # a cached model is shared, not rebuilt
+
+
+def test_a_model_a_run_loaded_is_probed_once_in_the_background_when_the_run_is_over(monkeypatch):
+    """app.py calls warm_loaded() once a run's page is sent: the induction probe of each model that run loaded is
+    measured in a background thread, once, and the Attention and Heads pages then read that measurement."""
+    import threading
+
+    from transformer_core.analysis import heads
+    from ui import cache
+
+    calls, real = [], heads.induction_scores
+    monkeypatch.setattr(heads, "induction_scores", lambda model, length: calls.append(length) or real(model, length))
+    monkeypatch.setattr(cache, "MODELS", cache.BoundedCache(64 * MB, lambda v: module_bytes(v[0])))
+    monkeypatch.setattr(cache, "PER_MODEL", cache.BoundedCache(MB, lambda v: 1))
+    monkeypatch.setattr(cache, "_FRESH", [])
+    key = f"preset:tiny-gpt@{sorted(p.stem for p in BUNDLED.glob('*.tiktoken'))[0]}"
+    model, _ = cache.get_model(key, "cpu")
+    cache.get_model(key, "cpu")  # cached: loaded once, due once
+    assert [(key, "cpu")] == cache._FRESH and calls == []  # nothing measured while the run goes on
+    cache.warm_loaded()
+    assert cache._FRESH == []
+    for thread in [th for th in threading.enumerate() if th.name == f"warm {key}"]:
+        assert not thread.daemon
+        thread.join(timeout=60)
+    assert calls == [heads.default_length(model)]
+    shared = cache.induction_by_block(key, "cpu")
+    assert calls == [heads.default_length(model)]  # the page reads the background's measurement
+    direct = real(model, heads.default_length(model))
+    assert shared.keys() == direct.keys() and all(torch.equal(shared[k], direct[k]) for k in direct)

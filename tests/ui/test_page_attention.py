@@ -188,6 +188,39 @@ def test_encoder_decoder_opens_on_cross_attention_with_encoder_keys():
     assert at.session_state["block"] == "cross"
     q_fig = figure(at, "att_q")
     assert array(q_fig["data"][0]["z"]).shape == (TGT_TOKENS, 64)  # d_k = 512 / 8
+    kv_fig = figure(at, "att_kv")  # K and V share the encoder's token rows, Q has the decoder's
+    assert [array(tr["z"]).shape for tr in kv_fig["data"]] == [(SRC_TOKENS, 64)] * 2
+
+
+def test_q_k_and_v_of_a_self_attention_head_are_one_chart_of_three_panels_over_the_same_token_rows():
+    """The page's Q, K and V of the chosen head against the projections W_q, W_k, W_v read by hooks written here."""
+    from transformer_core.model.trace import run
+    from transformer_core.text.inputs import prepare
+    from ui import cache
+
+    text = "the cat sat on the mat because it was warm"
+    at = open_app(PAGE, model=SMALL, lang="en", text=text)
+    assert_clean(at)
+    layer, head = int(at.session_state["layer"]), int(at.session_state["head"])
+    model, _ = cache.get_model(SMALL, "cpu")
+    attn, seen = model.decoder.layers[layer].self_attn, {}
+    handles = [getattr(attn, f"W_{s}").register_forward_hook(lambda _m, _i, out, s=s: seen.setdefault(s, out))
+               for s in "qkv"]
+    try:
+        prep = prepare(model, text)
+        run(model, prep.src_ids, prep.tgt_ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+    hs, n = model.cfg.d_model // model.cfg.n_heads, seen["q"].size(1)
+    fig = figure(at, "att_qkv")
+    assert [tr["name"] for tr in fig["data"]] == [f"{s} ({n}, {hs})" for s in "QKV"]
+    for tr, s in zip(fig["data"], "qkv", strict=True):
+        np.testing.assert_allclose(array(tr["z"]), seen[s][0, :, head * hs:(head + 1) * hs].numpy(), atol=1e-5)
+    layout = fig["layout"]
+    assert len(layout["yaxis"]["ticktext"]) == n  # the token rows labelled once, on the left
+    assert layout["yaxis2"]["matches"] == layout["yaxis3"]["matches"] == "y"
+    assert not layout["yaxis2"]["showticklabels"] and not layout["yaxis3"]["showticklabels"]
 
 
 def test_chart_data_stays_under_one_megabyte_at_64_tokens():
