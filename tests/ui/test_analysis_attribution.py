@@ -170,6 +170,26 @@ def test_head_effects_equal_one_ablation_at_a_time(metric, mode, key):
         assert res.ffn[2] == pytest.approx(value(model(prep.src_ids)) - intact, abs=1e-5)
 
 
+def test_the_sweep_runs_each_layers_attention_once_for_the_parts_it_knocks_out():
+    """A layer's knock-outs share its Q, K, V and attention (they differ from its z on): W_q of layer j reads one
+    stream for the intact run and for layer j's own parts, and n streams for each earlier layer's parts."""
+    from transformer_core import prepare
+    from transformer_core.analysis.head_effects import head_effects
+
+    model = catalog.load("shipped:everyday-gpt", "cpu")[0]
+    prep = prepare(model, "When Mary and John went to the store, John gave a drink to")
+    batches = {j: [] for j in range(model.cfg.n_layers)}
+    handles = [layer.self_attn.W_q.register_forward_hook(lambda _m, x, _o, j=j: batches[j].append(x[0].size(0)))
+               for j, layer in enumerate(model.decoder.layers)]
+    try:
+        head_effects(model, prep, "logit_diff", 11, 12)
+    finally:
+        for handle in handles:
+            handle.remove()
+    n = model.cfg.n_heads + 1  # a layer's heads and its FFN
+    assert batches == {j: [1, *[n] * j, 1] for j in range(model.cfg.n_layers)}
+
+
 def test_head_effects_of_an_encoder_decoder_equal_one_ablation_at_a_time():
     """Encoder-decoder (whole forwards: an encoder head moves the memory every decoder layer reads)."""
     from transformer_core import prepare

@@ -133,9 +133,9 @@ def head_effects(model: Transformer, prep: Prepared, metric: str = "logit_diff",
     for start, members in groups.items():
         for first in range(0, len(members), chunk):
             part = members[first:first + chunk]
-            with intervene(_edits([jobs[i] for i in part], means)):
-                out = (_whole(model, prep, len(part)) if start < 0 else
-                       _resumed(model, stream[start].expand(len(part), -1, -1), start, metric != "loss"))
+            with intervene(_edits([jobs[i] for i in part], means)):  # one stream in, widened at the first edit
+                out = _whole(model, prep, len(part)) if start < 0 else _resumed(model, stream[start], start,
+                                                                                metric != "loss")
             changes[part] = _metric(metric, model, out, ids, token_a, token_b).numpy() - intact
     heads = {k: np.zeros((L, H)) for k in kinds(model)}
     ffn = np.zeros(L)
@@ -156,14 +156,18 @@ def _hook(job: tuple) -> str:
 def _edits(jobs: list[tuple], means: dict[str, torch.Tensor]) -> dict:
     """Hook name -> edit: batch item i has its own component (head or FFN) knocked out: zeroed, or (mean mode) set to
     its mean over the positions of the intact run, `means` by hook name (the same whichever rows a resumed run
-    computes: a knock-out leaves the layers before it, and so its own input, intact)."""
+    computes: a knock-out leaves the layers before it, and so its own input, intact). A resumed batch enters its
+    layer as one stream (B = 1): the items are the same up to their first edit (the layer's z), where it becomes n
+    copies, so the layer's Q, K, V and attention run once, not n times (later additions broadcast to n)."""
     by_hook: dict[str, list[tuple[int, int | None]]] = {}
     for i, job in enumerate(jobs):
         by_hook.setdefault(_hook(job), []).append((i, job[3]))
 
+    n = len(jobs)
+
     def make(name: str, items: list[tuple[int, int | None]]):
         def edit(x: torch.Tensor) -> torch.Tensor:  # z (B, nh, T, hs) or FFN output (B, T, d)
-            out = x.clone()
+            out = x.expand(n, *x.shape[1:]).clone()  # B = 1: the batch's first edit widens the one stream into n
             for i, h in items:
                 part = out[i, h] if h is not None else out[i]  # (T, hs) or (T, d)
                 mean = means.get(name)

@@ -152,7 +152,8 @@ def counting() -> Iterator[dict[str, tuple[int, int | None]]]:
 def intervene(edits: dict[str, Callable[[torch.Tensor], torch.Tensor]]) -> Iterator[None]:
     """Forwards run in this context (this thread only) see edits[name](x) at hook point `name` instead of x.
 
-    The model is never changed. An edit must return a new tensor of the same shape (never write into x).
+    The model is never changed. An edit must return a new tensor of the same shape (never write into x), or of a
+    batch of n where x has a batch of one (the head sweep: n knock-outs that share everything before their edit).
     Nested contexts compose: an inner edit of the same hook runs on the outer edit's result.
     """
     outer = _EDITS.get() or {}
