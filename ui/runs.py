@@ -104,11 +104,23 @@ def preload_charts():
     slot = st.empty()
     if not st.session_state.get("_charts_preloaded"):
         st.session_state._charts_preloaded = True
-        slot.plotly_chart({"data": [{"type": "scatter", "x": [], "y": []}],
-                           "layout": {"height": 10, "margin": {"l": 0, "r": 0, "t": 0, "b": 0},
-                                      "xaxis": {"visible": False}, "yaxis": {"visible": False}}},
-                          config={"staticPlot": True, "displayModeBar": False}, key="_preload")
+        with slot.container():
+            if first_run():  # the server is starting: no blank page while torch and the model load
+                st.caption(f":material/hourglass_top: {starting_text()}")
+            st.plotly_chart({"data": [{"type": "scatter", "x": [], "y": []}],
+                             "layout": {"height": 10, "margin": {"l": 0, "r": 0, "t": 0, "b": 0},
+                                        "xaxis": {"visible": False}, "yaxis": {"visible": False}}},
+                            config={"staticPlot": True, "displayModeBar": False}, key="_preload")
     return slot
+
+
+def starting_text() -> str:
+    """The "server is starting" line in the learner's language (the sidebar has not chosen it yet: the link's, else
+    the browser's)."""
+    from ui.i18n import browser_lang, strings  # Streamlit only
+
+    entry = strings()["app_starting"]
+    return entry.get(st.session_state.get("lang") or st.query_params.get("lang", "")) or entry[browser_lang()]
 
 
 # Text in each web font the pages use, laid out but never seen, so the browser loads every font once, early. A chart

@@ -143,6 +143,33 @@ def test_a_run_that_got_to_its_end_imports_what_later_pages_need_once_in_the_bac
     assert "colorsys" in sys.modules
 
 
+def _preload():
+    from ui import runs
+
+    runs.preload_charts()
+
+
+@pytest.mark.parametrize(("lang", "words"), [(None, "Starting: the server loads PyTorch"), ("zh", "正在启动")])
+def test_a_browser_that_arrives_while_the_server_starts_reads_what_it_waits_for(monkeypatch, lang, words):
+    """The first run of a fresh server imports torch and loads the model (seconds): the preload slot says so, in the
+    link's language, until the page replaces it."""
+    from streamlit.testing.v1 import AppTest
+
+    from ui import runs
+
+    monkeypatch.setattr(runs, "first_run", lambda: True)  # as if torch were not imported yet
+    at = AppTest.from_function(_preload)
+    if lang:
+        at.query_params["lang"] = lang
+    at.run()
+    assert not at.exception and len(at.caption) == 1 and words in at.caption[0].value
+    assert at.get("plotly_chart")  # the hidden chart that loads plotly.js meanwhile
+    monkeypatch.setattr(runs, "first_run", lambda: False)
+    started = AppTest.from_function(_preload)  # a server already started: the hidden chart alone
+    started.run()
+    assert not started.caption and started.get("plotly_chart")
+
+
 def test_a_first_run_that_fails_still_turns_collection_back_on(monkeypatch):
     import gc
 
