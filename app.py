@@ -43,8 +43,7 @@ try:
         ],
     }
     st.navigation(PAGES, expanded=True).run()  # every page listed (no English "View more")
-    runs.warm_imports()  # the page is sent: what later pages import, and what a model just loaded measures once,
-    warm_loaded()  # in the background
+    warm_loaded()  # the page is sent: what a model just loaded measures once, in the background
 finally:
     runs.end(starting)
 runs.freeze_startup_heap()  # once; a run that stops early (st.rerun, a page switch) leaves it to a later run

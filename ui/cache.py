@@ -34,28 +34,25 @@ def get_model(key: str, device: str):
 
 
 def _loaded(key: str, device: str, found: tuple):
-    """A model just loaded: its text-independent measurements are due (warm_loaded, once the run is over)."""
-    with _FRESH_LOCK:
-        _FRESH.append((key, device))
+    """A model this run's thread just loaded: its text-independent measurements are due (warm_loaded, at the end of
+    the same run; a run that fails leaves nothing due: its thread's list goes with it)."""
+    _FRESH.__dict__.setdefault("keys", []).append((key, device))
     return found
 
 
-_FRESH: list[tuple[str, str]] = []  # models loaded by runs not yet over
-_FRESH_LOCK = threading.Lock()
+_FRESH = threading.local()  # per script thread (a run): the models it loaded
 
 
 def warm_loaded() -> None:
-    """Call at the end of a run that got there (app.py): for each model that run loaded, measure in a background
-    thread what does not depend on the learner's text (the induction probe the Attention and Heads pages label heads
-    with: 0.4 s of the default's first Attention page), so no learner waits for it; the run's page is already sent,
-    and a page that asks meanwhile waits for this one measurement (PER_MODEL computes each key once). Not a daemon
-    thread (a run's thread is one, and its threads too): the process waits for it at exit, where a daemon thread
-    inside a torch op aborted it."""
-    with _FRESH_LOCK:
-        fresh = list(dict.fromkeys(_FRESH))
-        _FRESH.clear()
-    for key, device in fresh:
-        threading.Thread(target=_warm, args=(key, device), name=f"warm {key}", daemon=False).start()
+    """Call at the end of a run that got there (app.py): for each model this run loaded and the cache still holds,
+    measure in a background thread what does not depend on the learner's text (the induction probe the Attention and
+    Heads pages label heads with: 0.4 s of the default's first Attention page), so no learner waits for it; the run's
+    page is already sent, and a page that asks meanwhile waits for this one measurement (PER_MODEL computes each key
+    once). Not a daemon thread (a run's thread is one, and its threads too): the process waits for it at exit, where
+    a daemon thread inside a torch op aborted it."""
+    for key, device in dict.fromkeys(_FRESH.__dict__.pop("keys", [])):
+        if MODELS.holds((key, device)):  # never load a model again only to measure it
+            threading.Thread(target=_warm, args=(key, device), name=f"warm {key}", daemon=False).start()
 
 
 def _warm(key: str, device: str) -> None:
@@ -109,6 +106,10 @@ class BoundedCache:
         finally:
             with self._lock:
                 self._pending.pop(key).set()
+
+    def holds(self, key: tuple) -> bool:
+        with self._lock:
+            return key in self._items
 
     def total_bytes(self) -> int:
         return sum(size for _, size in self._items.values())

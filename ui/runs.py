@@ -8,8 +8,6 @@ This module imports nothing but Streamlit, so app.py can use it before any impor
   the collector's sight, so each later collection scans only what sessions made since.
 - Every run leaves a hidden line of text in each web font the pages use (`warm_fonts`), so the browser loads them
   all early: plotly.js draws a chart again when a font finished loading while it drew.
-- Once a run's page is sent, the libraries only some pages need are imported in the background (`warm_imports`):
-  pandas and pyarrow (every table) cost the first page that showed one 0.7 s.
 - A collection of the young generations every tenth run replaces Streamlit's full collection after each run
   (runner.postScriptGC, off in .streamlit/config.toml: 38% of the server's CPU under 20 learners). A rerun
   interrupts the script with an exception whose frames can hold tensors in reference cycles, and Python's own
@@ -18,11 +16,9 @@ This module imports nothing but Streamlit, so app.py can use it before any impor
   a young collection took 1-5 ms and a full one 75-145 ms, every thread waiting (the interpreter lock is held).
 """
 import gc
-import importlib
 import itertools
 import os
 import sys
-import threading
 
 import streamlit as st
 
@@ -73,20 +69,6 @@ def end(starting: bool) -> None:
     """Call last in each run, however it ends (finally): the collector back on after the first run."""
     if starting:
         gc.enable()
-
-
-WARM_IMPORTS = ("pandas", "pyarrow", "pyarrow.pandas_compat")  # what st.dataframe and the pages' tables import
-_imports = threading.Event()
-
-
-def warm_imports() -> None:
-    """Once per process, after a run got to its end: WARM_IMPORTS in a background thread, so no learner's page waits
-    for them (a page that imports one meanwhile waits for that import only: Python locks each module's import).
-    Not a daemon thread (a run's thread is one, and would hand that on): exit waits for it."""
-    if not _imports.is_set():
-        _imports.set()
-        threading.Thread(target=lambda: [importlib.import_module(m) for m in WARM_IMPORTS],
-                         name="warm imports", daemon=False).start()
 
 
 @st.cache_resource(show_spinner=False)

@@ -120,29 +120,6 @@ def test_the_first_run_freezes_the_imported_heap_once_and_every_run_is_counted(m
         gc.unfreeze()
 
 
-def test_a_run_that_got_to_its_end_imports_what_later_pages_need_once_in_the_background(monkeypatch):
-    """pandas and pyarrow (a page's first table: 0.7 s) are imported by a background thread once the first run's page
-    is sent (app.py calls runs.warm_imports after the page), once per process."""
-    import sys
-    import threading
-
-    from ui import runs
-
-    assert {"pandas", "pyarrow"} <= set(runs.WARM_IMPORTS)
-    monkeypatch.setattr(runs, "WARM_IMPORTS", ("colorsys",))
-    monkeypatch.setattr(runs, "_imports", threading.Event())
-    monkeypatch.delitem(sys.modules, "colorsys", raising=False)
-    started = []
-    real = threading.Thread.start
-    monkeypatch.setattr(threading.Thread, "start", lambda th: started.append(th) or real(th))
-    open_app(lang="en").run()  # two runs that got to their end
-    assert [th.name for th in started].count("warm imports") == 1
-    warm = next(th for th in started if th.name == "warm imports")
-    assert not warm.daemon  # exit waits for it (a daemon thread inside a torch op at exit aborts the process)
-    warm.join(timeout=30)
-    assert "colorsys" in sys.modules
-
-
 def _preload():
     from ui import runs
 

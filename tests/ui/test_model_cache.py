@@ -63,13 +63,13 @@ def test_a_model_a_run_loaded_is_probed_once_in_the_background_when_the_run_is_o
     monkeypatch.setattr(heads, "induction_scores", lambda model, length: calls.append(length) or real(model, length))
     monkeypatch.setattr(cache, "MODELS", cache.BoundedCache(64 * MB, lambda v: module_bytes(v[0])))
     monkeypatch.setattr(cache, "PER_MODEL", cache.BoundedCache(MB, lambda v: 1))
-    monkeypatch.setattr(cache, "_FRESH", [])
+    monkeypatch.setattr(cache, "_FRESH", threading.local())
     key = f"preset:tiny-gpt@{sorted(p.stem for p in BUNDLED.glob('*.tiktoken'))[0]}"
     model, _ = cache.get_model(key, "cpu")
     cache.get_model(key, "cpu")  # cached: loaded once, due once
-    assert [(key, "cpu")] == cache._FRESH and calls == []  # nothing measured while the run goes on
+    assert cache._FRESH.keys == [(key, "cpu")] and calls == []  # nothing measured while the run goes on
     cache.warm_loaded()
-    assert cache._FRESH == []
+    assert not hasattr(cache._FRESH, "keys")
     for thread in [th for th in threading.enumerate() if th.name == f"warm {key}"]:
         assert not thread.daemon
         thread.join(timeout=60)
@@ -78,3 +78,9 @@ def test_a_model_a_run_loaded_is_probed_once_in_the_background_when_the_run_is_o
     assert calls == [heads.default_length(model)]  # the page reads the background's measurement
     direct = real(model, heads.default_length(model))
     assert shared.keys() == direct.keys() and all(torch.equal(shared[k], direct[k]) for k in direct)
+    other = key.replace("tiny-gpt", "course-gpt")
+    cache.get_model(other, "cpu")
+    cache.MODELS.clear()  # evicted before its run was over: not loaded again only to be measured
+    cache.warm_loaded()
+    assert not [th for th in threading.enumerate() if th.name == f"warm {other}"]
+    assert calls == [heads.default_length(model)]
