@@ -2,6 +2,7 @@
 
 Adding a page: a file pages/<n>_<name>.py, its title "nav_<name>" in assets/strings/, and one line below.
 """
+import pandas  # noqa: F401 - whole before any chart: plotly's checks read a half-imported pandas from sys.modules
 import streamlit as st
 
 from ui import runs  # Streamlit only

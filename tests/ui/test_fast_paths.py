@@ -120,6 +120,19 @@ def test_the_first_run_freezes_the_imported_heap_once_and_every_run_is_counted(m
         gc.unfreeze()
 
 
+def test_pandas_is_imported_whole_before_any_chart_is_built():
+    """plotly's validators and JSON encoder read pandas from sys.modules without importing it: a session building a
+    chart while another session's first table imports pandas met a half-imported module (AttributeError: partially
+    initialized module 'pandas'), so app.py imports it before the preload chart, and every run waits for it."""
+    import ast
+
+    body = ast.parse((ROOT / "app.py").read_text(encoding="utf-8")).body
+    first_pandas = next(i for i, node in enumerate(body) if isinstance(node, ast.Import)
+                        and any(a.name == "pandas" for a in node.names))
+    first_run = next(i for i, node in enumerate(body) if "preload_charts" in ast.unparse(node))
+    assert first_pandas < first_run
+
+
 def _preload():
     from ui import runs
 
