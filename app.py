@@ -12,14 +12,10 @@ try:
     st.set_page_config(page_title="Transformer Explorer", page_icon="🔭", layout="wide")
     preloading = runs.preload_charts()  # before the imports below (torch: about a second)
 
-    from ui.cache import warm_loaded  # after the preload was sent
-    from ui.i18n import t
+    from ui.i18n import link_lang, t  # after the preload was sent; Streamlit only
     from ui.nav import page
-    from ui.sidebar import sidebar
 
-    sidebar()
-    runs.warm_fonts()
-    preloading.empty()
+    st.session_state.setdefault("lang", link_lang())  # the titles below in the learner's language from the first run
     PAGES = {
         t("nav_section_flow"): [
             page("home", ":material/account_tree:", default=True),
@@ -43,7 +39,17 @@ try:
             page("train", ":material/model_training:"),
         ],
     }
-    st.navigation(PAGES, expanded=True).run()  # every page listed (no English "View more")
+    # listed before the imports below (torch: seconds on a server's first run), so the sidebar shows the pages' titles
+    # at once, not the pages/ folder's file names; every page listed (no English "View more")
+    chosen = st.navigation(PAGES, expanded=True)
+
+    from ui.cache import warm_loaded
+    from ui.sidebar import sidebar
+
+    sidebar()
+    runs.warm_fonts()
+    preloading.empty()
+    chosen.run()
     warm_loaded()  # the page is sent: what a model just loaded measures once, in the background
 finally:
     runs.end(starting)

@@ -30,6 +30,13 @@ def browser_lang() -> str:
     return "zh" if locale.startswith("zh") else "en"
 
 
+def link_lang() -> str:
+    """The language a new session opens in: the link's ?lang= where the app has it, else the browser's (what the
+    URL state gives the sidebar: ui.state), known before torch is imported (app.py's navigation, the start notice)."""
+    asked = st.query_params.get("lang", "")
+    return asked if asked in strings()["app_title"] else browser_lang()
+
+
 def lang() -> str:
     return st.session_state.get("lang", "en")
 

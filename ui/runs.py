@@ -97,12 +97,10 @@ def preload_charts():
 
 
 def starting_text() -> str:
-    """The "server is starting" line in the learner's language (the sidebar has not chosen it yet: the link's, else
-    the browser's)."""
-    from ui.i18n import browser_lang, strings  # Streamlit only
+    """The "server is starting" line in the learner's language (the sidebar has not set it yet)."""
+    from ui.i18n import link_lang, strings  # Streamlit only
 
-    entry = strings()["app_starting"]
-    return entry.get(st.session_state.get("lang") or st.query_params.get("lang", "")) or entry[browser_lang()]
+    return strings()["app_starting"][st.session_state.get("lang") or link_lang()]
 
 
 # Text in each web font the pages use, laid out but never seen, so the browser loads every font once, early. A chart

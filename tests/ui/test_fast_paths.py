@@ -133,6 +133,14 @@ def test_pandas_is_imported_whole_before_any_chart_is_built():
     assert first_pandas < first_run
 
 
+def test_the_navigation_is_listed_before_torch_is_imported():
+    """On a server's first run torch's import takes seconds: app.py lists the pages (titles in the link's language)
+    before it imports the sidebar (and torch with it), so the sidebar never shows the pages/ folder's file names."""
+    source = (ROOT / "app.py").read_text(encoding="utf-8")
+    assert source.index("st.navigation(") < source.index("from ui.sidebar import") < source.index(".run()")
+    assert source.index('setdefault("lang", link_lang())') < source.index("PAGES = {")
+
+
 def _preload():
     from ui import runs
 
