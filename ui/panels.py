@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from ui.figures import DIVERGING, WIDTH_PX, _f32, label_step, text_px
+from ui.figures import DIVERGING, WIDTH_PX, label_step, text_px
 from ui.plain_figures import figure
 
 BAR_PX = 56  # a panel's colour bar with its numbers, right of the panel
@@ -30,7 +30,7 @@ def panel_heatmaps(mats: list[np.ndarray], row_labels: list[str], titles: list[s
     ys = list(range(rows))
     for i, (m, title) in enumerate(zip(mats, titles, strict=True)):
         x0, k = i * (w + gap), "" if i == 0 else str(i + 1)
-        m = _f32(m)
+        m = np.asarray(m, dtype=np.float32)
         span = float(np.abs(m).max()) or 1.0
         layout[f"xaxis{k}"] = {"domain": [x0, x0 + w], "anchor": f"y{k}", "showgrid": False, "zeroline": False,
                                "automargin": False, "title": {"text": x_title}, "tickfont": {"size": size}}
