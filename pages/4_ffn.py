@@ -97,7 +97,7 @@ if effect is not None:
                   so=effect.std_out, no=effect.norm_out, norm=norm_name))
     pair = norm_pair(ffn_step.ln_in[position], cfg.layer_norm_eps)
     st.markdown(t("ffn_two_norms", mean=pair.mean, std=pair.std, rms=pair.rms, norm=norm_name, diff=pair.difference))
-    if (check := norm_check(model, ffn_step, side, position)) is not None:  # pre-norm: what the FFN reads
+    if (check := norm_check(model, ffn_step, side, position, pair)) is not None:  # pre-norm: what the FFN reads
         gap, has_bias = check
         st.caption(t("ffn_two_norms_check" + ("_bias" if has_bias else ""), norm=norm_name, gap=gap))
     n_show = min(64, pair.x.numel())

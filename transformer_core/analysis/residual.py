@@ -101,8 +101,6 @@ class NormPair:
     mean: float  # of x: LayerNorm subtracts it, RMSNorm keeps it
     std: float
     rms: float  # sqrt(mean(x²)) = sqrt(std² + mean²)
-    model_out: torch.Tensor | None = None  # (d,) the model's own norm output (its gain applied)
-    model_norm: str = "layernorm"
 
     @property
     def difference(self) -> float:
@@ -110,14 +108,13 @@ class NormPair:
         return float((self.layer_norm - self.rms_norm).abs().max())
 
 
-def norm_pair(x: torch.Tensor, eps: float, model_out: torch.Tensor | None = None,
-              model_norm: str = "layernorm") -> NormPair:
-    """Both norms of one vector, computed here in float64 from their formulas (the model's own output beside)."""
+def norm_pair(x: torch.Tensor, eps: float) -> NormPair:
+    """Both norms of one vector, computed here in float64 from their formulas."""
     x64 = x.double()
     mean, var = x64.mean(), x64.var(unbiased=False)
     ms = (x64 * x64).mean()
     return NormPair(x.float(), ((x64 - mean) / torch.sqrt(var + eps)).float(), (x64 / torch.sqrt(ms + eps)).float(),
-                    float(mean), float(var.sqrt()), float(ms.sqrt()), model_out, model_norm)
+                    float(mean), float(var.sqrt()), float(ms.sqrt()))
 
 
 GATE_OPEN = 0.1  # |SiLU(gate)| above this counts as a gate letting its unit through (the FFN page's share)
@@ -155,12 +152,12 @@ def norm_affine(model, side: str, layer: int, sublayer: str) -> tuple[torch.Tens
     return ln.weight.detach().float().cpu(), None if bias is None else bias.detach().float().cpu()
 
 
-def norm_check(model, step, side: str, position: int) -> tuple[float, bool] | None:
-    """The largest |model's own norm output − (g ⊙ formula + b)| at one position of a pre-norm sub-layer's input, and
-    whether the norm has a bias b; None for post-norm (there the norm's output is the stream itself)."""
+def norm_check(model, step, side: str, position: int, pair: NormPair) -> tuple[float, bool] | None:
+    """The largest |model's own norm output − (g ⊙ formula + b)| at one position of a pre-norm sub-layer's input
+    (`pair`: norm_pair of that input), and whether the norm has a bias b; None for post-norm (there the norm's output
+    is the stream itself)."""
     if not model.cfg.norm_first:
         return None
-    pair = norm_pair(step.ln_in[position], model.cfg.layer_norm_eps)
     gain, bias = norm_affine(model, side, step.layer, step.sublayer)
     mine = pair.rms_norm if model.cfg.norm == "rmsnorm" else pair.layer_norm
     return float((step.ln_out[position] - (gain * mine + (0 if bias is None else bias))).abs().max()), bias is not None
