@@ -7,6 +7,7 @@ import streamlit as st
 from transformer_core.analysis.attribution import direct_logit_attribution
 from transformer_core.analysis.logit_lens import EMBEDDINGS, lens_from_trace
 from transformer_core.text.inputs import token_labels
+from ui.chart_theme import HEAD_COLOURS
 from ui.errors import show_error
 from ui.figures import axis_labels, lines, prob_text, token_heatmap, visible
 from ui.guidance import lens_hint
@@ -22,8 +23,6 @@ WINDOW = 48  # the heatmap shows at most this many positions (around the chosen 
 TEXT_CAP = 40  # up to this many positions, each cell is written with its top token
 
 
-HEAD_COLOURS = ("#0068c9", "#83c9ff", "#ff2b2b", "#ffabab", "#29b09d", "#7defa1", "#ff8700", "#ffd16a", "#6d3fc0",
-                "#c39bd3", "#8c564b", "#e377c2")
 PART_LOOKS = ({"color": "#9e9e9e"}, {"color": "#616161", "pattern": {"shape": "/"}},
               {"color": "#424242", "pattern": {"shape": "x"}}, {"color": "#bdbdbd", "pattern": {"shape": "."}})
 

@@ -19,6 +19,10 @@ FONT = '"Source Sans", sans-serif'
 BLUES = ("#e4f5ff", "#c7ebff", "#a6dcff", "#83c9ff", "#60b4ff", "#3d9df3", "#1c83e1", "#0068c9", "#0054a3", "#004280")
 DIVERGING = ("#7d353b", "#bd4043", "#ff4b4b", "#ff8c8c", "#ffc7c7", "#a6dcff", "#60b4ff", "#1c83e1", "#0054a3",
              "#004280")
+# one colour per attention head wherever heads are told apart by colour (the head view's lines, the logit
+# attribution's bars), the same head the same colour; no greys: those mark the parts that are not heads
+HEAD_COLOURS = ("#0068c9", "#83c9ff", "#ff2b2b", "#ffabab", "#29b09d", "#7defa1", "#ff8700", "#ffd16a", "#6d3fc0",
+                "#c39bd3", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#393b79", "#843c39")
 PALETTES = {  # text, title, legend text, background, grid, hover border, colours (the dark theme swaps pairs)
     "light": ("#808495", "#2F2D2B", "#262730", "#FFFFFF", "#e6eaf1", "#DCD8D4",
               ("#0068c9", "#83c9ff", "#ff2b2b", "#ffabab", "#29b09d", "#7defa1", "#ff8700", "#ffd16a", "#6d3fc0",

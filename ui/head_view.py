@@ -9,10 +9,9 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit.components.v1 as components
 
+from .chart_theme import HEAD_COLOURS
 from .plain_figures import figure
 
-COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-           "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"]
 FLOOR = 0.02  # lines below this weight are left out (the data stays light)
 ROW_PX = 18
 
@@ -57,7 +56,8 @@ def head_view_data(weights: np.ndarray, q_labels: list[str], k_labels: list[str]
     h, i, j = np.nonzero(weights > FLOOR)
     lines = np.stack([h, i, j], axis=1).tolist()
     ws = np.round(weights[h, i, j], 3).tolist()
-    return {"q": list(q_labels), "k": list(k_labels), "heads": list(head_names), "colours": COLOURS, "row": ROW_PX,
+    return {"q": list(q_labels), "k": list(k_labels), "heads": list(head_names), "colours": list(HEAD_COLOURS),
+            "row": ROW_PX,
             "lines": [[*a, w] for a, w in zip(lines, ws, strict=True)]}
 
 

@@ -128,6 +128,8 @@ def test_lens_page_draws_the_attribution_bars_and_the_rank_and_kl_curves():
         assert abs(total - logit) < 1e-3  # the bars add up to the logit
         looks = [json.dumps(b["marker"], sort_keys=True) for b in bars if b["type"] == "bar"]
         assert len(set(looks)) == len(looks)  # no two parts share a colour and hatch in the legend
+        from ui.chart_theme import HEAD_COLOURS  # the head view's colours too: a head looks the same on both pages
+        assert [b["marker"]["color"] for b in bars[:model.cfg.n_heads]] == list(HEAD_COLOURS[:model.cfg.n_heads])
         assert figure(at, "lens_rank")["data"][0]["y"][-1] == 1
         course = open_app("lens", model="preset:course-gpt@cl100k_base", text=TEXT)
         assert not course.exception and any("pre-norm" in m for m in [w.value for w in course.warning])
