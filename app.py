@@ -15,7 +15,9 @@ try:
     from ui.i18n import link_lang, t  # after the preload was sent; Streamlit only
     from ui.nav import page
 
-    st.session_state.setdefault("lang", link_lang())  # the titles below in the learner's language from the first run
+    # a session's language, from its first run on (the link's, else the browser's; then the sidebar's), here so the
+    # navigation's titles below are in it
+    st.session_state.setdefault("lang", link_lang())
     PAGES = {
         t("nav_section_flow"): [
             page("home", ":material/account_tree:", default=True),

@@ -9,7 +9,7 @@ import streamlit as st
 from service import catalog, urlstate
 from transformer_core.sources.presets import preset_key
 
-from .i18n import browser_lang, link_lang
+from .i18n import browser_lang
 
 # The course's example sentences (doc 000): the default texts learners arrive with.
 DEFAULT_TEXT = "同志们!我踩着地雷了"
@@ -61,7 +61,6 @@ def _init_state() -> None:
     ss.model = values["model"] if values["model"] else catalog.default_key()
     ss.text = values["text"] if values["text"] is not None else _example(ss.model, "example_src", DEFAULT_TEXT)
     ss.tgt = values["tgt"] if values["tgt"] is not None else _example(ss.model, "example_tgt", DEFAULT_TARGET)
-    ss.lang = link_lang()  # the link's, else the browser's (app.py set it so already, for its navigation)
     for param, key in URL_STATE.items():
         if param not in ("model", "text", "tgt", "lang") and values[param] is not None:
             ss[key] = list(values[param]) if param == "gen" else values[param]
