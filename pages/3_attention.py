@@ -25,14 +25,13 @@ from ui.figures import (
     click_targets,
     mark_cells,
     scaled_weights,
-    thumbnails,
     token_heatmap,
 )
 from ui.guidance import attention_hint
 from ui.head_view import head_view, model_view_figure
 from ui.i18n import t
 from ui.model_choice import load_selected_model
-from ui.panels import panel_heatmaps
+from ui.panels import panel_heatmaps, thumbnails
 from ui.session import page_context, through_app
 from ui.state import generated, keep_view_in_model
 from ui.tools import export_panel, inputs, prep_for, reserve

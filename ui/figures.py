@@ -1,4 +1,5 @@
-"""Plotly figure builders shared by the pages: heatmaps (masked cells marked), head grids, lines, bars.
+"""Plotly figure builders shared by the pages: heatmaps (masked cells marked), lines, bars (small multiples and
+panels: ui/panels.py).
 
 Data go to the browser as float32 arrays (plotly encodes them compactly). Token axes carry labels
 "position ‘token’", so repeated tokens stay distinct and a number token is never mistaken for its position.
@@ -52,7 +53,7 @@ def prob_text(p: float) -> str:
     return f"{p:.4f}" if p == 0 or p >= 5e-5 else f"{p:.1e}"
 
 
-def _f32(a) -> np.ndarray:
+def as_f32(a) -> np.ndarray:
     return np.asarray(a, dtype=np.float32)
 
 
@@ -66,7 +67,7 @@ def lines(x, series: dict[str, list], *, title="", x_title="", y_title="", heigh
         every = label_step(len(x), WIDTH_PX, 10)
         x_axis.update(type="category", tickmode="array", tickvals=x[::every], ticktext=x[::every],
                       tickfont={"size": 10}, tickangle=-60 if len(x) <= 30 else -90)
-    return figure([dict(type="scatter", x=x, y=_f32(y).tolist(), mode=mode, name=name)
+    return figure([dict(type="scatter", x=x, y=as_f32(y).tolist(), mode=mode, name=name)
                    for name, y in series.items()],
                   {"title": {"text": title}, "xaxis": x_axis, "yaxis": {"title": {"text": y_title}, **(y_axis or {})},
                    "height": height, "margin": dict(l=10, r=10, t=40, b=10)})
@@ -80,15 +81,15 @@ def bars(labels, values, *, title="", x_title="", y_title="", height=360, second
     `x_axis`: more value-axis properties (e.g. its range).
     """
     hover = f"%{{y}}<br>%{{fullData.name}}: %{{x:{hover_format}}}<extra></extra>" if hover_format else None
-    traces = [dict(type="bar", x=_f32(values).tolist(), y=labels, orientation="h", name=y_title or x_title or title,
+    traces = [dict(type="bar", x=as_f32(values).tolist(), y=labels, orientation="h", name=y_title or x_title or title,
                    hovertemplate=hover)]
     if secondary is not None:
         name, vals = secondary
-        traces.append(dict(type="bar", x=_f32(vals).tolist(), y=labels, orientation="h", name=name, opacity=0.5,
+        traces.append(dict(type="bar", x=as_f32(vals).tolist(), y=labels, orientation="h", name=name, opacity=0.5,
                            hovertemplate=hover))
     x_axis = {"title": {"text": x_title}, "tickformat": x_format, **(x_axis or {})}
     if x_format == "d":  # counts: whole-number ticks only (plotly's own spacing gave 0.5, 1.5, ...)
-        x_axis.update(tick0=0, dtick=max(1, -(-int(np.nanmax(_f32(values), initial=0)) // 8)))
+        x_axis.update(tick0=0, dtick=max(1, -(-int(np.nanmax(as_f32(values), initial=0)) // 8)))
     return figure(traces, {"title": {"text": title}, "xaxis": x_axis, "yaxis": {"autorange": "reversed",
                            "type": "category"}, "height": height, "barmode": "overlay",
                            "margin": dict(l=10, r=10, t=40, b=10)})
@@ -99,7 +100,7 @@ LOG_FLOOR = 1e-6
 
 def scaled_weights(w: np.ndarray, scale: str) -> tuple[np.ndarray, dict]:
     """Weights (…, Tq, Tk) as coloured on `scale`, and the colour-axis settings that go with it."""
-    w = _f32(w)
+    w = as_f32(w)
     if scale == "row":
         top = np.nanmax(np.where(np.isnan(w), -np.inf, w), axis=-1, keepdims=True)
         return np.where(top > 0, w / np.where(top > 0, top, 1), 0.0), {"zmin": 0.0, "zmax": 1.0}
@@ -125,7 +126,7 @@ def block_max(z: np.ndarray, step: int) -> np.ndarray:
     """A (Tq, Tk) map pooled into step × step blocks, each the largest value in it (NaN where a block is all NaN):
     a 1000-token map drawn as 250 × 250 cells keeps a sharp pattern visible and stays light in the browser."""
     if step <= 1:
-        return _f32(z)
+        return as_f32(z)
     n_q, n_k = z.shape
     pad = np.full((-(-n_q // step) * step, -(-n_k // step) * step), np.nan, dtype=np.float32)
     pad[:n_q, :n_k] = z
@@ -147,6 +148,11 @@ def block_labels(labels: list[str], step: int, shown: int = 4) -> list[str]:
 
 
 TITLE_PX = 50  # an axis title with its standoff from the tick labels (Streamlit's theme: 20-32 px) and its line
+
+
+def label_font(n: int) -> int:
+    """The tick labels' font size for a chart of n tokens: smaller as they crowd (the same on every token chart)."""
+    return 12 if n <= 30 else 10 if n <= 64 else 9
 
 
 def text_px(text: str) -> float:
@@ -171,9 +177,9 @@ def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL
     once (Streamlit's theme turns on plotly's automargin, which measures every tick label and draws the chart
     again: half of the Attention page's drawing time at 100 tokens); only for a chart whose ticks and titles are
     all given here."""
-    z = _f32(z)
+    z = as_f32(z)
     n_q, n_k = z.shape
-    size = font_size or (12 if max(n_q, n_k) <= 30 else 10 if max(n_q, n_k) <= 64 else 9)
+    size = font_size or label_font(max(n_q, n_k))
     # slanted key labels sit 0.87 × the column spacing apart: upright (the least room) once a line of text (CJK is
     # taller) no longer fits between them; the plot is the chart's width less its row labels
     plot_px = width_px - max(map(text_px, q_labels), default=0) * size - 8
@@ -248,52 +254,3 @@ def click_targets(fig, n_q: int, n_k: int, customdata=None, names=None, hovertem
         hovertext=None if names is None else names[1].ravel().tolist(),
         hovertemplate=hovertemplate or "<extra></extra>", showlegend=False, name="cells"))
     fig.update_layout(clickmode="event+select", dragmode="zoom")
-
-
-def _unit(x: float) -> float:
-    """A paper coordinate kept within [0, 1] (sums of spacings can land a hair outside)."""
-    return min(1.0, max(0.0, round(x, 9)))
-
-
-TITLE_ROOM_PX = 46  # between two rows of thumbnails: a title of two 12 px lines and the gap below it
-
-
-def thumbnails(mats, titles, *, cols: int, colorscale=SEQUENTIAL, zmin=0.0, zmax=1.0, masked=None,
-               size_px: int = 150, selected: int | None = None) -> go.Figure:
-    """Small multiples (one per head) on one colour scale, no tick labels; a click anywhere on one selects it
-    (one large invisible marker per thumbnail)."""
-    n = len(mats)
-    rows = (n + cols - 1) // cols
-    shown = [f"<b><span style='color:#d62728'>▶ {title}</span></b>" if i == selected else title
-             for i, title in enumerate(titles)]  # the head shown large above
-    # the grid laid out here, not by make_subplots: its per-subplot validation was half this chart's time
-    height = rows * (size_px + 50) + 50
-    # a row's two-line title (the head, its pattern) needs ~46 px above it, clear of the row above's axis line
-    h_gap, v_gap = 0.02, min(0.3, TITLE_ROOM_PX / (height - 60)) if rows > 1 else 0.02
-    w, h = (1 - h_gap * (cols - 1)) / cols, (1 - v_gap * (rows - 1)) / rows
-    traces, layout, notes = [], {}, []
-    axis = {"showticklabels": False, "ticks": "", "showgrid": False, "zeroline": False}
-    for i, m in enumerate(mats):
-        r, c = divmod(i, cols)
-        x0, top = c * (w + h_gap), 1 - r * (h + v_gap)
-        n = "" if i == 0 else str(i + 1)
-        layout[f"xaxis{n}"] = dict(axis, domain=[_unit(x0), _unit(x0 + w)], anchor=f"y{n}")
-        layout[f"yaxis{n}"] = dict(axis, domain=[_unit(top - h), _unit(top)], anchor=f"x{n}", autorange="reversed")
-        notes.append(dict(text=shown[i], x=x0 + w / 2, y=top, xref="paper", yref="paper", xanchor="center",
-                          yanchor="bottom", showarrow=False, font={"size": 12}))
-        m = _f32(m)
-        if masked is not None:
-            m = np.where(masked[i], np.nan, m)
-        traces.append(dict(type="heatmap", z=m, coloraxis="coloraxis", hoverinfo="skip", name=f"head {i}",
-                           xaxis=f"x{n}",
-                                 yaxis=f"y{n}"))
-        traces.append(dict(type="scatter", x=[(m.shape[1] - 1) / 2], y=[(m.shape[0] - 1) / 2], mode="markers",
-                                 marker={"size": size_px * 0.9, "symbol": "square", "color": "rgba(0,0,0,0)",
-                                         "line": {"width": 0}},
-                                 customdata=[i], hovertemplate=f"{titles[i]}<extra></extra>".replace("<br>", " · "),
-                                 showlegend=False, name=f"pick {i}", xaxis=f"x{n}", yaxis=f"y{n}"))
-    return figure(traces, dict(
-        layout, annotations=notes, coloraxis={"colorscale": colorscale, "cmin": zmin, "cmax": zmax},
-        height=height, margin=dict(l=10, r=10, t=50, b=10), clickmode="event+select",
-        dragmode=False))
-

@@ -1,11 +1,12 @@
-"""Heatmaps side by side in one chart, sharing their rows (the tokens, labelled once on the left): one plotly chart
-where there were three (Q, K and V of a head) lays out and draws a 128-token page's labels once, not three times."""
+"""Several heatmaps in one chart: panels side by side sharing their rows (the tokens, labelled once on the left: one
+plotly chart where there were three, Q, K and V of a head, lays out and draws a 128-token page's labels once, not
+three times), and small multiples (a thumbnail per head) on one colour scale."""
 from __future__ import annotations
 
 import numpy as np
 import plotly.graph_objects as go
 
-from ui.figures import DIVERGING, WIDTH_PX, label_step, text_px
+from ui.figures import DIVERGING, SEQUENTIAL, WIDTH_PX, as_f32, label_font, label_step, text_px
 from ui.plain_figures import figure
 
 BAR_PX = 56  # a panel's colour bar with its numbers, right of the panel
@@ -19,7 +20,7 @@ def panel_heatmaps(mats: list[np.ndarray], row_labels: list[str], titles: list[s
     where one per row would overlap)."""
     n = len(mats)
     rows = mats[0].shape[0]
-    size = 12 if rows <= 30 else 10 if rows <= 64 else 9
+    size = label_font(rows)
     height = int(min(max(min_height, 120 + px_per_token * rows), max_height))
     every = label_step(rows, height - 120, size)
     left = int(max(map(text_px, row_labels[::every]), default=0) * size) + 8
@@ -51,3 +52,51 @@ def panel_heatmaps(mats: list[np.ndarray], row_labels: list[str], titles: list[s
                       "yanchor": "bottom", "showarrow": False, "font": {"size": 13}})
     margin = {"l": 10 + left, "r": 10, "t": 40, "b": 10 + size + 8 + 50}  # numbered columns and their title
     return figure(traces, {**layout, "annotations": notes, "height": height, "margin": margin})
+
+
+def _unit(x: float) -> float:
+    """A paper coordinate kept within [0, 1] (sums of spacings can land a hair outside)."""
+    return min(1.0, max(0.0, round(x, 9)))
+
+
+TITLE_ROOM_PX = 46  # between two rows of thumbnails: a title of two 12 px lines and the gap below it
+
+
+def thumbnails(mats, titles, *, cols: int, colorscale=SEQUENTIAL, zmin=0.0, zmax=1.0, masked=None,
+               size_px: int = 150, selected: int | None = None) -> go.Figure:
+    """Small multiples (one per head) on one colour scale, no tick labels; a click anywhere on one selects it
+    (one large invisible marker per thumbnail)."""
+    n = len(mats)
+    rows = (n + cols - 1) // cols
+    shown = [f"<b><span style='color:#d62728'>▶ {title}</span></b>" if i == selected else title
+             for i, title in enumerate(titles)]  # the head shown large above
+    # the grid laid out here, not by make_subplots: its per-subplot validation was half this chart's time
+    height = rows * (size_px + 50) + 50
+    # a row's two-line title (the head, its pattern) needs ~46 px above it, clear of the row above's axis line
+    h_gap, v_gap = 0.02, min(0.3, TITLE_ROOM_PX / (height - 60)) if rows > 1 else 0.02
+    w, h = (1 - h_gap * (cols - 1)) / cols, (1 - v_gap * (rows - 1)) / rows
+    traces, layout, notes = [], {}, []
+    axis = {"showticklabels": False, "ticks": "", "showgrid": False, "zeroline": False}
+    for i, m in enumerate(mats):
+        r, c = divmod(i, cols)
+        x0, top = c * (w + h_gap), 1 - r * (h + v_gap)
+        n = "" if i == 0 else str(i + 1)
+        layout[f"xaxis{n}"] = dict(axis, domain=[_unit(x0), _unit(x0 + w)], anchor=f"y{n}")
+        layout[f"yaxis{n}"] = dict(axis, domain=[_unit(top - h), _unit(top)], anchor=f"x{n}", autorange="reversed")
+        notes.append(dict(text=shown[i], x=x0 + w / 2, y=top, xref="paper", yref="paper", xanchor="center",
+                          yanchor="bottom", showarrow=False, font={"size": 12}))
+        m = as_f32(m)
+        if masked is not None:
+            m = np.where(masked[i], np.nan, m)
+        traces.append(dict(type="heatmap", z=m, coloraxis="coloraxis", hoverinfo="skip", name=f"head {i}",
+                           xaxis=f"x{n}", yaxis=f"y{n}"))
+        traces.append(dict(type="scatter", x=[(m.shape[1] - 1) / 2], y=[(m.shape[0] - 1) / 2], mode="markers",
+                           marker={"size": size_px * 0.9, "symbol": "square", "color": "rgba(0,0,0,0)",
+                                   "line": {"width": 0}},
+                           customdata=[i], hovertemplate=f"{titles[i]}<extra></extra>".replace("<br>", " · "),
+                           showlegend=False, name=f"pick {i}", xaxis=f"x{n}", yaxis=f"y{n}"))
+    return figure(traces, dict(
+        layout, annotations=notes, coloraxis={"colorscale": colorscale, "cmin": zmin, "cmax": zmax},
+        height=height, margin=dict(l=10, r=10, t=50, b=10), clickmode="event+select",
+        dragmode=False))
+

@@ -241,7 +241,7 @@ def test_charts_built_without_plotlys_validation_send_what_a_validated_build_sen
     import plotly.graph_objects as go
     import plotly.io as pio
 
-    from ui import figures, model_map
+    from ui import figures, model_map, panels
     from ui.chart_theme import themed
     from ui.plain_figures import label_overflow_allowed, sendable
 
@@ -264,7 +264,7 @@ def test_charts_built_without_plotlys_validation_send_what_a_validated_build_sen
                figures.bars(labels[:5], rng.random(5) * 20, x_title="count", x_format="d", hover_format=".4~g"),
                figures.bars(labels[:4], rng.random(4), y_title="share", x_format="~%"),
                figures.lines(range(9), {"curve": rng.random(9)}, y_title="y", height=200),
-               figures.thumbnails([rng.random((6, 6)) for _ in range(5)], [f"head {h}" for h in range(5)], cols=4,
+               panels.thumbnails([rng.random((6, 6)) for _ in range(5)], [f"head {h}" for h in range(5)], cols=4,
                                   masked=[masked[:6, :6]] * 5, selected=2),
                model_map.model_map([{"id": "a", "x": 1, "y": 1, "w": 1, "h": 1, "kind": "attn", "title": "A",
                                      "detail": "d", "page": "attention"},

@@ -419,7 +419,7 @@ def test_the_look_for_box_names_each_head_by_layer_and_head(lang, named):
 
 
 def test_thumbnail_rows_leave_their_titles_room_and_draw_no_tick_marks():
-    from ui.figures import TITLE_ROOM_PX, thumbnails
+    from ui.panels import TITLE_ROOM_PX, thumbnails
 
     fig = thumbnails([np.eye(12)] * 8, [f"head {h}<br>previous token 0.9" for h in range(8)], cols=4)
     layout = fig.to_plotly_json()["layout"]
