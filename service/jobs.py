@@ -8,8 +8,8 @@ Lifecycle:
   batch x context: transformer_core.model.memory.train_bytes) and reserved in the server's memory budget for the
   whole run (refused at once when it does not fit);
 * the page calls touch(session) every few seconds while its tab is open; a janitor (a daemon thread, also run on
-  each touch and start) stops a job whose session has not been seen for ABANDON_S seconds, without saving it, so
-  its slot is free again within a minute;
+  each touch and start) stops a job whose session has not been seen for the abandon_seconds setting (45 s),
+  without saving it, so its slot is free again within a minute;
 * a running job keeps a small record in CHECKPOINTS/.jobs/ (service.job_records, refreshed every HEARTBEAT_S
   seconds); after a restart, its sweep() marks the records of processes that are gone "interrupted".
 * the thread itself (train, measure, save) is service.training_run; saves are atomic
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 ACTIVE = ("starting", "running", "saving")
 KEEP_FINISHED_S = 3600  # other sessions' finished jobs are forgotten after this
 NAME_CHARS = catalog.NAME_CHARS
-ABANDON_S = 45.0  # a job whose session sent no touch() for this long is stopped (an open tab touches every 10 s)
+ABANDON_S: float | None = None  # seconds without a touch() before a job is stopped (None: the setting; tests set it)
 JANITOR_EVERY_S = 5.0
 HEARTBEAT_S = 10.0  # a running job's record is refreshed this often (job_records.STALE_S: taken for dead)
 SWEEP_EVERY_S = 60.0
@@ -219,7 +219,7 @@ def _launch(job: Job) -> Job:
 
 def touch(session: str) -> None:
     """The session's tab is open: call every few seconds while it is (the Train page's live fragment, or any page).
-    A job whose session is not touched for ABANDON_S seconds is stopped by the janitor and not saved."""
+    A job whose session is not touched for abandon_seconds (a setting) is stopped by the janitor and not saved."""
     with _LOCK:
         _SEEN[session] = time.monotonic()
     _ensure_janitor()
@@ -229,10 +229,11 @@ def janitor(now: float | None = None) -> list[str]:
     """One round: stop jobs whose session is gone, refresh this process's job records, sweep the folder now and
     then. Returns the ids of the jobs it stopped. Runs every JANITOR_EVERY_S seconds on a daemon thread."""
     now = time.monotonic() if now is None else now
+    gone_after = settings().abandon_seconds if ABANDON_S is None else ABANDON_S
     stopped = []
     with _LOCK:
         for sid, job in _JOBS.items():
-            if job.active and not job.stop.is_set() and now - _SEEN.get(sid, job.started) > ABANDON_S:
+            if job.active and not job.stop.is_set() and now - _SEEN.get(sid, job.started) > gone_after:
                 job.abandoned = True
                 job.stop.set()
                 stopped.append(job.id)

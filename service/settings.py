@@ -38,6 +38,9 @@ SETTINGS: dict[str, Setting] = {
                              1, 64),
     "max_train_seconds": Setting("TRANSFORMER_EXPLORER_MAX_TRAIN_SECONDS", 1800, "a training is stopped after this",
                                  1, 86_400),
+    "abandon_seconds": Setting("TRANSFORMER_EXPLORER_ABANDON_SECONDS", 45,
+                               "a training whose tab sent no sign of life for this long is stopped, unsaved (an open "
+                               "tab sends one every 10 s)", 20, 3600),
     "max_train_params": Setting("TRANSFORMER_EXPLORER_MAX_TRAIN_PARAMS", 50_000_000,
                                 "largest model a training may build", 1_000, 2_000_000_000),
     "train_threads": Setting("TRANSFORMER_EXPLORER_TRAIN_THREADS", 1, "CPU threads of one training", 1, 256),
@@ -94,6 +97,7 @@ class Settings:
     gpt2_weights: str
     max_trainings: int
     max_train_seconds: int
+    abandon_seconds: int
     max_train_params: int
     train_threads: int
     page_threads: int

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from service import catalog, job_records, jobs
+from service.settings import settings
 from transformer_core.errors import ExplorerError
 from transformer_core.train.cards import chunked_accuracy, next_token_accuracy
 from transformer_core.train.loop import MAX_ITERS, TrainConfig
@@ -41,7 +42,9 @@ def test_a_training_whose_tab_closed_is_stopped_unsaved_and_its_slot_freed(monke
     assert wait_for(lambda: job.iteration > 2)
     assert jobs.janitor() == []  # seen at its start: not abandoned yet
     stopped_at = time.monotonic()
-    assert jobs.janitor(now=time.monotonic() + jobs.ABANDON_S + 1) == [job.id]  # ABANDON_S + 1 s without a touch()
+    gone = settings().abandon_seconds
+    assert gone == 45  # the default: stopped within a minute of the tab closing
+    assert jobs.janitor(now=time.monotonic() + gone + 1) == [job.id]  # abandon_seconds + 1 s without a touch()
     assert job.wait(60) and time.monotonic() - stopped_at < 60  # the slot is free within a minute
     assert job.status == "stopped" and job.abandoned and job.checkpoint is None
     assert jobs.running_count() == 0 and catalog.entries(OWNER) == catalog.entries(None)  # nothing saved
