@@ -18,11 +18,12 @@ import socket
 import subprocess
 import tempfile
 import time
-import urllib.request
 from collections import defaultdict
 from pathlib import Path
 
 from common import COURSE_BASE, ROOT, WORDS, figure, parser, print_table, setup_env, write_result
+
+from harness.server import server_alive
 
 LOG_LINE = re.compile(r'"(?P<method>\S+) (?P<path>\S+) [^"]*" (?P<status>\d+) \d+ key=(?P<key>\S+) '
                       r"upstream=(?P<upstream>.+?) rt=")
@@ -49,14 +50,6 @@ def free_ports(n: int) -> int:
             for s in socks:
                 s.close()
     raise RuntimeError("no run of free ports")
-
-
-def healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
 
 
 def stop_group(proc: subprocess.Popen) -> None:
@@ -163,7 +156,7 @@ def main(argv=None) -> int:
                 raise RuntimeError("deploy/run_local.sh did not get ready:\n"
                                    + (work / "run_local.out").read_text()[-3000:])
             time.sleep(0.5)
-        while not healthy(url):
+        while not server_alive(url):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"nginx on {url} does not answer")
             time.sleep(0.25)

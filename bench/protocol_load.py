@@ -38,12 +38,10 @@ import random
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
@@ -52,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # harness, when run as a script
     sys.path.insert(0, str(ROOT))
 
+from harness.server import free_port, server_alive  # noqa: E402
 from harness.st_protocol import MissingWidget, ProtocolError, RunResult, StreamlitClient, random_other  # noqa: E402
 
 # ../shared/tiktoken-cache from the project root (or from a checkout one level further down)
@@ -300,20 +299,6 @@ async def sample_loop(sampler: ProcSampler, stop: asyncio.Event, every: float = 
 
 
 # --- starting a server ------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
-
-
 class Server:
     """`streamlit run app.py` on a free port in its own process group, stopped on exit."""
 
@@ -343,7 +328,7 @@ class Server:
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + self.timeout
-        while not healthy(self.url):
+        while not server_alive(self.url):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.__exit__(None, None, None)
                 raise RuntimeError(f"streamlit did not come up on {self.url}; log: {self.log.name}")

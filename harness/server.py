@@ -38,7 +38,8 @@ def tiktoken_cache() -> str | None:
     return str(tmp)
 
 
-def _healthy(url: str) -> bool:
+def server_alive(url: str) -> bool:
+    """Whether the server answers /_stcore/health (start_app, the tests and the benches wait on it)."""
     try:
         with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
             return r.status == 200
@@ -83,7 +84,7 @@ def start_app(port: int | None = None, env: dict | None = None, timeout: float =
     proc.log_path = log.name
     try:
         deadline = time.monotonic() + timeout
-        while not _healthy(url):
+        while not server_alive(url):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"streamlit did not come up on {url} (exit {proc.poll()}):\n{log_tail(proc)}")
             time.sleep(0.25)
@@ -102,11 +103,6 @@ def log_tail(proc: subprocess.Popen, n_chars: int = 4000) -> str:
         return Path(proc.log_path).read_text(encoding="utf-8", errors="replace")[-n_chars:]
     except (AttributeError, OSError):
         return ""
-
-
-def server_alive(url: str) -> bool:
-    """Whether the server answers /_stcore/health."""
-    return _healthy(url)
 
 
 def process_memory_mb(pid: int) -> dict[str, float]:

@@ -19,17 +19,16 @@ FONT = '"Source Sans", sans-serif'
 BLUES = ("#e4f5ff", "#c7ebff", "#a6dcff", "#83c9ff", "#60b4ff", "#3d9df3", "#1c83e1", "#0068c9", "#0054a3", "#004280")
 DIVERGING = ("#7d353b", "#bd4043", "#ff4b4b", "#ff8c8c", "#ffc7c7", "#a6dcff", "#60b4ff", "#1c83e1", "#0054a3",
              "#004280")
+# Streamlit's chart colours in (dark, light) pairs, which the dark theme swaps
+COLOURS = ("#0068c9", "#83c9ff", "#ff2b2b", "#ffabab", "#29b09d", "#7defa1", "#ff8700", "#ffd16a", "#6d3fc0")
 # one colour per attention head wherever heads are told apart by colour (the head view's lines, the logit
 # attribution's bars), the same head the same colour; no greys: those mark the parts that are not heads
-HEAD_COLOURS = ("#0068c9", "#83c9ff", "#ff2b2b", "#ffabab", "#29b09d", "#7defa1", "#ff8700", "#ffd16a", "#6d3fc0",
-                "#c39bd3", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#393b79", "#843c39")
+HEAD_COLOURS = (*COLOURS, "#c39bd3", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#393b79", "#843c39")
 PALETTES = {  # text, title, legend text, background, grid, hover border, colours (the dark theme swaps pairs)
     "light": ("#808495", "#2F2D2B", "#262730", "#FFFFFF", "#e6eaf1", "#DCD8D4",
-              ("#0068c9", "#83c9ff", "#ff2b2b", "#ffabab", "#29b09d", "#7defa1", "#ff8700", "#ffd16a", "#6d3fc0",
-               "#d5dae5"), BLUES),
+              (*COLOURS, "#d5dae5"), BLUES),
     "dark": ("#e6eaf1", "#EDEBE8", "#fafafa", "#171614", "#31333F", "#4A4742",
-             ("#83c9ff", "#0068c9", "#ffabab", "#ff2b2b", "#7defa1", "#29b09d", "#ffd16a", "#ff8700", "#6d3fc0",
-              "#d5dae5"), BLUES[::-1]),
+             (*(c for pair in zip(COLOURS[1::2], COLOURS[::2]) for c in pair), COLOURS[8], "#d5dae5"), BLUES[::-1]),
 }
 
 

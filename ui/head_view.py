@@ -57,8 +57,7 @@ def head_view_data(weights: np.ndarray, q_labels: list[str], k_labels: list[str]
     lines = np.stack([h, i, j], axis=1).tolist()
     ws = np.round(weights[h, i, j], 3).tolist()
     return {"q": list(q_labels), "k": list(k_labels), "heads": list(head_names), "colours": list(HEAD_COLOURS),
-            "row": ROW_PX,
-            "lines": [[*a, w] for a, w in zip(lines, ws, strict=True)]}
+            "row": ROW_PX, "lines": [[*a, w] for a, w in zip(lines, ws, strict=True)]}
 
 
 def page_html(data: dict) -> str:

@@ -11,9 +11,10 @@ from transformer_core.sources.presets import preset_key
 
 from .i18n import browser_lang
 
-# The course's example sentences (doc 000): the default texts learners arrive with.
-DEFAULT_TEXT = "同志们!我踩着地雷了"
-DEFAULT_TARGET = "我现在开始排雷。"
+# The texts learners arrive with on a model that has no example of its own (the course's untrained presets): a
+# greeting and its answer, 13 and 7 cl100k tokens like the course's pair, so its presets' short contexts hold them
+DEFAULT_TEXT = "早上好!我们今天一起学习"
+DEFAULT_TARGET = "现在开始上课。"
 TEXT_MAX_CHARS = 2_000_000  # hard cap on the text box; the model sees at most max_len tokens anyway
 OWNER_COOKIE = "te_owner"  # the browser's random token: models it trains or uploads are visible to it only
 # URL parameter -> session key of the control it mirrors (service.urlstate parses and writes the URL)

@@ -31,7 +31,7 @@ from ui.figures import mark_cells, token_heatmap
 
 PAGE = "attention"
 BASE = "preset:course-base@cl100k_base"
-SRC_TOKENS, TGT_TOKENS = 13, 7  # the course's sentences 同志们!我踩着地雷了 / 我现在开始排雷。 in cl100k
+SRC_TOKENS, TGT_TOKENS = 13, 7  # the app's default pair 早上好!我们今天一起学习 / 现在开始上课。 in cl100k
 WEIGHT, MASKED, KEY = "softmax weight", "masked score", "key token"
 BAD_INPUTS = {
     "empty": "",
@@ -175,8 +175,8 @@ def test_encoder_decoder_opens_on_cross_attention_with_encoder_keys():
     at.selectbox(key="block").set_value("cross").run()
     assert_clean(at)
     df = step_table(at)
-    assert len(df) == SRC_TOKENS and df[KEY].iloc[0] == "0 ‘同’" and df[KEY].iloc[3] == "3 ‘!’"
-    assert at.selectbox(key="att_query_idx").options[0] == "0 ‘我’"  # queries: the decoder's tokens
+    assert len(df) == SRC_TOKENS and df[KEY].iloc[2] == "2 ‘上’" and df[KEY].iloc[4] == "4 ‘!’"
+    assert at.selectbox(key="att_query_idx").options[0] == "0 ‘现’"  # queries: the decoder's tokens
     assert len(at.selectbox(key="att_query_idx").options) == TGT_TOKENS
     assert df[WEIGHT].sum() == pytest.approx(1.0, abs=1e-6)
     assert any("DecoderBlock" in s for s in shown_texts(at))  # the cross-attention mistake, explained

@@ -10,8 +10,9 @@ from transformer_core.model.positional import sinusoid_table
 
 PAGE = "embeddings"
 BASE = "preset:course-base@cl100k_base"
-IDS_1 = [42016, 78228, 80578, 0, 37046, 164, 116, 102, 84949, 222, 30590, 97565, 35287]  # 同志们!我踩着地雷了
-IDS_2 = [37046, 47551, 19000, 56386, 61056, 97565, 1811]  # 我现在开始排雷。
+SENT_1 = "同志们!我踩着地雷了"  # the course's sentence and its cl100k ids (doc 000)
+IDS_1 = [42016, 78228, 80578, 0, 37046, 164, 116, 102, 84949, 222, 30590, 97565, 35287]
+SENT_2, IDS_2 = "我现在开始排雷。", [37046, 47551, 19000, 56386, 61056, 97565, 1811]
 BAD_INPUTS = {
     "endoftext": "<|endoftext|>",
     "script": "<script>alert(1)</script>",
@@ -30,7 +31,7 @@ def small_table(at):
 
 
 def test_course_base_shows_course_pe_table_and_real_embedding_rows():
-    at = open_app(PAGE, model=BASE)
+    at = open_app(PAGE, model=BASE, text=SENT_1, tgt=SENT_2)
     assert not at.exception
     pe_small = small_table(at)
     assert pe_small.iloc[1, 1:].tolist() == [0.8415, 0.5403, 0.0100, 0.9999]  # the course's printed row 1
@@ -72,7 +73,7 @@ def test_dimension_range_and_more_positions():
 
 
 def test_scaling_balance_shows_real_means(gpt):
-    at = open_app(PAGE, model=SMALL)
+    at = open_app(PAGE, model=SMALL, text=SENT_1)
     text = next(m.value for m in at.markdown if m.value.startswith("Mean |value|"))
     tok_mean = float(re.search(r"token embedding ([\d.]+)", text).group(1))
     expected = gpt.decoder.embed.tok.weight.detach()[IDS_1].abs().mean().item()
