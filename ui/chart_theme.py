@@ -24,11 +24,18 @@ COLOURS = ("#0068c9", "#83c9ff", "#ff2b2b", "#ffabab", "#29b09d", "#7defa1", "#f
 # one colour per attention head wherever heads are told apart by colour (the head view's lines, the logit
 # attribution's bars), the same head the same colour; no greys: those mark the parts that are not heads
 HEAD_COLOURS = (*COLOURS, "#c39bd3", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#393b79", "#843c39")
+
+
+def _swapped_pairs(colours: tuple) -> tuple:
+    """(a, b, c, d, e) -> (b, a, d, c, e): each (dark, light) pair the other way round."""
+    return tuple(c for i in range(0, len(colours), 2) for c in colours[i:i + 2][::-1])
+
+
 PALETTES = {  # text, title, legend text, background, grid, hover border, colours (the dark theme swaps pairs)
     "light": ("#808495", "#2F2D2B", "#262730", "#FFFFFF", "#e6eaf1", "#DCD8D4",
               (*COLOURS, "#d5dae5"), BLUES),
     "dark": ("#e6eaf1", "#EDEBE8", "#fafafa", "#171614", "#31333F", "#4A4742",
-             (*(c for pair in zip(COLOURS[1::2], COLOURS[::2]) for c in pair), COLOURS[8], "#d5dae5"), BLUES[::-1]),
+             (*_swapped_pairs(COLOURS), "#d5dae5"), BLUES[::-1]),
 }
 
 

@@ -26,6 +26,7 @@ from harness.browser import (
     wait_rendered,
 )
 from harness.server import saved
+from service.settings import SETTINGS
 from ui.i18n import strings
 
 sync_api = require_browser()
@@ -39,9 +40,9 @@ PROGRESS = "[data-testid='stProgress']"
 JOBS_FULL = "The server is already running 1 trainings (its limit is 1)"
 TINY = {"Batch size": 8, "d_model": 16, "Layers": 1, "Heads": 2, "Evaluate every": 0}  # a step takes milliseconds
 ABANDONED_WITHIN_S = 60  # within a minute: 45 s without a heartbeat, a janitor round every 5 s, the step in flight
-# the test's server waits the shortest time the setting allows (the default, 45 s, is held by the service's test):
-# freed within ABANDONED_WITHIN_S - 25 s of the tab closing
-ABANDON_TEST_S = 20
+# the test's server waits the shortest time the setting allows (the default is held by the service's test): freed
+# that much sooner than ABANDONED_WITHIN_S
+ABANDON_DEFAULT_S, ABANDON_TEST_S = SETTINGS["abandon_seconds"].default, SETTINGS["abandon_seconds"].lo
 INTERRUPTED = "was interrupted when the server restarted"
 assert INTERRUPTED in S["err.job_interrupted"]["en"]
 
@@ -171,7 +172,7 @@ def test_why5_a_training_whose_tab_closed_is_stopped_and_its_slot_freed_within_a
     freed = time.monotonic() - closed
     check_clean(b, app, "tab B starting after A closed")
     print(f"\nthe closed tab's slot was free {freed:.0f} s after the tab closed")
-    assert freed < ABANDONED_WITHIN_S - (45 - ABANDON_TEST_S)
+    assert freed < ABANDONED_WITHIN_S - (ABANDON_DEFAULT_S - ABANDON_TEST_S)
     expect(b.locator(MAIN).get_by_text(re.compile(r"^Finished: 30 steps"))).to_be_visible(timeout=120_000)
     wait_rendered(b)
     check_clean(b, app, "tab B finished")
