@@ -84,6 +84,7 @@ fig = over_steps([dict(type="scatter", x=steps, y=icl, mode="lines+markers", nam
                  t("learn_icl_title"), t("learn_icl_axis"))
 with c2:
     chart(fig, "learn_icl")
+    st.caption(t("learn_icl_hint"))
 c3, c4 = st.columns(2)
 with c3:
     chart(score_lines(data, "previous_token", t("learn_prev_title"), step), "learn_prev")

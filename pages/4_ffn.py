@@ -161,9 +161,9 @@ def read_a_neuron(default: int | None) -> None:
         st.markdown(t("nr_snippets", n=len(snippets)))
         table(pd.DataFrame({
             t("ffn_col_activation"): [s.activation for s in snippets],
-            t("nr_col_before"): ["".join(s.tokens[:s.fire]) for s in snippets],
-            t("nr_col_token"): [s.tokens[s.fire] for s in snippets],
-            t("nr_col_after"): ["".join(s.tokens[s.fire + 1:]) for s in snippets]}),
+            t("nr_col_before"): [visible(s.before, spaces=False) for s in snippets],
+            t("nr_col_token"): [visible(s.tokens[s.fire]) for s in snippets],
+            t("nr_col_after"): [visible(s.after, spaces=False) for s in snippets]}),
             f"nr_snippets_{nr_layer}_{neuron}", formats={t("ffn_col_activation"): "%.3f"})
     if reading.up:
         up, down = reading.up, reading.down

@@ -17,15 +17,15 @@ from .plain_figures import add, figure
 DIVERGING = "RdBu_r"
 SEQUENTIAL = "Blues"
 MASK_COLOUR = "rgba(120,120,120,0.35)"
+LINE_BREAKS = {"\t": "⇥", "\n": "⏎", "\r": "␍"}
+WHITESPACE, LINE_BREAKS = str.maketrans({" ": "␣", **LINE_BREAKS}), str.maketrans(LINE_BREAKS)
 
 
-WHITESPACE = str.maketrans({" ": "␣", "\t": "⇥", "\n": "⏎", "\r": "␍"})
-
-
-def visible(token: str) -> str:
-    """A token's text with its whitespace made visible (space ␣, tab ⇥, newline ⏎, carriage return ␍); right-to-left
-    text (Arabic, Hebrew) in a bidi isolate, so a label's position number and quotes stay where they are."""
-    text = str(token).translate(WHITESPACE)
+def visible(token: str, spaces: bool = True) -> str:
+    """A token's text with its whitespace made visible (space ␣, tab ⇥, newline ⏎, carriage return ␍; spaces=False
+    leaves spaces as they are: running text in one line); right-to-left text (Arabic, Hebrew) in a bidi isolate, so a
+    label's position number and quotes stay where they are."""
+    text = str(token).translate(WHITESPACE if spaces else LINE_BREAKS)
     return f"\u2068{text}\u2069" if any(unicodedata.bidirectional(c) in ("R", "AL") for c in text) else text
 
 

@@ -247,3 +247,20 @@ def test_a_sequence_starting_mid_character_keeps_the_orphan_byte_apart():
     labels = ["<0x98>", "<0xE4><0xB8>", "<0xAD>", "a", "<0xE5>", "<0x9B><0xBD>"]
     assert label_pieces(raws, labels) == ["<0x98>", "中\u00a01/2", "中\u00a02/2", "a", "国\u00a01/2", "国\u00a02/2"]
     assert label_pieces(raws[:5], labels[:5])[4] == "<0xE5>"  # cut off at the end too: its bytes, not "� 1/2"
+
+
+def test_text_around_a_token_reads_whole_characters_and_drops_those_cut_by_the_window():
+    """A neuron's snippet: the text either side of one token, not its neighbours' labels joined ("操 1/3操 2/3...")."""
+    fu, wo = "福".encode(), "我".encode()
+    raws = [wo[1:], b" a", fu[:2], fu[2:], "好x".encode(), wo[:1]]  # cut at both ends; 福 in two pieces
+    assert tokmod.text_around(raws, 2) == (" a", "好x")  # 福's other piece goes with the token, not "after"
+    assert tokmod.text_around(raws, 3) == (" a", "好x")
+    assert tokmod.text_around(raws, 4) == (" a福", "")
+    # a window on character boundaries: before + the token's characters + after is the whole text, for every token
+    enc = load_encoding("cl100k_base")
+    text = "队操作的。\n这是 a test 🐶 of pieces"
+    ids = enc.encode(text)
+    raws = [enc.decode_single_token_bytes(i) for i in ids]
+    for k in range(len(ids)):
+        before, after = tokmod.text_around(raws, k)
+        assert text.startswith(before) and text.endswith(after) and len(before) + len(after) < len(text)

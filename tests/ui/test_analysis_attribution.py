@@ -243,6 +243,7 @@ def test_neuron_index_snippets_are_the_neurons_largest_activations_recomputed():
     from pathlib import Path
 
     from transformer_core.analysis.neurons import build_index, load_index, output_tokens, top_snippets
+    from transformer_core.text.inputs import model_text
 
     folder = Path(__file__).resolve().parents[2] / "assets" / "models" / "everyday-gpt"
     model = catalog.load("shipped:everyday-gpt", "cpu")[0]
@@ -261,6 +262,9 @@ def test_neuron_index_snippets_are_the_neurons_largest_activations_recomputed():
     assert int(seen["h"].argmax()) == pos
     snippets = top_snippets(model, index, layer, neuron)
     assert snippets[0].activation == pytest.approx(float(seen["h"].max()), abs=2e-2)
+    for s, (c, _) in zip(snippets, index.where[layer, neuron], strict=True):  # the held-out text itself, no labels
+        if "\u00a0" not in s.tokens[s.fire] and "‹" not in s.tokens[s.fire]:  # a whole token (not a byte piece)
+            assert s.before + s.tokens[s.fire] + s.after in model_text(model, index.ids[int(c)])
     up, down = output_tokens(model, layer, neuron, k=3)
     direct = model.out.weight.detach() @ model.decoder.layers[layer].ffn.linear2.weight[:, neuron].detach()
     assert [i for i, _ in up] == direct.topk(3).indices.tolist()
@@ -273,6 +277,9 @@ def test_ffn_page_reads_a_neuron():
         assert not at.exception and not at.error
         snippets = next(df.value for df in at.dataframe if "before" in df.value.columns)
         assert len(snippets) == 8 and snippets["activation"].is_monotonic_decreasing
+        # running text either side (whole characters, line breaks shown), never the tokens' piece labels joined
+        sides = "".join(snippets["before"]) + "".join(snippets["after"])
+        assert "\u00a0" not in sides and "‹" not in sides and "\n" not in sides
         assert figure(at, "nr_on_text")["data"][0]["type"] == "bar"
 
 

@@ -19,7 +19,8 @@ from ..errors import InputError
 from ..model.hooks import act_name
 from ..model.trace import run_with_trace
 from ..model.transformer import Transformer
-from ..text.inputs import sequence_labels, unknown_id, vocab_index
+from ..text.inputs import UNK_LABEL, real_ids, sequence_labels, unknown_id, vocab_index
+from ..text.tokenizer import load_encoding, text_around, token_bytes
 from ..train.vocab import encode_lines
 
 INDEX_FILE = "neurons.npz"
@@ -107,17 +108,22 @@ class Snippet:
     activation: float
     tokens: list[str]  # the window's tokens as the pages show them
     fire: int  # index of the firing token in `tokens`
+    before: str = ""  # the text before and after the firing token, whole characters (text_around)
+    after: str = ""
 
 
 def top_snippets(model: Transformer, index: NeuronIndex, layer: int, neuron: int) -> list[Snippet]:
     """The held-out snippets that excite this neuron most, largest first."""
     layer, neuron = check_neuron(model, layer, neuron)
-    out = []
+    enc, out = load_encoding(model.cfg.encoding), []
     for act, (chunk, pos) in zip(index.acts[layer, neuron], index.where[layer, neuron], strict=True):
         if not np.isfinite(act):
             continue
         lo, hi = max(0, int(pos) - WINDOW), min(index.ids.shape[1], int(pos) + 3)
-        out.append(Snippet(float(act), sequence_labels(model, index.ids[int(chunk), lo:hi].tolist()), int(pos) - lo))
+        ids = index.ids[int(chunk), lo:hi].tolist()
+        raws = [token_bytes(enc, i) or UNK_LABEL.encode() for i in real_ids(model, ids)]
+        before, after = text_around(raws, int(pos) - lo)
+        out.append(Snippet(float(act), sequence_labels(model, ids), int(pos) - lo, before, after))
     return out
 
 
@@ -157,9 +163,9 @@ class NeuronReading:
     def arrays(self) -> dict[str, np.ndarray]:
         out = {"layer_neuron": np.array([self.layer, self.neuron]),
                "snippet_activation": np.array([s.activation for s in self.snippets], dtype=np.float32),
-               "snippet_before": np.array(["".join(s.tokens[:s.fire]) for s in self.snippets], dtype=str),
+               "snippet_before": np.array([s.before for s in self.snippets], dtype=str),
                "snippet_token": np.array([s.tokens[s.fire] for s in self.snippets], dtype=str),
-               "snippet_after": np.array(["".join(s.tokens[s.fire + 1:]) for s in self.snippets], dtype=str),
+               "snippet_after": np.array([s.after for s in self.snippets], dtype=str),
                "up_ids": np.array([i for i, _ in self.up], dtype=np.int64),
                "up_logit": np.array([v for _, v in self.up], dtype=np.float32),
                "down_ids": np.array([i for i, _ in self.down], dtype=np.int64),

@@ -175,18 +175,11 @@ def _pieces_in(model: Transformer, ids) -> dict[int, str]:
 def sequence_labels(model: Transformer, ids) -> list[str]:
     """token_labels for a sequence (adjacent tokens): a token that is only part of a character is shown with its
     character and which piece it is ("明 1/2", "明 2/2"), not as bytes; bytes stay on the Tokenizer page."""
-    from .tokenizer import label_pieces, load_encoding
+    from .tokenizer import label_pieces, load_encoding, token_bytes
 
     labels, real = token_labels(model, ids), real_ids(model, ids)
     enc = load_encoding(model.cfg.encoding)
-
-    def raw(i: int) -> bytes:
-        try:
-            return enc.decode_single_token_bytes(i) if i != UNK else b""
-        except (KeyError, ValueError):
-            return b""
-
-    return label_pieces([raw(i) for i in real], labels)
+    return label_pieces([token_bytes(enc, i) or b"" for i in real], labels)
 
 
 def trace_text(model: Transformer, text: str, tgt_text: str | None = None, *, masks=None, names=None,

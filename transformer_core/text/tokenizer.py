@@ -202,6 +202,17 @@ def label_pieces(raws: list[bytes], labels: list[str]) -> list[str]:
     return labels
 
 
+def text_around(raws: list[bytes], k: int) -> tuple[str, str]:
+    """The text before and after token k of adjacent tokens (their bytes `raws`), whole characters only: the pieces
+    of a character token k is part of go with it, not with either side, and a character cut off at either end of the
+    window is left out (so a snippet reads "队操作的", not its tokens' labels joined, "队操 1/3操 2/3操 3/3作的")."""
+    group_of, groups = _group_tokens(raws)
+    whole = ["" if "\ufffd" in chars and _is_partial(b"".join(raws[m] for m in members)) else chars
+             for chars, members in groups]  # a run cut off by the window's edge (or never valid) reads as nothing
+    g = group_of[k]
+    return "".join(whole[:g]), "".join(whole[g + 1:])
+
+
 def character_labels(ids: list[int], encoding: str = DEFAULT_ENCODING) -> list[str]:
     """Display strings of a sequence of this encoding's ids, a part of a character shown with its character."""
     enc = load_encoding(encoding)
@@ -286,17 +297,18 @@ def decode(ids: list[int], encoding: str = DEFAULT_ENCODING) -> str:
     return enc.decode_bytes([int(i) for i in ids]).decode("utf-8", "replace")
 
 
+def token_bytes(enc, i: int) -> bytes | None:
+    """One tokenizer id's bytes; None for the unknown id (-1) and an id with no token (holes in the vocabulary)."""
+    try:
+        return enc.decode_single_token_bytes(int(i)) if int(i) >= 0 else None
+    except (KeyError, ValueError):
+        return None
+
+
 def tokens_of(ids: list[int], encoding: str = DEFAULT_ENCODING) -> list[Token]:
     """Token objects (display text, bytes, UTF-8 groups) for tokenizer ids, e.g. a generated sequence."""
     enc = load_encoding(encoding)
-
-    def raw(i: int) -> bytes | None:
-        try:
-            return enc.decode_single_token_bytes(int(i)) if int(i) >= 0 else None
-        except (KeyError, ValueError):  # an id with no token (holes in the vocabulary)
-            return None
-
-    raws = [raw(i) for i in ids]
+    raws = [token_bytes(enc, i) for i in ids]
     group_of, _ = _group_tokens([r or b"" for r in raws])
     return [Token(id=int(i), raw=r or b"", text=("⟨unk⟩" if int(i) < 0 else f"<{int(i)}>") if r is None
                   else display_bytes(r), group=g, partial=r is not None and _is_partial(r), unknown=int(i) < 0)
