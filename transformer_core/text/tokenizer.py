@@ -203,14 +203,18 @@ def label_pieces(raws: list[bytes], labels: list[str]) -> list[str]:
 
 
 def text_around(raws: list[bytes], k: int) -> tuple[str, str]:
-    """The text before and after token k of adjacent tokens (their bytes `raws`), whole characters only: the pieces
-    of a character token k is part of go with it, not with either side, and a character cut off at either end of the
-    window is left out (so a snippet reads "队操作的", not its tokens' labels joined, "队操 1/3操 2/3操 3/3作的")."""
-    group_of, groups = _group_tokens(raws)
-    whole = ["" if "\ufffd" in chars and _is_partial(b"".join(raws[m] for m in members)) else chars
-             for chars, members in groups]  # a run cut off by the window's edge (or never valid) reads as nothing
-    g = group_of[k]
-    return "".join(whole[:g]), "".join(whole[g + 1:])
+    """The text before and after token k of adjacent tokens (their bytes `raws`), whole characters only: the bytes of
+    a character token k is part of go with it, not with either side, and bytes that make no whole character (one cut
+    off at the window's edge) are left out. So a neuron's snippet reads "队操作的", not its tokens' labels joined
+    ("队操 1/3操 2/3操 3/3作的")."""
+    data = b"".join(raws)
+    start = sum(map(len, raws[:k]))
+    end = start + len(raws[k])
+    while 0 < start < len(data) and data[start] & 0xC0 == 0x80:  # a continuation byte (0b10xxxxxx): back to its lead
+        start -= 1
+    while end < len(data) and data[end] & 0xC0 == 0x80:
+        end += 1
+    return data[:start].decode("utf-8", "ignore"), data[end:].decode("utf-8", "ignore")
 
 
 def character_labels(ids: list[int], encoding: str = DEFAULT_ENCODING) -> list[str]:
