@@ -17,8 +17,8 @@ from .plain_figures import add, figure
 DIVERGING = "RdBu_r"
 SEQUENTIAL = "Blues"
 MASK_COLOUR = "rgba(120,120,120,0.35)"
-LINE_BREAKS = {"\t": "⇥", "\n": "⏎", "\r": "␍"}
-WHITESPACE, LINE_BREAKS = str.maketrans({" ": "␣", **LINE_BREAKS}), str.maketrans(LINE_BREAKS)
+_BREAKS = {"\t": "⇥", "\n": "⏎", "\r": "␍"}  # tab, newline, carriage return
+LINE_BREAKS, WHITESPACE = str.maketrans(_BREAKS), str.maketrans({" ": "␣", **_BREAKS})
 
 
 def visible(token: str, spaces: bool = True) -> str:
