@@ -255,12 +255,4 @@ def test_text_around_a_token_reads_whole_characters_and_drops_those_cut_by_the_w
     raws = [wo[1:], b" a", fu[:2], fu[2:], "好x".encode(), wo[:1]]  # cut at both ends; 福 in two pieces
     assert tokmod.text_around(raws, 2) == (" a", "好x")  # 福's other piece goes with the token, not "after"
     assert tokmod.text_around(raws, 3) == (" a", "好x")
-    assert tokmod.text_around(raws, 4) == (" a福", "")
-    # a window on character boundaries: before + the token's characters + after is the whole text, for every token
-    enc = load_encoding("cl100k_base")
-    text = "队操作的。\n这是 a test 🐶 of pieces"
-    ids = enc.encode(text)
-    raws = [enc.decode_single_token_bytes(i) for i in ids]
-    for k in range(len(ids)):
-        before, after = tokmod.text_around(raws, k)
-        assert text.startswith(before) and text.endswith(after) and len(before) + len(after) < len(text)
+    assert tokmod.text_around(raws, 4) == (" a福", "")  # any text cut anywhere: tests/core/test_properties.py

@@ -108,8 +108,8 @@ class Snippet:
     activation: float
     tokens: list[str]  # the window's tokens as the pages show them
     fire: int  # index of the firing token in `tokens`
-    before: str = ""  # the text before and after the firing token, whole characters (text_around)
-    after: str = ""
+    before: str  # the text before and after the firing token, whole characters (text_around)
+    after: str
 
 
 def top_snippets(model: Transformer, index: NeuronIndex, layer: int, neuron: int) -> list[Snippet]:
