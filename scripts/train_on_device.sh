@@ -3,8 +3,8 @@
 # network. Three steps (README, "Models"):
 #   here:   python -m transformer_core.train.corpus_pack --out .corpora --only everyday-gpt   (8.6 MB, ignored by git)
 #   there:  bash scripts/train_on_device.sh "$OUT"        (the device call carries .corpora; about 7 minutes)
-#   (a trial on a CPU: bash scripts/train_on_device.sh /tmp/out --budget 150 --device cpu; a longer run on the GPU:
-#    bash scripts/train_on_device.sh "$OUT" --steps 20000 --budget 420, which its card's command then names)
+#   (a trial on a CPU: bash scripts/train_on_device.sh /tmp/out --budget 150 --device cpu; a trial on the GPU takes
+#    build.TRIAL_OPTIONS, e.g. --steps 20000 --budget 420 --d-model 512, which its card's command then names)
 #   here:   tar xzf FILES_AT/everyday-gpt.tgz -C assets/models && python bench/everyday.py
 # The build writes the model folder (weights, config, card with its figures, held-out samples, neuron index); it is
 # sent back as one archive with the build's log.

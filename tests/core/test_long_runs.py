@@ -133,12 +133,14 @@ def test_amp_trains_on_cuda_and_the_card_names_the_gpu():
     assert run_fields(result)["device"] == f"cuda ({torch.cuda.get_device_name()})"
 
 
-def test_the_gpu_recipe_is_the_default_model_with_only_the_long_run_settings_changed():
+def test_the_gpu_recipe_is_the_default_recipe_wider_and_longer():
+    """Same vocabulary, corpora, depth, heads and context as the CPU recipe; only width and long-run settings."""
     assert SHIPPED_LMS["everyday-gpt"]["gpu_config"] is EVERYDAY_GPU
     EVERYDAY_GPU.validate()
     changed = {k for k in vars(EVERYDAY) if getattr(EVERYDAY, k) != getattr(EVERYDAY_GPU, k)}
-    assert changed == {"corpus_weights", "batch_size", "max_iters", "budget_s", "amp", "dropout", "warmup",
-                       "eval_interval", "eval_iters", "keep_best", "device"}
+    assert changed == {"d_model", "d_ffn", "embed_std", "corpus_weights", "batch_size", "max_iters", "budget_s", "amp",
+                       "dropout", "warmup", "eval_interval", "eval_iters", "keep_best", "device"}
+    assert EVERYDAY_GPU.d_model % EVERYDAY_GPU.n_heads == 0
     assert EVERYDAY_GPU.warmup >= training.CALIBRATION_STEPS  # a rerun with the card's steps repeats the run
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from transformer_core.analysis.next_token import Sampling, generate_text, next_tokens
 from transformer_core.text.tokenizer import load_encoding
-from transformer_core.train.build import DEFAULT_MODEL
+from transformer_core.train.build import DEFAULT_MODEL, TRIAL_OPTIONS
 from transformer_core.train.cards import bigram_loss, card_heads, heldout_loss
 from transformer_core.train.checkpoint import load_checkpoint
 from transformer_core.train.defaults import SHIPPED_LMS
@@ -61,7 +61,8 @@ def test_card_has_every_field_and_names_its_source(shipped, name):
     assert card["steps"] > 0 and card["tokens_seen"] > 0 and card["train_seconds"] > 0 and card["device"]
     # README, Models: a GPU build's command names the recipe and any trial option it ran with (build.TRIAL_OPTIONS)
     on_gpu = card["device"].startswith("cuda")
-    gpu = r" --recipe gpu --cache \.corpora( --(budget|steps|device) [\w.]+)*" if on_gpu else ""
+    trial = "|".join(o.removeprefix("--") for o in TRIAL_OPTIONS.values())
+    gpu = rf" --recipe gpu --cache \.corpora( --({trial}) [\w.]+)*" if on_gpu else ""
     assert re.fullmatch(rf"python -m transformer_core\.train\.build --only {re.escape(name)}{gpu}", card["command"])
     assert card["description"]["en"] and card["description"]["zh"]
     assert sum(f.stat().st_size for f in (ASSETS / name).iterdir()) <= 25 * 2**20

@@ -97,7 +97,8 @@ def build_subset(recipe: dict, cache: str) -> str:
 
 # A trial of the GPU recipe: TrainConfig field -> its option here (the card's command names those used, so the
 # command on a card always repeats its run)
-TRIAL_OPTIONS = {"budget_s": "--budget", "max_iters": "--steps", "device": "--device"}
+TRIAL_OPTIONS = {"budget_s": "--budget", "max_iters": "--steps", "device": "--device", "batch_size": "--batch",
+                 "dropout": "--dropout", "d_model": "--d-model", "d_ffn": "--d-ffn", "embed_std": "--embed-std"}
 
 
 def gpu_command(name: str, changes: dict) -> str:
@@ -117,7 +118,9 @@ def build_lm(name: str, out: Path, cache: str, gpu: bool = False, **changes) -> 
         tc = replace(tc, encoding=build_subset({"name": name, **recipe}, cache))
     result = train(tc, progress(name))
     model, data = fp16(result.model.cpu().eval()), result.data
-    card = {"arch": "decoder_only", "description": recipe["description"], "example_src": recipe["example"],
+    described = {lang: text.format(n_layers=tc.n_layers, d_model=tc.d_model)  # the recipe's own size
+                 for lang, text in recipe["description"].items()}
+    card = {"arch": "decoder_only", "description": described, "example_src": recipe["example"],
             "example_tgt": "", "order": recipe["order"], **run_fields(result),
             "corpus": [{"package": p["package"], "version": p["version"], "licence": p["licence"],
                         "sha256": p["train_sha256"], "registry": p["registry"]} for p in data.provenance]}
@@ -249,12 +252,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=None,
                         help="a trial: the GPU recipe's steps (at most; its budget may stop it sooner)")
     parser.add_argument("--device", default=None, help="a trial: the GPU recipe on another device (cpu)")
+    parser.add_argument("--batch", type=int, default=None, help="a trial: the GPU recipe's rows per step")
+    parser.add_argument("--dropout", type=float, default=None, help="a trial: the GPU recipe's dropout")
+    parser.add_argument("--d-model", type=int, default=None, help="a trial: a wider model (d_model)")
+    parser.add_argument("--d-ffn", type=int, default=None, help="a trial: the FFN's hidden width")
+    parser.add_argument("--embed-std", type=float, default=None, help="a trial: the embeddings' initial spread")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     builders = BUILDERS
     if args.recipe == "gpu":
-        given = {"budget_s": args.budget, "max_iters": args.steps, "device": args.device}
+        given = {"budget_s": args.budget, "max_iters": args.steps, "device": args.device, "batch_size": args.batch,
+                 "dropout": args.dropout, "d_model": args.d_model, "d_ffn": args.d_ffn, "embed_std": args.embed_std}
         changes = {k: v for k, v in given.items() if v is not None}
         builders = {n: partial(build_lm, gpu=True, **changes) for n, r in SHIPPED_LMS.items() if "gpu_config" in r}
         if not set(args.only or ()) <= set(builders) or not args.only:

@@ -73,17 +73,23 @@ BILINGUAL = replace(_LM, context=128, d_model=256, n_heads=8, n_layers=4, d_ffn=
 EVERYDAY = replace(BILINGUAL, encoding="cl100k_2k", corpus_weights=(0.44, 0.24, 0.24, 0.04, 0.04), max_iters=3600,
                    synthetic_first=200, synthetic_fraction=0.2)
 # The default's recipe for a lent GPU (`build --only everyday-gpt --recipe gpu`; the machine reaches no registry, so
-# the corpora travel packed: train/corpus_pack.py). The same model and vocabulary, about seven times the tokens:
-# batches of 64 × 128, dropout 0.1, the weights of the evaluation with the lowest held-out loss kept (every 500
-# steps), bfloat16 autocast, and more of the Brown Corpus (56% instead of 44%; the Chinese corpora 18% each): read
-# about 15 times, so past ~4 repeats a model this size starts to learn it by heart. Built 2026-11-27 on an NVIDIA
-# H200: a 215 s budget fitted 9,832 steps (≈ 19 ms each; 186 s of training, 234 s for the command, 75 M tokens).
-# Tried there too: 12,000 steps at the 44% mix, 204 s: English 1.575 bits per byte (this one 1.544), the same
-# top-1 (29.4%), Chinese 1.758 (this one 1.786); kept this one for its lower Brown held-out loss (3.18 vs 3.23).
-# max_iters caps the steps at the shipped run's, so a rerun on an H200 repeats it; `--budget 0` skips the timing.
-EVERYDAY_GPU = replace(EVERYDAY, corpus_weights=(0.56, 0.18, 0.18, 0.04, 0.04), batch_size=64, max_iters=9_832,
-                       budget_s=215.0, amp=True, dropout=0.1, warmup=500, eval_interval=500, eval_iters=10,
-                       keep_best=True, device="cuda")
+# the corpora travel packed: train/corpus_pack.py). The same vocabulary, corpora and 4 layers of 8 heads, wider
+# (d_model 384, d_ffn 1536: a GPU step of this size costs about what one of d_model 256 does) and about 14 times the
+# CPU run's tokens: batches of 128 × 128, dropout 0.15, the weights of the evaluation with the lowest held-out loss
+# kept (every 500 steps), bfloat16 autocast, and more of the Brown Corpus (56% instead of 44%; the Chinese corpora
+# 18% each). Built 2026-11-28 on an NVIDIA H200 beside two other trials of this recipe that shared the GPU (so its
+# 330 s budget fitted 12,748 steps; 343 s of training, 416 s for the command, 196 M tokens). The three, chosen
+# beforehand by the lowest Brown held-out loss (bench: python bench/everyday.py on each):
+#   d_model 384, batch 128, dropout 0.15, 12,748 steps: Brown 3.084; English 1.462 bits/byte, top-1 31.9%; Chinese
+#     1.689, 37.9%  (this one)
+#   d_model 256, batch 128, dropout 0.15, 10,941 steps: Brown 3.170; English 1.545, 29.0%; Chinese 1.800, 33.3%
+#   d_model 256, batch 64, dropout 0.1, 11,735 steps (the earlier recipe, longer): Brown 3.182; English 1.523, 31.1%;
+#     Chinese 1.780, 33.9%
+# The model before it (d_model 256, 9,832 steps of 64, 75 M tokens): Brown 3.181; English 1.544, 29.4%; Chinese
+# 1.786, 33.3%. max_iters caps the steps at the shipped run's, so a rerun on an H200 repeats it.
+EVERYDAY_GPU = replace(EVERYDAY, corpus_weights=(0.56, 0.18, 0.18, 0.04, 0.04), d_model=384, d_ffn=1536,
+                       embed_std=0.051, batch_size=128, max_iters=12_748, budget_s=330.0, amp=True, dropout=0.15,
+                       warmup=500, eval_interval=500, eval_iters=10, keep_best=True, device="cuda")
 # Today's decoder on the bilingual recipe (same steps, batch, context, corpora, vocabulary, tied and scaled
 # embeddings, learning rate): only the parts Llama and Qwen2 changed differ. RoPE instead of sinusoidal
 # positions, RMSNorm instead of LayerNorm, a SwiGLU FFN (three matrices, so d_ffn 688 ≈ ⅔ × 1024 keeps its
@@ -109,24 +115,26 @@ SHIPPED_LMS = {
         "order": 0, "example": "The weather was nice, so we walked to the park after lunch.",
         "summary": {  # one honest line, measured (see the card's everyday figures)
             "en": "Good at: reading any text with no ⟨unk⟩; everyday English and Chinese, better than a trigram of "
-                  "its own corpora (English 1.54 bits per byte, the trigram 1.60; Chinese 1.79, right first guess "
-                  "33% of the time); its heads: a previous-token head (0.91) and an induction head (0.96), which "
+                  "its own corpora (English 1.46 bits per byte, the trigram 1.60; Chinese 1.69, right first guess "
+                  "38% of the time); its heads: a previous-token head (0.96) and an induction head (0.99), which "
                   "copies what followed the last time a token appeared. Bad at: whole English words (its 2,048 "
-                  "tokens spell many words in pieces, so its first guess is often a piece such as “ s”: right 29% "
-                  "of the time), code and emoji, and writing: greedy text reads like English but soon loses the "
-                  "thread (“ the spring of the clou”).",
-            "zh": "擅长：读任何文本而没有 ⟨unk⟩；日常英文和中文，比用它自己的语料做的三元语法更好（英文每字节 1.54 "
-                  "比特，三元语法 1.60；中文 1.79，第一猜测的正确率 33%）；它的注意力头：一个前一个词元头（0.91）和"
-                  "一个归纳头（0.96），后者会照抄某个词元上次出现时后面跟着的内容。不擅长：猜整个英文单词（它的 "
-                  "2,048 个词元把许多单词拆成小块，所以第一猜测常常是“ s”这样的小块：正确率 29%）、代码和表情符号，"
-                  "以及写作：贪心生成读起来像英文，但很快就失去条理（“ the spring of the clou”）。"},
+                  "tokens spell many words in pieces, so its first guess is often a piece such as “ s”: right 32% "
+                  "of the time), code and emoji, and writing: greedy text reads like English but makes little "
+                  "sense (“After dinner we sat in the garden and” → “ screaming, we were in the”).",
+            "zh": "擅长：读任何文本而没有 ⟨unk⟩；日常英文和中文，比用它自己的语料做的三元语法更好（英文每字节 1.46 "
+                  "比特，三元语法 1.60；中文 1.69，第一猜测的正确率 38%）；它的注意力头：一个前一个词元头（0.96）和"
+                  "一个归纳头（0.99），后者会照抄某个词元上次出现时后面跟着的内容。不擅长：猜整个英文单词（它的 "
+                  "2,048 个词元把许多单词拆成小块，所以第一猜测常常是“ s”这样的小块：正确率 32%）、代码和表情符号，"
+                  "以及写作：贪心生成读起来像英文，但意思不大通（“After dinner we sat in the garden and”→"
+                  "“ screaming, we were in the”）。"},
         "description": {
-            "en": "The default: a GPT of the course's decoder blocks (4 layers, d_model 256, 8 heads, pre-norm) "
-                  "trained here on modern English (the Brown Corpus) and Chinese (reviews and the People's Daily), "
-                  "with a little King James Bible and Tang poetry. Its vocabulary has byte fallback: any text, "
-                  "no ⟨unk⟩.",
-            "zh": "默认模型：由课程里的解码器块组成（4 层，d_model 256，8 个头，前置归一化），在现代英文（布朗语料库）"
-                  "和中文（评论与人民日报）上训练，另有少量钦定版圣经和唐诗。"
+            # {n_layers}, {d_model}: the recipe's own (the GPU recipe is wider than the CPU one)
+            "en": "The default: a GPT of the course's decoder blocks ({n_layers} layers, d_model {d_model}, 8 heads, "
+                  "pre-norm) trained here on modern English (the Brown Corpus) and Chinese (reviews and the People's "
+                  "Daily), with a little King James Bible and Tang poetry. Its vocabulary has byte fallback: any "
+                  "text, no ⟨unk⟩.",
+            "zh": "默认模型：由课程里的解码器块组成（{n_layers} 层，d_model {d_model}，8 个头，前置归一化），"
+                  "在现代英文（布朗语料库）和中文（评论与人民日报）上训练，另有少量钦定版圣经和唐诗。"
                   "词表带字节回退：任何文本都能读，没有 ⟨unk⟩。"}},
     "modern-gpt": {
         "config": MODERN,
@@ -134,12 +142,13 @@ SHIPPED_LMS = {
         "order": 1, "example": "The weather was nice, so we walked to the park after lunch.",
         "description": {
             "en": "Today's decoder (Llama's and Qwen2's parts: RoPE, RMSNorm, SwiGLU, grouped-query attention with 2 "
-                  "K/V heads for 8 query heads, no biases) trained on the same corpora as the default, at the same "
-                  "size (4 layers, d_model 256), over a vocabulary of 8,192 tokens and 2,400 steps: compare the two "
-                  "cards and pages.",
+                  "K/V heads for 8 query heads, no biases) trained on the same corpora as the default, 4 layers of "
+                  "d_model 256 (the size of the default's CPU recipe; the shipped default, trained on a GPU, is "
+                  "wider), over a vocabulary of 8,192 tokens and 2,400 steps: compare the two cards and pages.",
             "zh": "今天的解码器（Llama 和 Qwen2 的部件：RoPE、RMSNorm、SwiGLU、分组查询注意力——8 个查询头共用 2 个"
-                  "键/值头，没有偏置），训练语料与默认模型相同，大小也相同（4 层，d_model 256），词表 8,192 个词元，"
-                  "训练 2,400 步：可以对比两张模型卡和各个页面。"}},
+                  "键/值头，没有偏置），训练语料与默认模型相同，4 层，d_model 256（默认模型的 CPU 配方的大小；"
+                  "随附的默认模型在 GPU 上训练，更宽一些），词表 8,192 个词元，训练 2,400 步：可以对比两张模型卡"
+                  "和各个页面。"}},
     "kjv-tang-gpt": {
         "config": replace(_LM, corpus=("kjv", "tang"), vocab_k=None, encoding="cl100k_8k"),
         "order": 2, "example": "In the beginning God created the heaven and the earth.",
