@@ -27,7 +27,9 @@ def show_card(card: dict, key: str) -> None:
         st.info(t("card_random"), icon="🎲")
     run = {k: card[k] for k in ("steps", "tokens_seen", "train_seconds", "device") if k in card}
     if run:
-        st.markdown(t("card_run", steps=run.get("steps", "—"), tokens=f"{run.get('tokens_seen', 0):,}",
+        steps = run.get("steps", "—")
+        st.markdown(t("card_run", steps=f"{steps:,}" if isinstance(steps, int) else steps,
+                      tokens=f"{run.get('tokens_seen', 0):,}",
                       seconds=run.get("train_seconds", "—"), device=run.get("device", "—")))
     if isinstance(card.get("best_step"), int) and card["best_step"] != card.get("steps"):
         every = (card.get("train_config") or {}).get("eval_interval", "—")
@@ -46,7 +48,7 @@ def show_card(card: dict, key: str) -> None:
         import pandas as pd
 
         st.markdown(f"**{t('card_by_corpus')}**")
-        rows = [{t("card_col_text"): t(f"corpus_{name}") if name in ("kjv", "tang") else str(name),
+        rows = [{t("card_col_text"): corpus_label(name),
                  **{t(f"card_{k}"): f.get(k) for k in ("heldout_loss", "bigram_loss", "unigram_loss")},
                  t("card_below_bigram"): f"{f.get('below_bigram', 0):.1%}",
                  t("card_unk_rate"): f"{f.get('unk_rate', 0):.2%}"}

@@ -1,4 +1,5 @@
 """Model page through the real app: parameter counts, every shape in forward order, device and timing."""
+import json
 import re
 
 import pytest
@@ -138,7 +139,30 @@ def test_a_card_whose_weights_are_an_earlier_step_s_says_which_and_names_the_gpu
 
     at = AppTest.from_function(_card_with_a_kept_step, default_timeout=30).run()
     assert not at.exception
-    assert any("12000 training steps, 98,304,000 tokens seen, 291.5 s on cuda (NVIDIA H100)" in m.value
+    assert any("12,000 training steps, 98,304,000 tokens seen, 291.5 s on cuda (NVIDIA H100)" in m.value
                for m in at.markdown)
     assert [c.value for c in at.caption if "step 9,500" in c.value] == [
         "Its weights are those of step 9,500: the evaluation with the lowest held-out loss (checked every 500 steps)."]
+
+
+def _card_of_the_default():
+    import json
+
+    from transformer_core.train.build import DEFAULT_MODEL, OUT
+    from ui.cards import show_card
+
+    show_card(json.loads((OUT / DEFAULT_MODEL / "card.json").read_text(encoding="utf-8")), "default-card")
+
+
+def test_the_default_s_card_names_every_corpus_as_a_learner_reads_it():
+    from streamlit.testing.v1 import AppTest
+
+    from transformer_core.train.build import DEFAULT_MODEL, OUT
+    from ui.cards import corpus_label
+
+    at = AppTest.from_function(_card_of_the_default, default_timeout=30).run()
+    assert not at.exception
+    keys = json.loads((OUT / DEFAULT_MODEL / "card.json").read_text(encoding="utf-8"))["by_corpus"]
+    per_corpus = next(df.value for df in at.dataframe if "below bigram" in df.value.columns)
+    names = per_corpus.iloc[:, 0].tolist()
+    assert names == [corpus_label(k) for k in keys] and not set(names) & set(keys)  # "Brown Corpus …", never "brown"
