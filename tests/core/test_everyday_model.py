@@ -16,7 +16,7 @@ from transformer_core.text.tokenizer import BUNDLED, decode, load_encoding, toke
 from transformer_core.train.build import DEFAULT_MODEL
 from transformer_core.train.checkpoint import load_checkpoint
 from transformer_core.train.corpora import brown_words, parse_peoples_daily
-from transformer_core.train.defaults import SHIPPED_LMS
+from transformer_core.train.defaults import SHIPPED_LMS, described
 from transformer_core.train.everyday import GROUPS, read_groups
 from transformer_core.train.kneser_ney import KneserNeyTrigram
 
@@ -79,6 +79,15 @@ def test_the_card_everyday_figures_are_what_the_shipped_weights_give(default):
         assert got[group]["unknown"] == 0
         assert got[group]["bits_per_byte"] == pytest.approx(figures["bits_per_byte"], abs=2e-3), group
         assert got[group]["top1"] == pytest.approx(figures["top1"], abs=1e-3), group
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED_LMS))
+def test_a_shipped_card_says_what_its_recipe_says_now(name):
+    """Description and summary are written by hand in the recipe: an edit there must reach the shipped card."""
+    card = json.loads((ASSETS / name / "card.json").read_text(encoding="utf-8"))
+    tc = card["train_config"]
+    assert card["description"] == described(name, tc["d_model"], tc["n_layers"])
+    assert card.get("summary") == SHIPPED_LMS[name].get("summary")
 
 
 @pytest.mark.parametrize("name", [n for n, r in SHIPPED_LMS.items() if "summary" in r])

@@ -20,7 +20,7 @@ import torch
 
 from .cards import card_heads, heldout_loss, run_fields, task_card, text_card
 from .checkpoint import save_checkpoint
-from .defaults import SHIPPED_LMS, SHIPPED_TASKS, SHIPPED_TRANSLATION
+from .defaults import SHIPPED_LMS, SHIPPED_TASKS, SHIPPED_TRANSLATION, described
 from .loop import TrainResult, train
 from .tasks import TASKS
 from .vocab import encode_lines
@@ -118,9 +118,8 @@ def build_lm(name: str, out: Path, cache: str, gpu: bool = False, **changes) -> 
         tc = replace(tc, encoding=build_subset({"name": name, **recipe}, cache))
     result = train(tc, progress(name))
     model, data = fp16(result.model.cpu().eval()), result.data
-    described = {lang: text.format(n_layers=tc.n_layers, d_model=tc.d_model)  # the recipe's own size
-                 for lang, text in recipe["description"].items()}
-    card = {"arch": "decoder_only", "description": described, "example_src": recipe["example"],
+    card = {"arch": "decoder_only", "description": described(name, tc.d_model, tc.n_layers),
+            "example_src": recipe["example"],
             "example_tgt": "", "order": recipe["order"], **run_fields(result),
             "corpus": [{"package": p["package"], "version": p["version"], "licence": p["licence"],
                         "sha256": p["train_sha256"], "registry": p["registry"]} for p in data.provenance]}

@@ -107,6 +107,12 @@ def subset(name: str, size: int) -> dict:
     return {"name": name, "base": "cl100k_base", "size": size, "why": SUBSET_WHY.format(n=size - 256)}
 
 
+def described(name: str, d_model: int, n_layers: int) -> dict:
+    """A shipped language model's card description in each language, naming the size its recipe built."""
+    return {lang: text.format(n_layers=n_layers, d_model=d_model)
+            for lang, text in SHIPPED_LMS[name]["description"].items()}
+
+
 SHIPPED_LMS = {
     "everyday-gpt": {
         "config": EVERYDAY,
