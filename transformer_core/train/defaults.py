@@ -74,12 +74,12 @@ EVERYDAY = replace(BILINGUAL, encoding="cl100k_2k", corpus_weights=(0.44, 0.24, 
                    synthetic_first=200, synthetic_fraction=0.2)
 # The default's recipe for a lent GPU (`build --only everyday-gpt --recipe gpu`; the machine reaches no registry, so
 # the corpora travel packed: train/corpus_pack.py). The same vocabulary, corpora and 4 layers of 8 heads, wider
-# (d_model 384, d_ffn 1536: a GPU step of this size costs about what one of d_model 256 does) and about 14 times the
-# CPU run's tokens: batches of 128 × 128, dropout 0.15, the weights of the evaluation with the lowest held-out loss
-# kept (every 500 steps), bfloat16 autocast, and more of the Brown Corpus (56% instead of 44%; the Chinese corpora
-# 18% each). Built 2026-11-28 on an NVIDIA H200 beside two other trials of this recipe that shared the GPU (so its
-# 330 s budget fitted 12,748 steps; 343 s of training, 416 s for the command, 196 M tokens). The three, chosen
-# beforehand by the lowest Brown held-out loss (bench: python bench/everyday.py on each):
+# (d_model 384, d_ffn 1536: on the H200 it fitted as many steps in its budget as a d_model 256 trial beside it) and
+# about 14 times the CPU run's tokens: batches of 128 × 128, dropout 0.15, the weights of the evaluation with the
+# lowest held-out loss kept (every 500 steps), bfloat16 autocast, and more of the Brown Corpus (56% instead of 44%;
+# the Chinese corpora 18% each). Built 2026-11-28 on an NVIDIA H200 beside two other trials that shared the GPU (so
+# its 330 s budget fitted 12,748 steps; 343 s of training, 416 s for the command, 196 M tokens). The three, chosen
+# between beforehand by the lowest Brown held-out loss (bench: python bench/everyday.py on each):
 #   d_model 384, batch 128, dropout 0.15, 12,748 steps: Brown 3.084; English 1.462 bits/byte, top-1 31.9%; Chinese
 #     1.689, 37.9%  (this one)
 #   d_model 256, batch 128, dropout 0.15, 10,941 steps: Brown 3.170; English 1.545, 29.0%; Chinese 1.800, 33.3%
