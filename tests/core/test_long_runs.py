@@ -208,3 +208,17 @@ def test_the_device_script_runs_the_documented_build_and_sends_back_one_archive(
     script = (Path(__file__).resolve().parents[2] / "scripts" / "train_on_device.sh").read_text(encoding="utf-8")
     assert "-m transformer_core.train.build --only everyday-gpt --recipe gpu --cache .corpora" in script
     assert 'tar czf "$out/everyday-gpt.tgz"' in script and 'tee "$out/build.log"' in script  # 2 files: under 8
+
+
+def test_every_trial_option_reaches_the_recipe_and_the_card_s_command(monkeypatch, tmp_path):
+    from transformer_core.train import build
+
+    seen = {}
+    monkeypatch.setattr(build, "build_lm", lambda name, out, cache, gpu=False, **changes: seen.update(changes) or
+                        {"command": build.gpu_command(name, changes)})
+    build_main(["--recipe", "gpu", "--only", "everyday-gpt", "--out", str(tmp_path), "--batch", "128", "--dropout",
+                "0.15", "--d-model", "384", "--d-ffn", "1536", "--embed-std", "0.051"])
+    assert seen == {"batch_size": 128, "dropout": 0.15, "d_model": 384, "d_ffn": 1536, "embed_std": 0.051}
+    assert build.gpu_command("everyday-gpt", seen).endswith(
+        "--batch 128 --dropout 0.15 --d-model 384 --d-ffn 1536 --embed-std 0.051")
+    replace(EVERYDAY_GPU, **seen).validate()  # each option names a real TrainConfig field

@@ -61,7 +61,7 @@ def test_card_has_every_field_and_names_its_source(shipped, name):
     assert card["steps"] > 0 and card["tokens_seen"] > 0 and card["train_seconds"] > 0 and card["device"]
     # README, Models: a GPU build's command names the recipe and any trial option it ran with (build.TRIAL_OPTIONS)
     on_gpu = card["device"].startswith("cuda")
-    trial = "|".join(o.removeprefix("--") for o in TRIAL_OPTIONS.values())
+    trial = "|".join(option.removeprefix("--") for option, _, _ in TRIAL_OPTIONS.values())
     gpu = rf" --recipe gpu --cache \.corpora( --({trial}) [\w.]+)*" if on_gpu else ""
     assert re.fullmatch(rf"python -m transformer_core\.train\.build --only {re.escape(name)}{gpu}", card["command"])
     assert card["description"]["en"] and card["description"]["zh"]

@@ -95,15 +95,23 @@ def build_subset(recipe: dict, cache: str) -> str:
     return spec["name"]
 
 
-# A trial of the GPU recipe: TrainConfig field -> its option here (the card's command names those used, so the
-# command on a card always repeats its run)
-TRIAL_OPTIONS = {"budget_s": "--budget", "max_iters": "--steps", "device": "--device", "batch_size": "--batch",
-                 "dropout": "--dropout", "d_model": "--d-model", "d_ffn": "--d-ffn", "embed_std": "--embed-std"}
+# A trial of the GPU recipe: TrainConfig field -> (its option here, type, help); the parser is built from it and the
+# card's command names the options used, so the command on a card always repeats its run
+TRIAL_OPTIONS = {
+    "budget_s": ("--budget", float, "the GPU recipe's training seconds"),
+    "max_iters": ("--steps", int, "the GPU recipe's steps (at most; its budget may stop it sooner)"),
+    "device": ("--device", str, "the GPU recipe on another device (cpu)"),
+    "batch_size": ("--batch", int, "the GPU recipe's rows per step"),
+    "dropout": ("--dropout", float, "the GPU recipe's dropout"),
+    "d_model": ("--d-model", int, "a wider model (d_model)"),
+    "d_ffn": ("--d-ffn", int, "the FFN's hidden width"),
+    "embed_std": ("--embed-std", float, "the embeddings' initial spread"),
+}
 
 
 def gpu_command(name: str, changes: dict) -> str:
     """The command that repeats a GPU build of `name` with these trial changes (README, Models)."""
-    trial = "".join(f" {TRIAL_OPTIONS[k]} {v:g}" if isinstance(v, float) else f" {TRIAL_OPTIONS[k]} {v}"
+    trial = "".join(f" {TRIAL_OPTIONS[k][0]} {v:g}" if isinstance(v, float) else f" {TRIAL_OPTIONS[k][0]} {v}"
                     for k, v in changes.items())
     return f"{COMMAND} --only {name} --recipe gpu --cache .corpora{trial}"
 
@@ -247,23 +255,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
     parser.add_argument("--recipe", choices=("cpu", "gpu"), default="cpu",
                         help="gpu: the language models' GPU recipes (train/defaults.py; see README, Models)")
-    parser.add_argument("--budget", type=float, default=None, help="a trial: the GPU recipe's training seconds")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="a trial: the GPU recipe's steps (at most; its budget may stop it sooner)")
-    parser.add_argument("--device", default=None, help="a trial: the GPU recipe on another device (cpu)")
-    parser.add_argument("--batch", type=int, default=None, help="a trial: the GPU recipe's rows per step")
-    parser.add_argument("--dropout", type=float, default=None, help="a trial: the GPU recipe's dropout")
-    parser.add_argument("--d-model", type=int, default=None, help="a trial: a wider model (d_model)")
-    parser.add_argument("--d-ffn", type=int, default=None, help="a trial: the FFN's hidden width")
-    parser.add_argument("--embed-std", type=float, default=None, help="a trial: the embeddings' initial spread")
+    for field, (option, kind, why) in TRIAL_OPTIONS.items():
+        parser.add_argument(option, dest=field, type=kind, default=None, help=f"a trial: {why}")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     builders = BUILDERS
     if args.recipe == "gpu":
-        given = {"budget_s": args.budget, "max_iters": args.steps, "device": args.device, "batch_size": args.batch,
-                 "dropout": args.dropout, "d_model": args.d_model, "d_ffn": args.d_ffn, "embed_std": args.embed_std}
-        changes = {k: v for k, v in given.items() if v is not None}
+        changes = {k: getattr(args, k) for k in TRIAL_OPTIONS if getattr(args, k) is not None}
         builders = {n: partial(build_lm, gpu=True, **changes) for n, r in SHIPPED_LMS.items() if "gpu_config" in r}
         if not set(args.only or ()) <= set(builders) or not args.only:
             parser.error(f"--recipe gpu: name one of {sorted(builders)} with --only")
