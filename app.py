@@ -45,13 +45,15 @@ try:
     # at once, not the pages/ folder's file names; every page listed (no English "View more")
     chosen = st.navigation(PAGES, expanded=True)
 
+    from service.turns import page_turn
     from ui.cache import warm_loaded
     from ui.sidebar import sidebar
 
-    sidebar()
-    runs.warm_fonts()
-    preloading.empty()
-    chosen.run()
+    with page_turn():  # at most a few pages computed at once, the others queued (service/turns.py)
+        sidebar()
+        runs.warm_fonts()
+        preloading.empty()
+        chosen.run()
     warm_loaded()  # the page is sent: what a model just loaded measures once, in the background
 finally:
     runs.end(starting)

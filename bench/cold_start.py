@@ -1,6 +1,6 @@
 """Cold start: from launching `streamlit run app.py` to the first page rendered in a browser, 3 times.
 
-    python bench/cold_start.py [--quick] [--device cpu|cuda] [--runs 3] [--no-deep-link]
+    python bench/cold_start.py [--quick] [--device cpu|cuda] [--runs 3] [--no-deep-link] [--no-floor]
 
 Chromium is started first (not timed: a learner's browser is already open). Each run times, from the
 launch of a fresh server: /_stcore/health answering; the default page (the whole model in one picture)
@@ -13,12 +13,18 @@ the machine's: the page's performance.timeOrigin + now()). Playwright's own wait
 and saw an element up to 0.4 s after it was there (measured: an element in the DOM 0.01 s after the server
 sent it was seen 0.35-0.43 s later); what they saw is reported beside ("seen").
 
+Streamlit's own floor on this machine, measured the same way (unless --no-floor): a minimal app of one title and
+one three-bar plotly chart, its title painted and its chart drawn from the launch of its server, as many runs.
+What the app adds to the first page is the difference (importing torch, loading the model, tracing the text).
+
 Also checked once: a deep link (/attention?text=...) as the very first request to a fresh server, which
 Streamlit runs in its legacy pages/-folder mode unless app.py's st.navigation has already run once.
 """
 from __future__ import annotations
 
+import tempfile
 import time
+from pathlib import Path
 from urllib.parse import urlencode
 
 from common import COURSE_BASE, figure, median, parser, print_table, setup_env, write_result
@@ -40,6 +46,30 @@ new MutationObserver(() => {
         svg.getBoundingClientRect().height > 50 && svg.querySelector('.shapelayer path, .trace, .annotation')))
     stamp('drawn');
 }).observe(document, {subtree: true, childList: true});"""
+
+
+FLOOR_APP = """import plotly.graph_objects as go
+import streamlit as st
+
+st.title("Floor")
+st.plotly_chart(go.Figure(go.Bar(x=[1, 2, 3], y=[3, 1, 2])))
+"""
+
+
+def floor_run(browser, env, root: Path) -> dict:
+    """The minimal app's cold start (title painted, chart drawn), stamped as the app's first page is."""
+    from browser_bench import start_app
+
+    launched = time.time()
+    with start_app(env=env, root=root) as (_proc, url):
+        ctx = browser.new_context()
+        ctx.add_init_script(STAMP_JS)
+        page = ctx.new_page()
+        page.goto(url)
+        page.wait_for_function("() => window.__cold.painted > 0 && window.__cold.drawn > 0", timeout=120_000)
+        stamps = page.evaluate("window.__cold")
+        ctx.close()
+    return {k: stamps[k] / 1000 - launched for k in ("painted", "drawn")}
 
 
 def one_run(browser, env) -> dict:
@@ -93,17 +123,23 @@ def main(argv=None) -> int:
     p = parser(__doc__)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--no-deep-link", action="store_true", help="skip the deep-link-first check")
+    p.add_argument("--no-floor", action="store_true", help="skip the minimal app's cold start (Streamlit's floor)")
     args = p.parse_args(argv)
     setup_env(args.device)
     from browser_bench import launch_browser, server_env
     from playwright.sync_api import sync_playwright
 
     runs = 1 if args.quick else args.runs
-    rows = []
-    with sync_playwright() as pw:
+    rows, floors = [], []
+    with sync_playwright() as pw, tempfile.TemporaryDirectory(prefix="floor-app-") as floor_root:
+        (Path(floor_root) / "app.py").write_text(FLOOR_APP)
         browser = launch_browser(pw)
         browser.new_page().goto("about:blank")  # Chromium warmed up
         for i in range(runs):
+            if not args.no_floor:  # alternately with the app's runs: this machine's speed drifts
+                floors.append(floor_run(browser, server_env(), Path(floor_root)))
+                print(f"run {i + 1}: minimal app painted {floors[-1]['painted']:.2f} s, drawn "
+                      f"{floors[-1]['drawn']:.2f} s", flush=True)
             row = one_run(browser, server_env())
             rows.append(row)
             print(f"run {i + 1}: health {row['health_s']:.2f} s, first page painted {row['paint_s']:.2f} s, drawn "
@@ -131,12 +167,22 @@ def main(argv=None) -> int:
                note=f"runs: {each} s"),
         figure("cold start: exceptions", sum(r["exceptions"] for r in rows), "", 0, "<="),
     ]
+    if floors:
+        drawn_floor = median([f["drawn"] for f in floors])
+        figures += [
+            figure("floor: a minimal Streamlit app's title painted (median)", median([f["painted"] for f in floors]),
+                   "s", note="one title, one 3-bar chart"),
+            figure("floor: a minimal Streamlit app's chart drawn (median)", drawn_floor, "s", FIRST_PAGE_TARGET_S,
+                   note="what no app can beat on this machine"),
+            figure("cold start: first page drawn, above the floor (median)",
+                   median([r["drawn_s"] for r in rows]) - drawn_floor, "s", note="what the app itself adds"),
+        ]
     if deep:
         print(f"\ndeep link first: {deep['exceptions']} exceptions, {deep['charts']} charts after {deep['s']:.1f} s")
         figures.append(figure("deep link as first request: exceptions", deep["exceptions"], "", 0, "<=",
                               note=f"/attention?model=course-base..., {deep['s']:.1f} s"))
         figures.append(figure("deep link as first request: charts drawn", deep["charts"], "", 1, ">="))
-    write_result("cold_start", figures, runs=rows, deep_link=deep)
+    write_result("cold_start", figures, runs=rows, deep_link=deep, floor_runs=floors)
     return 0
 
 

@@ -7,8 +7,14 @@ page_cost.py times the server's run of a page (AppTest, no browser); this times 
 browser's drawing included (plotly lays out and paints every chart: thousands of SVG elements on a long text).
 Per page: the first visit with the text (the server computes what the page shows), a second visit (cached), and
 how long the browser's main thread was busy during the first (Chrome's Performance metrics). Target (issue 21):
-every page of a 128-token text drawn in < 2 s. The text is the course-style sentence repeated to exactly N tokens
-of the model's own encoding (cut to the model's context by the app where it is longer).
+every page of a 128-token text drawn in < 2 s.
+
+Drawn is stamped inside the page, as bench/cold_start.py stamps it: a MutationObserver on the whole page keeps the
+time of the frame after its last change (two animation frames later, once painted), from the click on the link.
+The driver then confirms the run is over and stays over (250 ms) and every chart is drawn; its own waits poll, so
+what it saw ("seen") comes 0.3-0.5 s after the page stopped changing, and is printed beside.
+The text is the course-style sentence repeated to exactly N tokens of the model's own encoding (cut to the model's
+context by the app where it is longer).
 """
 from __future__ import annotations
 
@@ -21,6 +27,12 @@ from harness.apptest import page_names  # the pages app.py lists, in its order
 from harness.browser import NOT_SETTLED, require_browser
 
 TARGET_S = 2.0
+# the clock of the page's last change (any element, attribute or text), two animation frames after it (once painted)
+STAMP_JS = """window.__drawn = 0;
+new MutationObserver(() => requestAnimationFrame(() => requestAnimationFrame(() => {
+  window.__drawn = performance.timeOrigin + performance.now(); })))
+  .observe(document, {subtree: true, childList: true, attributes: true, characterData: true});"""
+NOW_JS = "performance.timeOrigin + performance.now()"
 DRAWN_JS = f"""() => [...document.querySelectorAll("{CHART}")].every(c => c.querySelector('.main-svg'))
     && !document.querySelector("{NOT_SETTLED}")"""
 
@@ -36,13 +48,15 @@ def drawn(page) -> None:
     page.wait_for_function(DRAWN_JS, timeout=120_000)
 
 
-def visit(page, cdp, path: str) -> tuple[float, float, int]:
-    """(seconds from the click to drawn, main-thread busy seconds, charts on the page)."""
-    busy, start = busy_s(cdp), time.perf_counter()
+def visit(page, cdp, path: str) -> tuple[float, float, float, int]:
+    """(seconds from the click to the page's last change, stamped in the page; seconds until the driver saw it
+    drawn; main-thread busy seconds; charts on the page)."""
+    busy, start, clicked = busy_s(cdp), time.perf_counter(), page.evaluate(NOW_JS)
     nav(page, path)
     page.wait_for_timeout(150)  # the run starts
     drawn(page)
-    return time.perf_counter() - start, busy_s(cdp) - busy, page.locator(CHART).count()
+    seen = time.perf_counter() - start
+    return (page.evaluate("window.__drawn") - clicked) / 1000, seen, busy_s(cdp) - busy, page.locator(CHART).count()
 
 
 def main() -> None:
@@ -67,6 +81,7 @@ def main() -> None:
     with start_app(env=server_env()) as (_proc, url), sync_api.sync_playwright() as pw:
         browser = launch_browser(pw)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.add_init_script(STAMP_JS)
         cdp = page.context.new_cdp_session(page)
         cdp.send("Performance.enable")
         query = f"?lang={args.lang}" + (f"&model={key}" if args.model else "")
@@ -79,19 +94,20 @@ def main() -> None:
         drawn(page)
         for name in pages:
             path = "" if name == "home" else name
-            first, busy, charts = visit(page, cdp, path)
+            first, seen, busy, charts = visit(page, cdp, path)
             nav(page, "logits" if name == "tokenizer" else "tokenizer")  # away, and back to the same text
             drawn(page)
-            again, _, _ = visit(page, cdp, path)
+            again, _, _, _ = visit(page, cdp, path)
             errors = page.locator("[data-testid='stException'], [data-testid='stAlertContentError']").count()
-            rows.append([name, f"{first:.2f}", f"{again:.2f}", f"{busy:.2f}", charts, errors])
-            figs.append(figure(f"{name}: drawn, first visit with the text", round(first, 2), "s", TARGET_S))
-            print(f"{name}: {first:.2f} s first, {again:.2f} s again, main thread {busy:.2f} s, {charts} charts",
-                  flush=True)
+            rows.append([name, f"{first:.2f}", f"{seen:.2f}", f"{again:.2f}", f"{busy:.2f}", charts, errors])
+            figs.append(figure(f"{name}: drawn, first visit with the text", round(first, 2), "s", TARGET_S,
+                               note=f"seen by the driver {seen:.2f} s"))
+            print(f"{name}: {first:.2f} s first (the driver saw it at {seen:.2f} s), {again:.2f} s again, main thread "
+                  f"{busy:.2f} s, {charts} charts", flush=True)
         browser.close()
     print(f"\n{key}, {args.tokens} tokens of {model.cfg.encoding} (context {model.cfg.max_len}), lang {args.lang}")
-    print_table(["page", "first s", "again s", "browser busy s", "charts", "errors"], rows)
-    figs.append(figure("pages with an error", sum(r[5] for r in rows), "", 0, "<="))
+    print_table(["page", "first s", "first, seen s", "again s", "browser busy s", "charts", "errors"], rows)
+    figs.append(figure("pages with an error", sum(r[6] for r in rows), "", 0, "<="))
     write_result("page_draw", figs, model=key, tokens=args.tokens, rows=rows)
 
 

@@ -63,8 +63,9 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @contextmanager
-def start_app(port: int | None = None, env: dict | None = None, timeout: float = 90.0):
-    """Yield (process, url) of `streamlit run app.py` on localhost once /_stcore/health answers.
+def start_app(port: int | None = None, env: dict | None = None, timeout: float = 90.0, root: Path = ROOT):
+    """Yield (process, url) of `streamlit run app.py` on localhost once /_stcore/health answers (`root`: the folder
+    whose app.py runs; the project's unless a bench compares another app).
 
     The server runs in its own process group, killed in finally; its output goes to `process.log_path`
     (read it with log_tail while the server runs; it is removed afterwards).
@@ -79,7 +80,7 @@ def start_app(port: int | None = None, env: dict | None = None, timeout: float =
     cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
            "--server.port", str(port), "--server.address", "localhost", "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none"]  # an edited source must not turn the status widget into "Rerun?"
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(cmd, cwd=root, env=full_env, stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     proc.log_path = log.name
     try:

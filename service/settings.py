@@ -46,6 +46,8 @@ SETTINGS: dict[str, Setting] = {
     "train_threads": Setting("TRANSFORMER_EXPLORER_TRAIN_THREADS", 1, "CPU threads of one training", 1, 256),
     "page_threads": Setting("TRANSFORMER_EXPLORER_PAGE_THREADS", 1,
                             "CPU threads of one page's tensor work (many learners' pages run at once)", 1, 256),
+    "page_runs": Setting("TRANSFORMER_EXPLORER_PAGE_RUNS", 2,
+                         "learners' pages computed at once; the others wait their turn (0: no limit)", 0, 256),
     "model_cache_mb": Setting("TRANSFORMER_EXPLORER_MODEL_CACHE_MB", 1536,
                               "memory for models kept loaded, shared by all sessions (MB)", 16, 1_000_000),
     "trace_cache_mb": Setting("TRANSFORMER_EXPLORER_TRACE_CACHE_MB", 2048, "memory for cached traces (MB)",
@@ -101,6 +103,7 @@ class Settings:
     max_train_params: int
     train_threads: int
     page_threads: int
+    page_runs: int
     model_cache_mb: int
     trace_cache_mb: int
     memory_budget_mb: int

@@ -124,7 +124,8 @@ def prepare(model: Transformer, text: str, tgt_text: str | None = None, *, allow
 def real_ids(model: Transformer, ids) -> list[int]:
     """Model ids -> tokenizer ids (through the compacted vocabulary's map; the unknown id stays UNK = -1)."""
     vmap = model.cfg.vocab_map
-    return [vmap[int(i)] if vmap else int(i) for i in ids]
+    ids = ids.tolist() if hasattr(ids, "tolist") else [int(i) for i in ids]  # a tensor's items one by one are slow
+    return [vmap[i] for i in ids] if vmap else ids
 
 
 def model_text(model: Transformer, ids) -> str:
