@@ -13,7 +13,7 @@ try:
     preloading = runs.preload_charts()  # before the imports below (torch: about a second)
 
     from ui.i18n import link_lang, t  # after the preload was sent; Streamlit only
-    from ui.nav import page
+    from ui.nav import alias, page
 
     # a session's language, from its first run on (the link's, else the browser's; then the sidebar's), here so the
     # navigation's titles below are in it
@@ -21,6 +21,8 @@ try:
     PAGES = {
         t("nav_section_flow"): [
             page("home", ":material/account_tree:", default=True),
+            alias("home"),  # hidden: "/home" opens the home page too
+            page("demos", ":material/slideshow:"),
             page("tokenizer", ":material/text_fields:"),
             page("embeddings", ":material/grid_on:"),
             page("attention", ":material/visibility:"),

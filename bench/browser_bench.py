@@ -10,7 +10,7 @@ from common import DEVICE_ENV
 from harness.browser import CHART, CHART_SVG, EXCEPTION, IDLE_APP, launch_browser, wait_rendered  # noqa: F401
 from harness.server import log_tail, start_app  # noqa: F401 - re-exported for the bench scripts
 
-# A bench server: no file watcher (a colleague saving a page must not pause every session with a
+# A bench server: no file watcher (a file saved during a run must not pause every session with a
 # "source changed" prompt), and the device the bench was asked for.
 SERVER_ENV = {"STREAMLIT_SERVER_FILE_WATCHER_TYPE": "none", "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
 NAV = "[data-testid='stSidebarNav'] a[href$='/{path}']"

@@ -6,7 +6,7 @@ drawn, on a text of N tokens typed into the sidebar (Chromium through Playwright
 page_cost.py times the server's run of a page (AppTest, no browser); this times what a learner waits for, the
 browser's drawing included (plotly lays out and paints every chart: thousands of SVG elements on a long text).
 Per page: the first visit with the text (the server computes what the page shows), a second visit (cached), and
-how long the browser's main thread was busy during the first (Chrome's Performance metrics). Target (issue 21):
+how long the browser's main thread was busy during the first (Chrome's Performance metrics). Target:
 every page of a 128-token text drawn in < 2 s.
 
 Drawn is stamped inside the page, as bench/cold_start.py stamps it: a MutationObserver on the whole page keeps the

@@ -91,7 +91,7 @@ def every_page_script() -> list[Action]:
     names = [f.stem.split("_", 1)[1] for f in files]
     return [Action("type_text", "text", "text"),
             *(Action(f"first_{n}", "page", "" if n == "home" else n) for n in names)]
-# --analyses: the round-two analyses a learner reaches for (direct logit attribution and the lens's rank / KL on the
+# --analyses: the analyses a learner reaches for (direct logit attribution and the lens's rank / KL on the
 # lens page, every head knocked out alone on the intervene page, the learn page, the FFN page with its neuron)
 ANALYSES: list[Action] = [
     Action("type_text", "text", "text"),
@@ -493,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="one unmeasured learner walk before the load (loads the model, fills caches)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--analyses", action="store_true",
-                    help="walk: the round-two analyses (lens with attribution, head effects, learn slider, FFN)")
+                    help="walk: the analyses pages (lens with attribution, head effects, learn slider, FFN)")
     ap.add_argument("--every-page", action="store_true",
                     help="walk: type a new sentence, then visit every page once (first visits), instead of SCRIPT")
     ap.add_argument("--json", help="write the summary and every sample here")

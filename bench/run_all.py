@@ -13,7 +13,7 @@ Runs, one after the other as subprocesses (their output goes to bench/results/<n
   load_test     20 concurrent browser sessions, + one training          (bench/load_test.py)
   deploy_check  2 replicas behind nginx, sticky sessions                (bench/deploy_check.py)
 Each writes bench/results/<name>.json; this script reads their "figures" (forward.py's and train_speed.py's
-own formats through small adapters; targets from the issue)
+own formats through small adapters; the targets below)
 and writes bench/results/summary.json. --quick: fewer repeats, fewer sessions, shorter runs (~10 min on a
 2-core CPU instead of ~30). Needs Chromium + Playwright (scripts/install_browser.sh) for the browser
 benches and nginx (scripts/install_nginx.sh) for deploy_check. Exit status 1 with --strict if any figure
@@ -42,7 +42,7 @@ BENCHES = {
     "deploy_check": ("deploy_check.py", [], ["--quick"], 900),
 }
 # forward.py and train_speed.py write their own JSON, not figures: read with the targets below
-FORWARD_TARGETS = {"traced_over_untraced": 1.25, "ours_over_reference": 1.3}  # at 64 tokens (the issue's)
+FORWARD_TARGETS = {"traced_over_untraced": 1.25, "ours_over_reference": 1.3}  # at 64 tokens
 TRAIN_TARGET = 0.8  # our training loop (eval off) at least 0.8x the tokens/s of a plain PyTorch loop
 
 
@@ -78,7 +78,7 @@ def train_figures(doc: dict) -> list[dict]:
         if not name.startswith("reference"):
             eval_off = "eval off" in name
             figs.append(figure(f"train speed vs plain loop, {name}", ratio, "x", TRAIN_TARGET if eval_off else None,
-                               ">=", note="proposed target (the issue sets none)" if eval_off else ""))
+                               ">=", note="proposed target" if eval_off else ""))
     return figs
 
 

@@ -202,6 +202,99 @@ def act_until_run(page, action, *, tries: int = 4, start_ms: float = 20_000, tim
         return
 
 
+# ---- setting a widget's value: do it, then wait until the widget shows it and the run it started is over ----------
+# A busy machine loses keys and clicks, and a run that started before a change may put the value it read back on the
+# widget (the app re-assigns widget values in every run). So every helper that types, presses keys or clicks a value
+# in checks what the widget shows afterwards, and sets it again when it is not what was set.
+
+WIDGET_JS = """el => {  // what a text, number or range input shows, and whether it still waits for Enter to apply it
+    const box = el.closest("[data-testid='stTextArea'], [data-testid='stTextInput'], [data-testid='stNumberInput']");
+    const hint = box && box.querySelector("[data-testid='InputInstructions']");
+    return {value: el.value, pending: !!hint && /apply/i.test(hint.textContent)};
+}"""
+RUN_GOING = "[data-testid='stApp'][data-test-script-state='running']"
+
+
+def run_after(page, act, *, start_ms: float = 10_000, timeout: float = 120_000, charts: bool = False) -> bool:
+    """Do `act()`, then wait for the script run it starts to be over and the page to settle; False when no run ended
+    within start_ms and none is going (the action changed nothing, or a busy machine lost it)."""
+    before = runs_ended(page)
+    act()
+    ended = f"() => window.__runsEnded > {before}"
+    try:
+        page.wait_for_function(ended, timeout=start_ms)
+        ran = True
+    except Exception:  # noqa: BLE001 - playwright's TimeoutError: no run has ended yet
+        ran = page.locator(RUN_GOING).count() > 0
+        if ran:
+            page.wait_for_function(ended, timeout=timeout)
+    settle(page, timeout=timeout, charts=charts)
+    return ran
+
+
+def set_value(page, act, shown, *, what: str, tries: int = 4, start_ms: float = 10_000, timeout: float = 120_000,
+              charts: bool = False) -> None:
+    """Set a widget's value and wait until the widget shows it: do `act()` (type, press keys, click), wait for the run
+    it starts to be over and the page to settle, then ask `shown()`; when the widget does not show the value (a lost
+    key or click, an older value a run put back), do `act()` again, at most `tries` times. A value the widget already
+    shows is left as it is (it would start no run)."""
+    if shown():
+        settle(page, timeout=timeout, charts=charts)
+        return
+    for _ in range(tries):
+        run_after(page, act, start_ms=start_ms, timeout=timeout, charts=charts)
+        if shown():
+            return
+    raise AssertionError(f"{what}: the widget does not show it after {tries} tries")
+
+
+def input_state(box) -> dict:
+    """{"value": what a text / number / range input shows, "pending": whether it still says "Press Enter to apply"}."""
+    return box.evaluate(WIDGET_JS)
+
+
+def _same(shown: str, value) -> bool:
+    """A box's text against the value set: equal, or the same number ("5" and "5.00")."""
+    if shown == str(value):
+        return True
+    try:
+        return float(shown) == float(value)
+    except (TypeError, ValueError):
+        return False
+
+
+def type_into(page, box, value, key: str = "Enter", *, paste: bool = False, run: bool = True, charts: bool = False,
+              timeout: float = 120_000) -> None:
+    """Put `value` into a text or number box (a locator) and apply it with `key` (Enter, Control+Enter, Tab), then wait
+    until the box shows it applied (Streamlit's "Press Enter to apply" gone) and, with run=True, the run it started is
+    over. paste=True sets the whole text in one input event, as a paste does (fill types a long text far too slowly).
+    run=False returns once the box shows the value applied (several tabs sending at once)."""
+    text = str(value)
+
+    def act():
+        if paste:
+            box.evaluate(SET_TEXTAREA_JS, text)
+        else:
+            box.fill(text)
+        box.press(key)
+
+    def shown():
+        state = input_state(box)
+        return _same(state["value"], text) and not state["pending"]
+
+    if run:
+        set_value(page, act, shown, what=f"{text[:60]!r} typed", charts=charts, timeout=timeout)
+        return
+    for _ in range(4):
+        act()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if shown():
+                return
+            page.wait_for_timeout(100)
+    raise AssertionError(f"{text[:60]!r} typed: the box does not show it applied")
+
+
 def upload_model_file(page, path, name: str | None = None) -> None:
     """On the Train page: open "Upload a model", choose the file, (type a name), press "Check and add"; returns once
     the run it starts is over (read the outcome from the expander's alerts). Each step waits for the run it causes
@@ -234,12 +327,10 @@ def upload_model_file(page, path, name: str | None = None) -> None:
     if name is not None:
         box = opened().get_by_role("textbox", name=s["tr_name"]["en"], exact=True)
         if box.input_value() != name:
-            # typed and committed (Tab leaves the box), with no wait for a run of its own: a retry after a run
-            # that was not seen typed the same name again, which changes nothing and starts no run, so the
-            # wait failed (CI, why10). The button pressed below sends the committed name with its own run.
-            box.fill(name)
-            box.press("Tab")
-            wait_rendered(page)
+            # typed and committed (Tab leaves the box) until the box shows it applied, then the run that started (if
+            # one was seen) waited for: a retry that typed the same name again would change nothing and start no
+            # run (CI, why10). The button pressed below sends the committed name with its own run.
+            run_after(page, lambda: type_into(page, box, name, "Tab", run=False))
     opened().get_by_text(Path(path).name).first.wait_for(state="visible")  # the file is still chosen
     no_file = upload.get_by_text(s["tr_ckpt_pair"]["en"])
     for _ in range(5):  # a busy machine: the page may still say no file was chosen; press again
@@ -250,11 +341,8 @@ def upload_model_file(page, path, name: str | None = None) -> None:
 
 
 def set_number(page, label: str, value) -> None:
-    """Type a value into the main area's number input with this label and commit it (Enter)."""
-    box = page.locator(MAIN).get_by_label(label, exact=True).first
-    box.fill(str(value))
-    box.press("Enter")
-    wait_rendered(page)
+    """Type a value into the main area's number input with this label, commit it (Enter) and wait until it shows."""
+    enter_number(page, label, value)
 
 
 def new_tab(browser, context=None):
@@ -268,7 +356,7 @@ def new_tab(browser, context=None):
     return page
 
 
-# ---- issue 12 / 14 views and tools: settled pages, plotly charts read from the DOM, language checks ---------------
+# ---- views and tools: settled pages, plotly charts read from the DOM, language checks --------------------------------
 
 PLOTS = "[data-testid='stPlotlyChart'] .js-plotly-plot"
 INFO_BOX = "[data-testid='stAlertContentInfo']"
@@ -367,30 +455,45 @@ def trace_point(page, index: int, name: str, k: int = 0) -> dict:
     return page.evaluate(TRACE_POINT_JS, [index, name, k])
 
 
-def hover_texts(page, index: int, x: float, y: float, xaxis: str = "xaxis", yaxis: str = "yaxis") -> list[str]:
-    """Move the mouse over a data point of a chart; the hover labels' text."""
-    px, py = plot_point(page, index, x, y, xaxis, yaxis)
-    page.mouse.move(px - 3, py - 3)
-    page.mouse.move(px, py)
-    try:
-        page.wait_for_function("() => document.querySelectorAll('.hoverlayer .hovertext').length > 0", timeout=5_000)
-    except Exception:  # noqa: BLE001 - playwright's TimeoutError: no label, say so in the assertion
-        return []
-    return page.evaluate(HOVER_JS)
+def hover_texts(page, index: int, x: float, y: float, xaxis: str = "xaxis", yaxis: str = "yaxis",
+                tries: int = 3) -> list[str]:
+    """Move the mouse over a data point of a chart until its hover labels show (a busy machine may miss a move); the
+    labels' text ([] when none showed after `tries` moves)."""
+    for _ in range(tries):
+        px, py = plot_point(page, index, x, y, xaxis, yaxis)
+        page.mouse.move(px - 3, py - 3)
+        page.mouse.move(px, py)
+        try:
+            page.wait_for_function("() => document.querySelectorAll('.hoverlayer .hovertext').length > 0",
+                                   timeout=5_000)
+        except Exception:  # noqa: BLE001 - playwright's TimeoutError: no label yet, move again
+            page.mouse.move(0, 0)
+            continue
+        return page.evaluate(HOVER_JS)
+    return []
 
 
 def click_plot(page, index: int, x: float, y: float, xaxis: str = "xaxis", yaxis: str = "yaxis") -> None:
-    """Click a data point of a chart (a plotly selection event: the app reruns) and wait for the run to end."""
+    """Click a data point of a chart (a plotly selection event: the app reruns) and wait for the run it starts to be
+    over; a click no run followed (lost on a busy machine) is made again."""
     px, py = plot_point(page, index, x, y, xaxis, yaxis)
-    page.mouse.move(px, py)
-    page.mouse.click(px, py)
-    rerun_settled(page)
+
+    def click():
+        page.mouse.move(px, py)
+        page.mouse.click(px, py)
+
+    for _ in range(3):
+        if run_after(page, click):
+            return
 
 
 def app_text(page) -> str:
     """What a learner reads in the sidebar and the main area (chart titles and labels included; formulas, code and
     tooltips left out)."""
     return page.evaluate(APP_TEXT_JS)
+
+
+ALWAYS_SHOWN = ("English",)  # the sidebar's language picker offers "English" on a page in either language
 
 
 def english_only(strings: dict[str, dict[str, str]], ignore=()) -> list[tuple[str, str]]:
@@ -412,7 +515,7 @@ def english_only(strings: dict[str, dict[str, str]], ignore=()) -> list[tuple[st
             label = len(words) == 1 and len(words[0]) >= 5 and piece == words[0] and piece == en.strip()
             if not (len(words) >= 2 and len(piece) >= 10) and not label:
                 continue
-            if piece.lower() in zh_all or piece.lower() in {i.lower() for i in ignore}:
+            if piece.lower() in zh_all or piece.lower() in {i.lower() for i in (*ignore, *ALWAYS_SHOWN)}:
                 continue
             out.append((key, piece))
     return out
@@ -422,7 +525,8 @@ def english_shown(text: str, phrases: list[tuple[str, str]]) -> list[tuple[str, 
     """The phrases (key, English) that occur in a page's text as whole words."""
     import re
 
-    return [(k, p) for k, p in phrases if re.search(rf"(?<![A-Za-z]){re.escape(p)}(?![A-Za-z])", text)]
+    # not inside an identifier: the navigation's icon names ("text_fields") are in the page's text too
+    return [(k, p) for k, p in phrases if re.search(rf"(?<![A-Za-z_]){re.escape(p)}(?![A-Za-z_])", text)]
 
 
 def internal_words(text: str) -> list[str]:
@@ -450,10 +554,14 @@ def assert_clean(page, app: App, where: str) -> None:
 
 
 def choose(page, label: str, option: str, where: str = MAIN) -> None:
-    """Pick an option of a select box (by its label) and wait for the rerun."""
-    page.locator(where).get_by_role("combobox", name=label, exact=True).click()
-    page.get_by_role("option", name=option, exact=True).click()
-    rerun_settled(page)
+    """Pick an option of a select box (by its label) and wait until the box shows it and the run is over."""
+    box = page.locator(where).get_by_role("combobox", name=label, exact=True)
+
+    def act():
+        box.click()
+        page.get_by_role("option", name=option, exact=True).click()
+
+    set_value(page, act, lambda: box.input_value() == option, what=f"{label}: {option}")
 
 
 def combobox_value(page, label: str, where: str = MAIN) -> str:
@@ -462,10 +570,16 @@ def combobox_value(page, label: str, where: str = MAIN) -> str:
 
 
 def radio(page, label: str, option: str, where: str = MAIN) -> None:
-    """Click an option of a radio group (by the group's label) and wait for the rerun."""
+    """Click an option of a radio group (by the group's label) and wait for the run it starts to be over (a click no
+    run followed, lost on a busy machine, is made again; an option already selected is only clicked)."""
     group = page.locator(where).locator("[data-testid='stRadio']").filter(has_text=label).first
-    group.get_by_text(option, exact=True).click()
-    rerun_settled(page)
+    if radio_value(page, label, where) == option:
+        group.get_by_text(option, exact=True).click()
+        settle(page)
+        return
+    for _ in range(3):  # the group's label may change with the option (the language): no check by label afterwards
+        if run_after(page, lambda: group.get_by_text(option, exact=True).click()):
+            return
 
 
 def radio_value(page, label: str, where: str = MAIN) -> str:
@@ -476,20 +590,15 @@ def radio_value(page, label: str, where: str = MAIN) -> str:
         .map(o => o.innerText.trim()).join('|')""")
 
 
-def enter_text(page, label: str, text: str, where: str = SIDEBAR) -> None:
-    """Type into a text box (by its label) and apply it (Ctrl+Enter, as a learner would)."""
-    box = page.locator(where).get_by_role("textbox", name=label, exact=True)
-    box.fill(text)
-    box.press("Control+Enter")
-    rerun_settled(page)
+def enter_text(page, label: str, text: str, where: str = SIDEBAR, *, charts: bool = False) -> None:
+    """Type into a text box (by its label), apply it (Ctrl+Enter, as a learner would) and wait until it shows."""
+    type_into(page, page.locator(where).get_by_role("textbox", name=label, exact=True), text, "Control+Enter",
+              charts=charts)
 
 
 def enter_number(page, label: str, value, where: str = MAIN) -> None:
-    """Type a value into a number input (by its label) and commit it (Enter)."""
-    box = page.locator(where).get_by_label(label, exact=True).first
-    box.fill(str(value))
-    box.press("Enter")
-    rerun_settled(page)
+    """Type a value into a number input (by its label), commit it (Enter) and wait until it shows."""
+    type_into(page, page.locator(where).get_by_label(label, exact=True).first, value)
 
 
 def slider(page, label: str, where: str = MAIN):
@@ -497,18 +606,46 @@ def slider(page, label: str, where: str = MAIN):
     return page.locator(where).get_by_role("slider", name=label)
 
 
+def set_slider(page, label: str, value: float, where: str = MAIN, *, timeout: float = 120_000) -> None:
+    """Move a slider to `value` with the keyboard as a learner does, one key at a time (Home / End for its ends, an
+    arrow for one step): after each press, wait until the slider shows the step and the run it started is over; a
+    press that was lost, or undone by a run that read the value before it, is made again."""
+    box = slider(page, label, where)
+    low, high, step = (float(box.get_attribute(a)) for a in ("min", "max", "step"))
+    target = min(max(float(value), low), high)
+    deadline = time.monotonic() + timeout / 1000
+
+    def now() -> float:
+        return float(input_state(box)["value"])
+
+    while abs(now() - target) >= step / 2:  # read after the page settled: a later run cannot move it any more
+        if time.monotonic() > deadline:
+            raise AssertionError(f"slider {label!r}: shows {now()}, not {target}, after {timeout / 1000:.0f} s")
+        was = now()
+        key = ("Home" if target == low else "End" if target == high
+               else "ArrowLeft" if was > target else "ArrowRight")
+        set_value(page, lambda key=key: box.press(key), lambda was=was: abs(now() - was) >= step / 2,
+                  what=f"slider {label!r}: {key} from {was:g}", timeout=timeout)
+
+
 def press_slider(page, label: str, key: str = "ArrowLeft", times: int = 1, where: str = MAIN) -> None:
-    """Move a slider with the keyboard (each press one step; Home / End: its ends) and wait for the rerun."""
-    slider(page, label, where).focus()
-    for _ in range(times):
-        page.keyboard.press(key)
-    rerun_settled(page)
+    """Move a slider with the keyboard (each press one step; Home / End: its ends) and wait until it shows where
+    those presses lead (set_slider: one press at a time, each waited for)."""
+    box = slider(page, label, where)
+    low, high, step = (float(box.get_attribute(a)) for a in ("min", "max", "step"))
+    now = float(input_state(box)["value"])
+    target = {"Home": low, "End": high, "ArrowLeft": now - times * step, "ArrowDown": now - times * step,
+              "ArrowRight": now + times * step, "ArrowUp": now + times * step}[key]
+    set_slider(page, label, target, where)
 
 
 def press_button(page, name: str, where: str = MAIN, *, charts: bool = False) -> None:
-    """Click a button (by its name) and wait for the rerun."""
-    page.locator(where).get_by_role("button", name=name, exact=True).first.click()
-    rerun_settled(page, charts=charts)
+    """Click a button (by its name) and wait for the run it starts to be over; a click no run followed within 20 s
+    (lost on a busy machine) is made again."""
+    for _ in range(3):
+        if run_after(page, lambda: page.locator(where).get_by_role("button", name=name, exact=True).first.click(),
+                     start_ms=20_000, charts=charts):
+            return
 
 
 def camera(page, index: int):

@@ -2,8 +2,8 @@
 
 Written byte by byte: torch.save's zip layout with any declared size, a raw deflate stream of zeros, and the pickle
 torch.save would write for tensors given only as records, so a test can declare gigabytes it never allocates.
-Written by the library: a small model's single-file export, a .pt of any document, and the hostile files of issue
-11 the Train page must refuse. torch is imported only when a model or a pickle is made."""
+Written by the library: a small model's single-file export, a .pt of any document, and the hostile model
+files the Train page must refuse. torch is imported only when a model or a pickle is made."""
 from __future__ import annotations
 
 import io
@@ -145,7 +145,7 @@ def zip_bomb_pt(path):
 
 
 def hostile_model_files(folder) -> list[tuple[Path, str]]:
-    """The model files of issue 11's "Why" list that the Train page must refuse, written into `folder`: (path, a
+    """The hostile model files the Train page must refuse, written into `folder`: (path, a
     substring of the refusal's message) for a config of 200 000 layers (.pt and .safetensors), a zip bomb, a stride-0
     tensor of 2.5 GB, a config nested 400 deep, a float d_model and a path as encoding."""
     import torch

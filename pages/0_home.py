@@ -2,7 +2,7 @@
 summary; a click on a block opens its page (on that layer and block)."""
 import streamlit as st
 
-from transformer_core.analysis.architecture import NORM_NAMES
+from transformer_core.analysis.architecture import NORM_NAMES, vocab_parts
 from transformer_core.analysis.next_token import distribution
 from transformer_core.analysis.residual import active_fraction, stream, sublayers
 from transformer_core.model.transformer import param_counts
@@ -14,7 +14,7 @@ from ui.i18n import lang, t
 from ui.model_map import model_map
 from ui.nav import link, switch
 from ui.session import page_context, through_app
-from ui.widgets import clicked
+from ui.widgets import clicked, count_text
 
 through_app()
 ss = st.session_state
@@ -94,6 +94,34 @@ def shape(s) -> str:
     return "×".join(str(d) for d in s) if s else "—"
 
 
+def vocab_text(cfg) -> str:
+    """The logits' last axis, id by id: "2,048 tokens of cl100k_2k + 5 special tokens of cl100k_base (…)"."""
+    v = vocab_parts(cfg)
+    parts = [t("vocab_ordinary", n=f"{v.ordinary:,}", enc=v.encoding)]
+    if v.special:
+        parts.append(count_text("vocab_special", len(v.special), base=v.base,
+                                names=", ".join(f"`{name}`" for name in v.special)))
+    if v.unknown:
+        parts.append(t("vocab_unknown"))
+    if v.unused:
+        parts.append(t("vocab_unused", n=f"{v.unused:,}", enc=v.encoding))
+    return " + ".join(parts)
+
+
+def headline_figures(trace, cfg, model, params: int, word: str, p: float) -> dict[str, str]:
+    """One figure of each step for this text, the link to the step's page carries it."""
+    n = trace.src_ids.size(1)
+    side = "decoder" if not model.is_encoder_decoder else "encoder"
+    fire = [f for f in (active_fraction(trace, side, layer) for layer in range(cfg.n_layers)) if f is not None]
+    return {"tokenizer": count_text("home_fig_tokens", n),
+            "embeddings": t("home_fig_embed", shape=shape(trace.shape("embed", side=side))),
+            "attention": t("home_fig_attention", layers=cfg.n_layers, heads=cfg.n_heads, n=n),
+            "ffn": (count_text("home_fig_ffn", len(fire), pct=100 * sum(fire) / len(fire)) if fire
+                    else t("home_fig_ffn_units", d=f"{cfg.d_ffn:,}")),
+            "logits": t("home_fig_logits", tok=word, p=p),
+            "model": t("home_fig_params", n=f"{params:,}")}
+
+
 def on_click(target: str) -> None:
     """Open a block's page; an attention or FFN block opens on its layer (and block)."""
     name, *rest = target.split(":")
@@ -106,7 +134,7 @@ def on_click(target: str) -> None:
 
 
 st.title(t("app_title"))
-st.markdown(t("home_intro"))
+st.markdown(t("home_intro", box=t("input_text")))  # the box is below the list of pages: the sentence says so
 ctx = page_context()
 cfg, trace, model = ctx.model.cfg, ctx.trace, ctx.model
 description = ctx.card.get("description")
@@ -147,13 +175,15 @@ st.subheader(t("map_title"))
 look_for("map_pre" if cfg.norm_first else "map")
 picked = clicked(model_map(blocks, arrows, width=width, height=height), "model_map", trace_name="blocks")
 st.caption(t("map_hint_pre", norm=NORM_NAMES[cfg.norm]) if cfg.norm_first else t("map_hint"))
+st.caption(t("map_vocab", shape=shape(trace.logits.shape), size=f"{cfg.vocab_size:,}", parts=vocab_text(cfg)))
 if isinstance(picked, str):
     on_click(picked)
 
 counts = param_counts(model)
 st.markdown(t("home_model", params=counts["total"], device=cache.get_device()[1]))
 cols = st.columns(3)
+figures = headline_figures(trace, cfg, model, counts["total"], word, top.probs[0])
 for i, (name, icon) in enumerate((("tokenizer", "🔤"), ("embeddings", "📐"), ("attention", "👀"), ("ffn", "➕"),
                                   ("logits", "🎲"), ("model", "🧮"))):
     with cols[i % 3]:
-        link(name, icon=icon)
+        link(name, label=f"{t(f'nav_{name}')} · {figures[name]}", icon=icon)

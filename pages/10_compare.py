@@ -6,8 +6,10 @@ import pandas as pd
 import streamlit as st
 
 from transformer_core.analysis.blocks import kinds
-from transformer_core.analysis.compare import compare
+from transformer_core.analysis.compare import compare, extra_positions, score_pair
+from transformer_core.model.memory import KEEP_NONE
 from transformer_core.text.inputs import token_labels
+from ui.answers import answer_picker
 from ui.errors import show_error
 from ui.figures import COLUMN_PX, DIVERGING, axis_labels, bars, prob_text, ranked_labels, token_heatmap, visible
 from ui.guidance import try_these
@@ -59,12 +61,14 @@ def selectors(model) -> tuple[str, int, int]:
     return kind, int(layer), int(head)
 
 
-def side_view(model, side, name: str, other_labels: list[str], key: str, zmax: float) -> None:
-    """One text's column: chips (tokens the other text lacks marked), loss, next token, the head's weights."""
+def side_view(model, side, name: str, other_ids, key: str, zmax: float) -> None:
+    """One text's column: chips (each occurrence beyond the other text's count marked), loss, next token, the
+    head's weights."""
     st.subheader(name)
     sur = side.surprise
     surprise_chips(side.labels, None if sur is None else sur.prob.tolist(), None if sur is None else sur.bits.tolist(),
-                   mark=[i for i, x in enumerate(side.labels) if x not in set(other_labels)])
+                   mark=extra_positions(list(side.ids), list(other_ids)),
+                   expected=None if sur is None else (sur.expected_labels, sur.expected_prob.tolist()))
     m1, m2 = st.columns(2)
     m1.metric(t("cmp_loss"), "—" if sur is None else f"{sur.mean_loss:.4f}")
     m2.metric(t("cmp_ppl"), "—" if sur is None else f"{sur.perplexity:.4g}")
@@ -89,11 +93,67 @@ def differences(model, comp) -> None:
     m3.metric(t("cmp_kl_ab"), f"{d.kl_ab:.4g}")
     m4.metric(t("cmp_kl_ba"), f"{d.kl_ba:.4g}")
     st.markdown(t("cmp_top_text", tok=top, pa=prob_text(d.top_prob_a), pb=prob_text(d.top_prob_b)))
-    if d.only_a or d.only_b:
-        shown = ", ".join(f"‘{visible(x)}’" for x in d.only_a) or "—"
-        st.markdown(t("cmp_only", a=shown, b=", ".join(f"‘{visible(x)}’" for x in d.only_b) or "—"))
-    else:
+    if d.same_tokens:  # as multisets: the same tokens the same number of times
         st.markdown(t("cmp_same_tokens"))
+    else:
+        st.markdown(t("cmp_more", a=counted(d.more_a, "a"), b=counted(d.more_b, "b")))
+
+
+def counted(more: list[tuple[str, int, int]], side: str) -> str:
+    """‘ Mary’ (2 in B, 1 in A), ‘ John’ (1 in B, 0 in A); — when none."""
+    return ", ".join(t(f"cmp_count_{side}", tok=visible(x), n=n, m=m) for x, n, m in more) or "—"
+
+
+@st.cache_data(show_spinner=False, max_entries=64, ttl=1800)
+def pair_of(key, device, text, tgt, special, gen, text_b, tgt_b, x: tuple, y: tuple):
+    """Answers x and y (model ids) scored after A and after B."""
+    model, prep = prep_for(key, device, text, tgt, special, gen, KEEP_NONE)
+    prep_b = prepared(model, text_b, tgt_b, special, KEEP_NONE)
+    with reserve(model, prep, prep_b, keep=KEEP_NONE):
+        return score_pair(model, prep, prep_b, list(x), list(y))
+
+
+def pair_section(ctx, comp, text_b: str, tgt_b: str | None) -> None:
+    """Two answers the learner picks (A's top two by default, or any text), each scored after A and after B."""
+    model = ctx.model
+    st.subheader(t("cmp_pair_title"))
+    st.caption(t("cmp_pair_intro"))
+    top = list(comp.a.next_token.ids)
+    ca, cb = st.columns(2)
+    context = list(comp.a.ids)
+    x = answer_picker(t("cmp_pair_x"), f"cmp_x_{ctx.key}", model, top, index=0, context=context, container=ca)
+    y = answer_picker(t("cmp_pair_y"), f"cmp_y_{ctx.key}", model, top, index=1, context=context, container=cb)
+    if x is None or y is None:
+        return
+    try:
+        pair = pair_of(*inputs(ctx), text_b, tgt_b, x.answer.ids, y.answer.ids)
+    except Exception as exc:  # noqa: BLE001 - no room for a long answer, or anything else: a message
+        show_error(exc)
+        return
+    names = {"x": visible(x.answer.text), "y": visible(y.answer.text)}
+    m1, m2, m3 = st.columns(3)
+    m1.metric(t("cmp_pair_margin_a"), f"{pair.margin_a:+.3f}")
+    m2.metric(t("cmp_pair_margin_b"), f"{pair.margin_b:+.3f}")
+    m3.metric(t("cmp_pair_change"), f"{pair.margin_b - pair.margin_a:+.3f}")
+    cols = {"a": t("cmp_pair_col_a"), "b": t("cmp_pair_col_b"), "pa": t("cmp_pair_col_pa"), "pb": t("cmp_pair_col_pb")}
+    table(pd.DataFrame({
+        t("cmp_pair_col_answer"): [f"‘{names['x']}’", f"‘{names['y']}’"],
+        cols["a"]: list(pair.a), cols["b"]: list(pair.b),
+        cols["pa"]: [float(np.exp(v)) for v in pair.a], cols["pb"]: [float(np.exp(v)) for v in pair.b],
+    }), "compare_pair", formats={c: "%.4f" for c in cols.values()})
+    st.markdown(" ".join(prefers(pair, side, names) for side in ("a", "b")) + " " + t(
+        "cmp_pair_moved", d=f"{pair.margin_b - pair.margin_a:+.3f}", x=names["x"], y=names["y"]))
+    if len(x.answer) > 1 or len(y.answer) > 1:
+        st.caption(t("cmp_pair_multi"))
+
+
+def prefers(pair, side: str, names: dict) -> str:
+    """After A (or B) the model prefers x to y by this margin (or y to x, or neither)."""
+    margin = pair.margin_a if side == "a" else pair.margin_b
+    win, lose = ("x", "y") if margin > 0 else ("y", "x")
+    if margin == 0:
+        return t(f"cmp_pair_tie_{side}", x=names["x"], y=names["y"])
+    return t(f"cmp_pair_prefers_{side}", win=names[win], lose=names[lose], m=f"{abs(margin):.3f}")
 
 
 def per_token(comp) -> None:
@@ -148,7 +208,7 @@ zmax = 1.0
 for col, side, other, name, key in zip(st.columns(2), (comp.a, comp.b), (comp.b, comp.a),
                                        (t("cmp_a"), t("cmp_b")), ("a", "b"), strict=True):
     with col:
-        side_view(model, side, name, other.labels, key, zmax)
+        side_view(model, side, name, other.ids, key, zmax)
 st.caption(t("cmp_chips_note"))
 wa, wb = comp.a.weights.numpy(), comp.b.weights.numpy()
 if wa.shape == wb.shape:
@@ -161,6 +221,7 @@ if wa.shape == wb.shape:
     chart(fig, "cmp_delta")
 else:
     st.caption(t("cmp_delta_shape"))
+pair_section(ctx, comp, text, tgt)
 st.subheader(t("cmp_per_token"))
 per_token(comp)
 export_panel(comp, "compare", ctx, text_b=text, target_b=tgt, kind=kind, layer=layer, head=head, top=TOP)

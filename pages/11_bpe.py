@@ -5,11 +5,11 @@ import html
 import pandas as pd
 import streamlit as st
 
-from transformer_core.analysis.bpe import text_merges, token_playback
+from transformer_core.analysis.bpe import HINT_WORDS, han_examples, text_merges, token_playback, word_build
 from transformer_core.text.tokenizer import character_labels, display_bytes
 from ui.errors import show_error
 from ui.figures import axis_labels, bars, visible
-from ui.i18n import t
+from ui.i18n import lang, t
 from ui.model_choice import load_selected_model
 from ui.session import through_app
 from ui.tools import export_panel
@@ -97,11 +97,42 @@ def whole_text(tm, text: str, encoding: str) -> None:
     export_panel(tm, "bpe_text", key="text", text=text, encoding=encoding)
 
 
+@st.cache_data(show_spinner=False, max_entries=16, ttl=1800)
+def look_for(encoding: str, language: str) -> str:
+    """What to look for, built by this encoding: the example words' tokens and merges, a common and a rare
+    Chinese character (every figure from word_build)."""
+    out = [t("bpe_look_intro")]
+    for k, word in enumerate(word_build(w, encoding) for w in HINT_WORDS):
+        label, labels = visible(word.text), " · ".join(f"‘{visible(display_bytes(p))}’" for p in word.parts)
+        if not word.steps:
+            out.append(t("bpe_look_no_merge", word=label, n=len(word.parts), enc=encoding))
+            continue
+        first, merges = word.steps[0], count_text("bpe_n_merges_short", word.n_merges)
+        pair = dict(left=visible(display_bytes(first.pair[0])), right=visible(display_bytes(first.pair[1])),
+                    first=first.rank)
+        if len(word.parts) == 1:
+            out.append(t("bpe_look_whole" if k == 0 else "bpe_look_whole_short", word=label, merges=merges,
+                         last=word.steps[-1].rank, **pair))
+        else:
+            out.append(t("bpe_look_pieces" if k == 0 else "bpe_look_pieces_short", word=label, k=len(word.parts),
+                         parts=labels, merges=merges, enc=encoding, **pair))
+    common, rare = han_examples(encoding)
+    if common is not None:
+        out.append(t("bpe_look_han", ch=common.text, b=len(common.text.encode("utf-8")),
+                     merges=count_text("bpe_n_merges_short", common.n_merges)))
+    if rare is not None:
+        out.append(t("bpe_look_rare", ch=rare.text, b=len(rare.parts)))
+    return " ".join(out)
+
+
 st.title(t("nav_bpe"))
 explain("bpe_intro")
-st.caption(t("bpe_look"))
 _, model, _, _ = load_selected_model()
 encoding = model.cfg.encoding
+try:
+    st.caption(look_for(encoding, lang()))
+except Exception as exc:  # noqa: BLE001 - an encoding that cannot load offline: a message
+    show_error(exc)
 source = st.radio(t("bpe_source"), ["text", "word"], key="bpe_source", horizontal=True,
                   format_func=lambda s: t(f"bpe_src_{s}"))
 if source == "word":

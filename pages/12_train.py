@@ -7,7 +7,7 @@ import streamlit as st
 from service import catalog, job_records, jobs, training_run, uploads
 from service.settings import settings as server_settings
 from transformer_core.train.corpus import TEXT
-from transformer_core.train.defaults import EXPERIMENT, EXPERIMENT_TASKS, quick
+from transformer_core.train.defaults import EXPERIMENT, EXPERIMENT_TASKS, PAGE_LEFT_OUT, quick
 from transformer_core.train.tasks import TASKS, SeqToSeqTask
 from ui import cache
 from ui.cards import show_card
@@ -22,7 +22,8 @@ from ui.widgets import chart, explain, table
 through_app()
 
 REFRESH_S = 1.0  # how often the live part redraws while a job runs
-TARGETS = (*TASKS, "text")
+# the name-mover demo is left out: it learns its circuit in 5,000 steps (about 20 min here), not in a quick run
+TARGETS = (*(name for name in TASKS if name not in PAGE_LEFT_OUT), "text")
 ss = st.session_state
 sid = session_id()
 
@@ -91,7 +92,8 @@ def settings(target: str, device: str):
         changes["context"] = num(c[0], "context")
         changes["val_fraction"] = c[1].number_input(t("tr_val_fraction"), value=d.val_fraction, step=0.05,
                                                     key=k + "val_fraction", help=t("tr_val_fraction_help"))
-    return replace(d, **changes, device=None if device == "auto" else device)
+    # the weights of the lowest validation loss are saved (a run stopped by hand too), where there are evaluations
+    return replace(d, **changes, keep_best=changes["eval_interval"] > 0, device=None if device == "auto" else device)
 
 
 def train_tab(device: str) -> None:

@@ -41,7 +41,7 @@ m2.metric(t("sur_ppl"), f"{sur.perplexity:.4g}")
 m3.metric(t("sur_bits"), f"{sur.bits_per_token:.4f}")
 
 st.subheader(t("sur_chips_title"))
-surprise_chips(sur.labels, probs, bits)
+surprise_chips(sur.labels, probs, bits, expected=(sur.expected_labels, sur.expected_prob.tolist()))
 st.caption(t("sur_legend"))
 if sur.unknown:
     st.caption(count_text("sur_unknown", len(sur.unknown)))
@@ -60,5 +60,8 @@ table(pd.DataFrame({
     t("sur_col_prob"): [r["prob"] for r in rows],
     t("sur_col_bits"): [r["bits"] for r in rows],
     t("sur_col_nats"): [r["nats"] for r in rows],
-}), "surprise", formats={t("sur_col_prob"): "%.4f", t("sur_col_bits"): "%.3f", t("sur_col_nats"): "%.3f"})
+    t("sur_col_expected"): [visible(r["expected"]) for r in rows],  # what the model expected there instead
+    t("sur_col_expected_prob"): [r["expected_prob"] for r in rows],
+}), "surprise", formats={t("sur_col_prob"): "%.4f", t("sur_col_bits"): "%.3f", t("sur_col_nats"): "%.3f",
+                         t("sur_col_expected_prob"): "%.4f"})
 export_panel(sur, "surprise", ctx)

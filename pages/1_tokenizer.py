@@ -11,7 +11,7 @@ from ui.guidance import look_for
 from ui.i18n import t
 from ui.model_choice import load_selected_model
 from ui.session import through_app
-from ui.widgets import count_text, explain, table, token_chips
+from ui.widgets import count_text, explain, linked_token_view, table, token_chips
 
 through_app()
 
@@ -50,7 +50,8 @@ if partial:
 else:
     look_for("tokens_plain")
 st.subheader(f"{t('tok_chips')} · {encoding}")
-token_chips(tok.tokens, unknown=missing)
+linked_token_view(tok, unknown=missing)
+st.caption(t("tok_hover_link"))
 df = pd.DataFrame({
     t("col_position"): range(len(tok.tokens)),
     t("col_token"): [visible(x.text) for x in tok.tokens],
@@ -77,6 +78,12 @@ shown = list(dict.fromkeys((encoding, "cl100k_base", "r50k_base")))  # the model
 allow = bool(ss.get("allow_special"))
 
 
+def r50k_sentence(counts: dict, ref: str) -> str:
+    """r50k_base (GPT-2's) against `ref` on this text, from the two counts: more, as many, or fewer tokens."""
+    c, b = counts["r50k_base"], counts[ref]
+    return t("tok_r50k_more" if c > b else "tok_r50k_same" if c == b else "tok_r50k_fewer", c=c, b=b, ref=ref)
+
+
 def column(name: str, tokens) -> None:
     st.markdown(f"**{name}** · {count_text('tok_n_tokens', len(tokens))}")
     token_chips(tokens)
@@ -90,13 +97,17 @@ for col, name in zip(st.columns(len(shown)), shown):
         except Exception as exc:  # noqa: BLE001 - an encoding that cannot load offline
             show_error(exc)
 try:
-    why = compare_counts(ss.text[: 32 * model.cfg.max_len], encoding)
+    # counted as the columns above were, so the sentence cites the counts they show
+    why = compare_counts(ss.text, encoding, max_tokens=model.cfg.max_len, by_line=False, allow_special=allow)
     c = why["counts"]
     if why["subset"]:
-        st.markdown(t("tok_why_subset", enc=encoding, size=why["size"], base=why["base"], base_size=why["base_size"],
-                      n=why["not_kept"], a=c[encoding], b=c[why["base"]], c=c["r50k_base"]))
+        ref = why["base"]
+        st.markdown(t("tok_why_subset" if why["not_kept"] else "tok_why_subset_all", enc=encoding, size=why["size"],
+                      base=ref, base_size=why["base_size"], n=why["not_kept"], a=c[encoding], b=c[ref])
+                    + " " + r50k_sentence(c, ref))
     else:
-        st.markdown(t("tok_why_base", enc=encoding, a=c[encoding], c=c["r50k_base"]))
+        ref = encoding if encoding != "r50k_base" else "cl100k_base"
+        st.markdown(t("tok_why_base") + " " + r50k_sentence(c, ref))
 except Exception as exc:  # noqa: BLE001 - an encoding that cannot load offline
     show_error(exc)
 others = [e for e in available_encodings() if e not in shown]
@@ -108,9 +119,15 @@ with st.expander(t("tok_compare_more")):
     except Exception as exc:  # noqa: BLE001 - an encoding that cannot load offline
         show_error(exc)
 
-st.subheader(t("tok_batch"))
-st.markdown(t("tok_batch_intro"))
-texts = [ss.text, ss.get("tgt") or ""]
+second = (ss.get("tgt") or "") if model.is_encoder_decoder else ""
+if second.strip():  # the source and the target, padded together
+    st.subheader(t("tok_batch"))
+    st.markdown(t("tok_batch_intro"))
+else:  # one text (a decoder reads one): pair it with its first half, so there is a shorter row to pad
+    second = ss.text[: len(ss.text) // 2]
+    st.subheader(t("tok_batch_half"))
+    st.markdown(t("tok_batch_half_intro" if second.strip() else "tok_batch_none") + " " + t("tok_batch_intro"))
+texts = [ss.text, second]
 if texts[1].strip():
     ids, lengths, mask = padded_batch(texts, encoding, max_tokens=model.cfg.max_len)
     cols = [str(i) for i in range(ids.size(1))]

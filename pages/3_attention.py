@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from service.urlstate import SCALES  # the one list of colour scales (a link may name one)
-from transformer_core.analysis.alignment import alignment_rows
+from transformer_core.analysis.alignment import prep_rows
 from transformer_core.analysis.all_heads import head_view as all_heads_view
 from transformer_core.analysis.all_heads import model_view
 from transformer_core.analysis.attention_steps import query_steps, row_sums
@@ -189,20 +189,20 @@ def head_labels(ctx, stages, kind: str) -> dict[int, object]:
         if kind != "cross":  # measured once per model: a big one takes seconds, and says what it is doing
             with st.spinner(t("att_probe_running", count=probe_count(ctx.model), length=default_length(ctx.model))):
                 induction = cache.induction_by_block(ctx.key, ctx.device).get((kind, ss.layer))
-        return {r.head: r for r in label_block(kind, ss.layer, stages.weights, induction)}
+        return {r.head: r for r in label_block(kind, ss.layer, stages.weights, induction, prep=ctx.prep)}
     except Exception:  # noqa: BLE001 - labels are extra
         return {}
 
 
 def label_text(record, scores: bool = True) -> str:
-    """The head's labels ("itself 0.91 · induction 0.68"): the text's and the probe's, each from one input."""
+    """The head's label and its score ("itself 0.91"): analysis.heads.label, the rule of every page and card."""
     if record is None or not record.labels:
         return t("head_kind_mixed")
     return " · ".join(t("head_kind_" + k) + (f" {record.scores[k]:.2f}" if scores else "") for k in record.labels)
 
 
 def what_head_does(record, head: int) -> None:
-    """One line per label of the chosen head: pattern, score, on which input, and what that pattern does."""
+    """The chosen head's label: pattern, score, on which input, and what that pattern does."""
     if record is None:
         return
     if not record.labels:
@@ -241,7 +241,8 @@ def head_thumbnails(stages, heads: int, records: dict[int, object]) -> None:
     if step > 1:
         w, mask = w[:, ::step, ::step], mask[:, ::step, ::step]
     z, axis = scaled_weights(np.where(mask, w, np.nan), ss.att_scale)
-    titles = [f"{t('att_head')} {h}<br><sup>{label_text(records.get(h))}</sup>" if records else f"{t('att_head')} {h}"
+    # the label on a second line at the title's own size (a <sup> made it about 8 px)
+    titles = [f"{t('att_head')} {h}<br>{label_text(records.get(h))}" if records else f"{t('att_head')} {h}"
               for h in shown]
     n = len(shown)
     fig = thumbnails([z[h] for h in shown], titles, cols=min(n, 8 if n > 8 else 4 if n > 4 else n),
@@ -375,11 +376,9 @@ def qkv(stages, head, q_lab, k_lab) -> None:
 
 def date_alignment_view(ctx, stages, head: int, q_lab, k_lab) -> None:
     """Dates model, cross-attention: which source token each output year / month / day token attends to most."""
-    tgt_text = ss.get("tgt") or ""
     if ctx.prep.tgt is None:
         return
-    rows = alignment_rows([x.raw for x in ctx.prep.src.tokens], [x.raw for x in ctx.prep.tgt.tokens],
-                          str(ss.get("text", "")).strip(), tgt_text.strip(), stages.head("weights", head))
+    rows = prep_rows(ctx.prep, stages.head("weights", head))  # the same rows as the head's `fields` score
     st.subheader(t("att_align_title"))
     if not rows:
         st.caption(t("att_align_not_date"))

@@ -156,14 +156,15 @@ def kv_section() -> None:
         t("kv_col_self"): [" × ".join(map(str, x.self_shape)) for x in layout],
         **({t("kv_col_cross"): [" × ".join(map(str, x.cross_shape)) for x in layout]} if cross else {}),
         t("kv_col_bytes"): [x.nbytes for x in layout],
-    }), "kv_cache")
+    }), "kv_cache", formats={t("kv_col_bytes"): "localized"})  # 67,584, not 67584
     st.caption(t("kv_total", bytes=f"{sum(x.nbytes for x in layout):,}", n=len(layout), t=len(dec)))
     start, per_token = len(dec) - n_gen, layout[0].self_nbytes * len(layout) // max(1, len(dec))
     fig = lines(list(range(max(1, start), len(dec) + 1)),
                 {t("kv_axis_bytes"): [n * per_token for n in range(max(1, start), len(dec) + 1)]},
                 title=t("kv_growth_title"), x_title=t("kv_axis_tokens"), y_title=t("kv_axis_bytes"), height=260,
                 mode="lines+markers",  # whole tokens only on the x axis
-                x_axis={"tickformat": "d", "dtick": max(1, -(-(len(dec) - start + 1) // 10))})
+                x_axis={"tickformat": "d", "dtick": max(1, -(-(len(dec) - start + 1) // 10))},
+                y_axis={"rangemode": "tozero", "tickformat": ",d"})  # from 0: growth drawn to its true scale
     chart(fig, "kv_growth")
     if not st.toggle(t("kv_measure"), key="kv_measure"):
         return

@@ -4,9 +4,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from transformer_core.analysis.architecture import NORM_NAMES
 from transformer_core.analysis.attribution import direct_logit_attribution
-from transformer_core.analysis.logit_lens import EMBEDDINGS, lens_from_trace
+from transformer_core.analysis.logit_lens import EMBEDDINGS, answer_row, lens_from_trace
 from transformer_core.text.inputs import token_labels
+from ui.answers import answer_picker
 from ui.chart_theme import HEAD_COLOURS
 from ui.errors import show_error
 from ui.figures import axis_labels, lines, prob_text, token_heatmap, visible
@@ -27,14 +29,14 @@ PART_LOOKS = ({"color": "#9e9e9e"}, {"color": "#616161", "pattern": {"shape": "/
               {"color": "#424242", "pattern": {"shape": "x"}}, {"color": "#bdbdbd", "pattern": {"shape": "."}})
 
 
-def attribution_section(pos: int) -> None:
-    """Direct logit attribution: which heads and FFNs wrote the chosen token's logit at this position."""
+def attribution_section(pos: int, token: int) -> None:
+    """Direct logit attribution: which heads and FFNs wrote the answer's (first) token's logit at this position."""
     st.subheader(t("dla_title"))
-    explain("dla_intro", r"\text{logit}_t = W_U[t]\cdot \mathrm{norm}\Big(x_{emb} + \sum_{\ell}\big(\sum_h W_O^{h}"
+    norm = r"\mathrm{" + NORM_NAMES[model.cfg.norm] + "}" if model.cfg.final_norm else ""  # where the model has one
+    explain("dla_intro_norm" if model.cfg.final_norm else "dla_intro_plain",
+            r"\text{logit}_t = W_U[t]\cdot " + norm + r"\Big(x_{emb} + \sum_{\ell}\big(\sum_h W_O^{h}"
             r" z^{h}_{\ell} + b_O + \mathrm{FFN}_\ell\big)\Big) + b_t")
-    choices = lens.ids[-1, pos].tolist()  # the model's own top tokens at this position
-    token = st.selectbox(t("dla_token"), choices, format_func=lambda i: visible(token_labels(model, [i])[0]),
-                         key=f"dla_token_{pos}_{choices[0]}")
+    st.caption(t("dla_answer", tok=visible(token_labels(model, [token])[0])))  # the answer picked above
     try:
         a = direct_logit_attribution(model, ctx.trace, pos, int(token))
     except Exception as exc:  # noqa: BLE001 - shown as a message (a post-norm model), never a traceback
@@ -60,8 +62,35 @@ def attribution_section(pos: int) -> None:
     st.markdown(t("dla_sum", tok=visible(token_labels(model, [a.token])[0]), logit=a.logit, total=a.total,
                   residue=a.residue, const=a.constant, layer=int(top[0]), head=int(top[1]),
                   value=float(a.heads[top]), ffn=int(np.abs(a.ffn).argmax()), fv=float(a.ffn[np.abs(a.ffn).argmax()])))
-    st.caption(t("dla_scale_" + a.norm, scale=a.scale))
+    st.caption(t("dla_scale_" + a.norm, scale=a.scale) + no_final_norm_note())
     export_panel(a, "attribution", ctx, position=pos, token=int(token))
+
+
+def no_final_norm_note() -> str:
+    """For a model with RMSNorm but no final norm (modern-gpt, shown with Llama's parts): Llama has one."""
+    return " " + t("lens_unlike_llama") if model.cfg.norm == "rmsnorm" and not model.cfg.final_norm else ""
+
+
+def answer_section(pos: int, rows: list[str]):
+    """The answer the lens row and the attribution follow: the model's top tokens here, or any text (its first
+    token: a logit is linear in the stream). Returns the lens row (or None after a message)."""
+    top = ctx.trace.logits[0, pos].float().topk(min(10, model.cfg.vocab_size)).indices.tolist()
+    picked = answer_picker(t("lens_answer"), "lens_answer", model, top, context=ctx.trace.decoder_ids.tolist())
+    if picked is None:
+        return None
+    if len(picked.answer) > 1:
+        st.caption(t("lens_answer_first", tok=visible(picked.answer.labels[0]), n=len(picked.answer)))
+    try:
+        row = answer_row(model, ctx.trace, int(pos), picked.answer)
+    except Exception as exc:  # noqa: BLE001 - shown as a message, never a traceback
+        show_error(exc)
+        return None
+    st.markdown(f"**{t('lens_answer_title', tok=visible(picked.answer.labels[0]), pos=pos_labels[pos])}**")
+    table(pd.DataFrame({t("lens_col_layer"): rows, t("lens_answer_col_prob"): row.probs,
+                        t("lens_answer_col_rank"): row.ranks, t("lens_answer_col_logit"): row.logits}),
+          "lens_answer_row", formats={t("lens_answer_col_prob"): "%.4g", t("lens_answer_col_logit"): "%.4f"})
+    export_panel(row, "lens_answer", ctx, position=int(pos), answer=picked.spec)
+    return row
 
 
 def row_name(layer: int) -> str:
@@ -69,10 +98,17 @@ def row_name(layer: int) -> str:
 
 
 st.title(t("nav_lens"))
-explain("lens_intro", r"p^{(\ell)}(\cdot\mid x_{\le t}) = \operatorname{softmax}\!\big(W_{\text{out}}\,"
-        r"\mathrm{norm}(h^{(\ell)}_t)\big)")
 ctx = page_context()
 model = ctx.model
+bias = " + b" if model.cfg.output_bias else ""
+if model.cfg.final_norm:  # the formula and the words name a final norm only where the model has one
+    explain("lens_intro_norm", r"p^{(\ell)}(\cdot\mid x_{\le t}) = \operatorname{softmax}\!\big(W_{\text{out}}\,"
+            r"\mathrm{" + NORM_NAMES[model.cfg.norm] + r"}(h^{(\ell)}_t)" + bias + r"\big)")
+else:
+    explain("lens_intro_plain", r"p^{(\ell)}(\cdot\mid x_{\le t}) = \operatorname{softmax}\!\big(W_{\text{out}}\,"
+            r"h^{(\ell)}_t" + bias + r"\big)")
+    if no_final_norm_note():
+        st.caption(no_final_norm_note().strip())
 if model.is_encoder_decoder:
     st.caption(t("lens_decoder_note"))
 c1, c2 = st.columns([1, 3])
@@ -115,20 +151,23 @@ formed = int(lens.settled_rows()[pos])  # the earliest row from which the final 
 st.markdown(t("lens_formed", pos=pos_labels[pos], tok=visible(final), row=rows[formed],
               p=prob_text(lens.probs[-1, pos, 0])))
 
+followed = answer_section(pos, rows)
 c_rank, c_kl = st.columns(2)
-with c_rank:  # how each layer's reading ranks the final answer, and how far its whole distribution is from the end
-    ranks = lens.final_rank[:, pos].tolist()
+with c_rank:  # how each layer's reading ranks the answer followed, and how far its whole distribution is from the end
+    ranks = lens.final_rank[:, pos].tolist() if followed is None else followed.ranks.tolist()
+    shown = final if followed is None else token_labels(model, [followed.token])[0]
     ticks = [v for v in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000)
              if v <= max(2, max(ranks))]  # 1-2-5 steps: plotly's own log ticks crowd 2…9 between 1 and 10
-    chart(lines(rows, {t("lens_rank_series", tok=visible(final)): ranks},
-                title=t("lens_rank_title"), x_title=t("lens_col_layer"), y_title=t("lens_rank_axis"), height=280,
+    chart(lines(rows, {t("lens_rank_series", tok=visible(shown)): ranks},
+                title=t("lens_rank_title" if followed is None else "lens_answer_rank_title", tok=visible(shown)),
+                x_title=t("lens_col_layer"), y_title=t("lens_rank_axis"), height=280,
                 y_axis={"type": "log", "autorange": "reversed", "tickmode": "array", "tickvals": ticks,
                         "ticktext": [f"{v:,}" for v in ticks]}), "lens_rank")
 with c_kl:
     chart(lines(rows, {"KL": lens.kl[:, pos].tolist()}, title=t("lens_kl_title"), x_title=t("lens_col_layer"),
                 y_title=t("lens_kl_axis"), height=280), "lens_kl")
 
-attribution_section(pos)
+attribution_section(pos, int(lens.ids[-1, pos, 0]) if followed is None else followed.token)
 
 st.subheader(t("lens_table_title", k=k, pos=pos_labels[pos]))
 table(pd.DataFrame({

@@ -69,9 +69,9 @@ def label_names(r) -> str:
 
 
 def labels_grid(records, model):
-    """Every head in the grid of ui.head_grid. Colour = its strongest label's score (else its best score on the
-    text); text = its labels, or for a head with no pattern above the threshold its best pattern in brackets with
-    that score on hover."""
+    """Every head in the grid of ui.head_grid. Colour = its label's score (else its best score on the text); text =
+    its label (the pattern of its highest score above the threshold: one per cell), or for a head with no pattern
+    above the threshold its best pattern in brackets with that score on hover."""
     rows = list(dict.fromkeys((r.kind, r.layer) for r in records))
     n_heads = model.cfg.n_heads
     z = np.full((len(rows), n_heads), np.nan, dtype=np.float32)
@@ -79,7 +79,7 @@ def labels_grid(records, model):
     for r in records:
         best, score = r.best
         z[rows.index((r.kind, r.layer)), r.head] = r.strength if r.labels else score
-        text[rows.index((r.kind, r.layer)), r.head] = ("+".join(t(f"hd_short_{k}") for k in r.labels) if r.labels
+        text[rows.index((r.kind, r.layer)), r.head] = (t(f"hd_short_{r.label}") if r.label  # its highest score's
                                                        else f"({t(f'hd_short_{best}')})" if best else "")
     font = 11 if n_heads <= 8 else 9 if n_heads <= 12 else 8
     hover = [f"{head_name(r.kind, r.layer, r.head, model)}<br>{t('hd_col_label')}: {label_names(r)}"
@@ -159,7 +159,7 @@ def labels_of(ctx, kind: str) -> tuple[list[str], list[str]]:
     return (src if kind == "enc_self" else dec), (dec if kind == "dec_self" else src)
 
 
-KL_SMALL = 0.01  # below this KL (nats) the next-token distribution "barely moves"
+KL_SMALL = 0.01  # nats: a mean KL over the text and a loss change both below this "barely move" the predictions
 
 
 def sinks(ctx) -> None:
@@ -202,17 +202,23 @@ def sinks(ctx) -> None:
         return
     eff = removal.effect
     top = visible(token_labels(model, [eff.top_id])[0])
-    m1, m2, m3 = st.columns(3)
+    m1, m2, m3, m4 = st.columns(4)
     m1.metric(t("sk_top", tok=top), f"{eff.top_prob_edited:.4f}", f"{eff.top_prob_edited - eff.top_prob_intact:+.4f}")
     m2.metric(t("sk_kl"), f"{eff.kl:.4g}")
-    m3.metric(t("sk_loss"), "—" if eff.loss_change is None else f"{eff.loss_change:+.4f}")
-    changes = {"kl": f"{eff.kl:.2g}", "block": f"{100 * removal.largest_change('block'):.0f}",
+    m3.metric(t("sk_kl_mean"), f"{removal.mean_kl:.4g}")
+    m4.metric(t("sk_loss"), "—" if eff.loss_change is None else f"{eff.loss_change:+.4f}")
+    # one verdict over the whole text (the positions the loss is taken over), the last position's KL cited beside
+    loss = eff.loss_change
+    changes = {"kl": f"{eff.kl:.2g}", "kl_mean": f"{removal.mean_kl:.2g}", "n": len(removal.kl_positions),
+               "loss": "—" if loss is None else f"{loss:+.4f}", "small": f"{KL_SMALL:g}",
+               "block": f"{100 * removal.largest_change('block'):.0f}",
                "layer": f"{100 * removal.largest_change('layer'):.0f}", "thr": f"{thr:.2f}",
                "weight": f"{s.first_weight:.3f}", "emptied": int(removal.emptied.sum())}
     if s.first_weight <= thr:  # not a sink by the stated measure: no claim about parked weight
         verdict = "sk_verdict_not_sink"
     else:
-        verdict = "sk_verdict_small" if eff.kl < KL_SMALL else "sk_verdict_big"
+        small = removal.mean_kl < KL_SMALL and (loss is None or abs(loss) < KL_SMALL)
+        verdict = "sk_verdict_small" if small else "sk_verdict_big"
     st.markdown(t(verdict, **changes) + (" " + t("sk_emptied_note", **changes) if changes["emptied"] else ""))
     q_lab, k_lab = labels_of(ctx, s.kind)
     kw = {"zmin": 0.0, "zmax": 1.0, "px_per_token": 16, "min_height": 280, "max_height": 700, "width_px": COLUMN_PX,

@@ -1,16 +1,30 @@
 """Ablation and patching, live: switch off heads and FFNs and see the next token and the loss change against the
-intact model; patch one head's output from a second text and see what moves. Every edit runs in this request's
-own intervention context: the shared model is never changed."""
+intact model; sweep every head and FFN for a metric on any answer; patch one head's output from a second text, and
+patch the clean text's activations into a corrupted one per layer × position and per head. Every edit runs in this
+request's own intervention context: the shared model is never changed."""
+import hashlib
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 import streamlit as st
 
-from transformer_core.analysis.blocks import kinds, sides
-from transformer_core.analysis.head_effects import CHUNK_BYTES, METRICS, head_effects, residual_effects
+from transformer_core.analysis.answers import MAX_TOKENS, answer_of_text, score_answer
+from transformer_core.analysis.blocks import kinds, sequence, sides
+from transformer_core.analysis.corruptions import next_word, random_tokens, repeated_name, replace_word, words
+from transformer_core.analysis.head_effects import (
+    CHUNK_BYTES,
+    METRICS,
+    head_effects,
+    head_patching,
+    residual_effects,
+)
 from transformer_core.analysis.interventions import ABLATION_MODES, ALIGNMENTS, ablate, patch, patch_source
+from transformer_core.errors import InputError
 from transformer_core.model.memory import KEEP_NONE
 from transformer_core.model.transformer import param_counts
 from transformer_core.text.inputs import sequence_labels, token_labels
+from ui.answers import Picked, answer_picker, preset_answer, spelled
 from ui.errors import show_error
 from ui.figures import axis_labels, bars, ranked_labels, signed_format, token_heatmap, visible
 from ui.guidance import try_these
@@ -19,6 +33,7 @@ from ui.i18n import t
 from ui.nav import open_head
 from ui.session import page_context, through_app
 from ui.tools import (
+    TEXT_B_MAX,
     check_b,
     cut_note,
     export_panel,
@@ -34,6 +49,7 @@ from ui.widgets import chart, clicked, count_text, delta, explain, table
 through_app()
 ss = st.session_state
 AUTO_SWEEP_WORK = 2e9  # parameters × parts knocked out: below it the sweep runs with the page (the default: 0.2e9)
+PRESETS = ("swap", "random", "hand")  # where text B comes from: two words swapped, random tokens, typed by hand
 
 
 @st.cache_data(show_spinner=False, max_entries=64, ttl=1800)
@@ -44,18 +60,30 @@ def ablation_of(key, device, text, tgt, special, gen, heads: tuple, ffns: tuple,
 
 
 @st.cache_data(show_spinner=False, max_entries=64, ttl=1800)
-def effects_of(key, device, text, tgt, special, gen, metric: str, token_a, token_b, mode: str):
+def effects_of(key, device, text, tgt, special, gen, metric: str, ids_a: tuple | None, ids_b: tuple | None,
+               mode: str):
     model, prep = prep_for(key, device, text, tgt, special, gen, KEEP_NONE)
     with reserve(model, prep, keep=KEEP_NONE, batches_of=CHUNK_BYTES):
-        return head_effects(model, prep, metric, token_a, token_b, mode=mode), prep.longest, prep.cut_from
+        return head_effects(model, prep, metric, ids_a, ids_b, mode=mode), prep.longest, prep.cut_from
+
+
+@st.cache_data(show_spinner=False, max_entries=64, ttl=1800)
+def scores_of(key, device, text, tgt, special, gen, answers: tuple):
+    """Each answer's summed log-probability after the text (one forward of the text and its tokens but the last)."""
+    model, prep = prep_for(key, device, text, tgt, special, gen, KEEP_NONE)
+    with reserve(model, prep, keep=KEEP_NONE, at_least=prep.longest + MAX_TOKENS):
+        return [score_answer(model, prep, list(ids)) for ids in answers], prep.longest, prep.cut_from
 
 
 @st.cache_data(show_spinner=False, max_entries=32, ttl=1800)
-def residual_of(key, device, text, tgt, special, gen, text_b, metric: str, token_a, token_b):
+def patching_of(key, device, text, tgt, special, gen, text_b, metric: str, ids_a, ids_b, what: str):
+    """Text B (the corrupted text) run with text A's (the clean one's) activations: per layer × position of the
+    residual stream (what="residual") or per head (what="heads")."""
     model, prep = prep_for(key, device, text, tgt, special, gen, KEEP_NONE)
     prep_b = prepared(model, text_b, None, special, KEEP_NONE)
+    sweep = residual_effects if what == "residual" else head_patching
     with reserve(model, prep, prep_b, keep=KEEP_NONE, batches_of=CHUNK_BYTES):
-        return residual_effects(model, prep, prep_b, metric, token_a, token_b), prep.longest, prep.cut_from
+        return sweep(model, prep_b, prep, metric, ids_a, ids_b), prep.longest, prep.cut_from
 
 
 @st.cache_data(show_spinner=False, max_entries=32, ttl=1800)
@@ -75,9 +103,48 @@ def patch_of(key, device, text, tgt, special, gen, text_b, tgt_b, kind: str, lay
         return patch(model, prep, prep_b, kind, layer, head, align=align, source=source), prep.longest, prep.cut_from
 
 
-# --- text B (shared with the compare page through the "_text_b" / "_tgt_b" keys, which outlive the widgets) ----
+@dataclass(frozen=True)
+class Choice:
+    """The metric the sweeps measure and its answers (None where the metric needs none, or none could be read)."""
 
-# --- the page ---------------------------------------------------------------------------------------------------
+    metric: str
+    a: Picked | None
+    b: Picked | None
+
+    @property
+    def problem(self) -> str | None:
+        """The key of what is missing before the metric can be measured, or None."""
+        if self.metric == "loss":
+            return None
+        if self.a is None or (self.metric == "logit_diff" and self.b is None):
+            return "ans_missing"
+        if self.metric == "logit_diff" and self.a.answer.ids == self.b.answer.ids:
+            return "he_same"
+        return None
+
+    def ids(self, which: str) -> tuple | None:
+        """An answer's model ids, where the metric reads it."""
+        needed = {"a": self.metric != "loss", "b": self.metric == "logit_diff"}[which]
+        picked = getattr(self, which)
+        return picked.answer.ids if needed and picked is not None else None
+
+    def spec(self, which: str):
+        """How the notebook code writes an answer (its text, or its model ids)."""
+        needed = {"a": self.metric != "loss", "b": self.metric == "logit_diff"}[which]
+        picked = getattr(self, which)
+        return picked.spec if needed and picked is not None else None
+
+    @property
+    def multi(self) -> bool:
+        """Is an answer the metric reads longer than one token?"""
+        return any(len(ids or ()) > 1 for ids in (self.ids("a"), self.ids("b")))
+
+    @property
+    def label(self) -> str:
+        if self.metric == "logit_diff" and self.multi:
+            return t("he_metric_logit_diff_multi")
+        return t(f"he_metric_{self.metric}")
+
 
 def head_option(option: str, model) -> str:
     """A short name that fits a picker's chip whole ("L1 H3", "cross L1 H3"; the caption spells it out)."""
@@ -175,106 +242,67 @@ def ablation(ctx) -> None:
     export_panel(result, "ablate", ctx, heads=list(head_list), ffn_layers=list(ffn_list), mode=mode)
 
 
-def patching(ctx) -> None:
-    model, cfg = ctx.model, ctx.model.cfg
-    st.header(t("pt_title"))
-    explain("pt_intro")
-    # repeat has 2 layers of 4 heads: its pickers' keys
-    try_these("patching", dict(model="shipped:repeat", text="d a c b g f d a c", text_b="e h k j e h k",
-                               picks={"iv_pt_kind": "dec_self", pt_key("layer", 2): 1, pt_key("head", 4): 3}))
-    text, tgt = text_b("iv", model)
-    options = list(kinds(model))
-    if ss.get("iv_pt_kind") not in options:
-        ss.iv_pt_kind = options[-1]
-    c1, c2, c3, c4 = st.columns([3, 1, 1, 3])
-    kind = c1.selectbox(t("pt_kind"), options, key="iv_pt_kind", format_func=lambda k: kind_name(k, model))
-    ss.setdefault(pt_key("layer", cfg.n_layers), cfg.n_layers - 1)  # the last layer first; a "Try it" may set it
-    layer = c2.selectbox(t("pt_layer"), range(cfg.n_layers), key=pt_key("layer", cfg.n_layers))
-    head = c3.selectbox(t("pt_head"), range(cfg.n_heads), key=pt_key("head", cfg.n_heads))
-    align = c4.radio(t("pt_align"), ALIGNMENTS, key="iv_pt_align", horizontal=True,
-                     format_func=lambda a: t(f"pt_align_{a}"), help=t("pt_align_help"))
-    if check_b(model, text, tgt) is None:
-        return
+
+
+def answer_scores(ctx, choice: Choice) -> None:
+    """How each answer is scored: its tokens, log p of each (read after the text and the answer's tokens before it),
+    the sum, and p."""
+    picked = [(name, p) for name, p in (("A", choice.a), ("B", choice.b)) if choice.ids(name.lower()) is not None]
     try:
-        with st.spinner(t("pt_running")):
-            found = patch_of(*inputs(ctx), text, tgt, kind, int(layer), int(head), align)
-    except Exception as exc:  # noqa: BLE001 - unequal lengths for "exact", and anything else: a message
+        found = scores_of(*inputs(ctx), tuple(p.answer.ids for _, p in picked))
+    except Exception as exc:  # noqa: BLE001 - no room after the text, and anything else: a message
         show_error(exc)
         return
-    cut_note(found, ctx)
-    result = found[0]
-    b_top = visible(token_labels(model, [result.source_top_id])[0])
-    p0, p1 = result.source_top_in_a
-    m1, m2 = st.columns(2)
-    m1.metric(t("pt_b_top", tok=b_top), f"{p1:.4f}", delta(p1 - p0))
-    m2.metric(t("iv_row_kl"), f"{result.effect.kl:.4g}")
-    st.markdown(count_text("pt_result", len(result.positions), tok=b_top, p0=f"{p0:.4f}", p1=f"{p1:.4f}"))
-    summary(model, result.effect, "patch_summary")
-    moved_chart(model, result.effect, "iv_patch", t("pt_patched"))
-    export_panel(result, "patch", ctx, text_b=text, target_b=tgt, kind=kind, layer=int(layer), head=int(head),
-                 align=align)
-    if not model.is_encoder_decoder:
-        residual_grid(ctx, text)
+    rows = list(zip(picked, found[0], strict=True))
+    table(pd.DataFrame({
+        t("ans_col_answer"): [f"{name}: ‘{visible(p.answer.text)}’" for (name, p), _ in rows],
+        t("ans_col_tokens"): [" | ".join(visible(x) for x in p.answer.labels) for (_, p), _ in rows],
+        t("ans_col_each"): [", ".join(f"{x:.4f}" for x in s.logprobs) for _, s in rows],
+        t("ans_col_sum"): [s.total for _, s in rows],
+        t("ans_col_prob"): [s.prob for _, s in rows],
+    }), "he_scores", formats={t("ans_col_sum"): "%.4f", t("ans_col_prob"): "%.4g"})
+    st.caption(t("ans_multi_note") if choice.multi else t("ans_single_note"))
 
 
-def residual_grid(ctx, text_b: str) -> None:
-    """Text B's residual stream patched into A at one (layer, position) at a time, on the metric picked above."""
-    model = ctx.model
-    st.subheader(t("rp_title"))
-    explain("rp_intro")
-    metric = ss.get("he_metric", "logit_diff")
-    a, b = ss.get(f"he_a_{ctx.key}"), ss.get(f"he_b_{ctx.key}")
-    if metric == "logit_diff" and a == b:
-        st.info(t("he_same"), icon="👆")
-        return
-    if not st.toggle(t("rp_run"), key="rp_run"):  # L × T forwards in batches: on request
-        return
-    try:
-        with st.spinner(t("rp_running")):
-            found = residual_of(*inputs(ctx), text_b, metric, int(a) if metric != "loss" and a is not None else None,
-                                int(b) if metric == "logit_diff" and b is not None else None)
-    except Exception as exc:  # noqa: BLE001 - unequal lengths and anything else: a message, never a traceback
-        show_error(exc)
-        return
-    res = found[0]
-    labels = axis_labels(sequence_labels(model, ctx.trace.decoder_ids))
-    rows = [t("lens_row_embed")] + [t("lens_row_layer", layer=layer) for layer in range(model.cfg.n_layers)]
-    span = float(np.abs(res.grid).max()) or 1.0
-    fig = token_heatmap(res.grid, rows, labels, colorscale="RdBu", zmin=-span, zmax=span, zmid=0, px_per_token=30,
-                        min_height=200, hovertemplate="%{y} · %{x}: %{z:+.4f}<extra></extra>")
-    chart(fig, "rp_grid")
-    st.markdown(t("rp_summary", metric=t(f"he_metric_{metric}"), a=res.intact, b=res.source))
-    export_panel(res, "residual_patch", ctx, text_b=text_b, target_b=None, metric=metric, token_a=res.token_a,
-                 token_b=res.token_b)
-
-
-def effects(ctx) -> None:
-    """Every head (and FFN) knocked out alone, one picture: which parts this prediction depends on."""
+def effects(ctx) -> Choice:
+    """Every head (and FFN) knocked out alone, one picture: which parts this prediction depends on. Returns the
+    metric and answers picked (the patching sweeps measure the same)."""
     model, cfg = ctx.model, ctx.model.cfg
     st.header(t("he_title"))
     explain("he_intro")
     top = ctx.trace.logits[0, -1].float().topk(min(10, cfg.vocab_size)).indices.tolist()  # the model's top choices
-    c1, c2, c3, c4 = st.columns([2, 2, 2, 2])
-    metric = c1.radio(t("he_metric"), METRICS, key="he_metric", format_func=lambda m: t(f"he_metric_{m}"))
-    name = {i: visible(token_labels(model, [i])[0]) for i in top}
-    a = c2.selectbox(t("he_token_a"), top, key=f"he_a_{ctx.key}", format_func=name.get,
-                     disabled=metric == "loss")
-    b = c3.selectbox(t("he_token_b"), top, index=min(1, len(top) - 1), key=f"he_b_{ctx.key}", format_func=name.get,
-                     disabled=metric != "logit_diff")
-    mode = c4.radio(t("iv_mode"), ABLATION_MODES, key="he_mode", format_func=lambda m: t(f"iv_mode_{m}"))
-    if metric == "logit_diff" and a == b:
-        st.info(t("he_same"), icon="👆")
-        return
+    c1, c2 = st.columns(2)
+    metric = c1.radio(t("he_metric"), METRICS, key="he_metric", format_func=lambda m: t(f"he_metric_{m}"),
+                      horizontal=True)
+    mode = c2.radio(t("iv_mode"), ABLATION_MODES, key="he_mode", format_func=lambda m: t(f"iv_mode_{m}"),
+                    horizontal=True)
+    names = repeated_name(ss.get("text", ""))
+    if names and metric != "loss":  # an IOI text: the answers start as its two names (A the right one)
+        preset_answer(f"he_a_{ctx.key}", next_word(names[1]))
+        preset_answer(f"he_b_{ctx.key}", next_word(names[0]))
+    ca, cb = st.columns(2)
+    context = ctx.trace.decoder_ids.tolist()
+    a = answer_picker(t("he_token_a"), f"he_a_{ctx.key}", model, top, index=0, context=context,
+                      disabled=metric == "loss", container=ca)
+    b = answer_picker(t("he_token_b"), f"he_b_{ctx.key}", model, top, index=1, context=context,
+                      disabled=metric != "logit_diff", container=cb)
+    choice = Choice(metric, a, b)
+    if names and [p and p.answer.text for p in (a, b)] == [next_word(names[1]), next_word(names[0])]:
+        st.caption(t("ans_ioi_default", io=names[1], s=names[0]))  # the pair the IOI work measures
+    if choice.problem:
+        st.info(t(choice.problem), icon="👆")
+        return choice
+    if metric != "loss":
+        answer_scores(ctx, choice)
     n_parts = len(kinds(model)) * cfg.n_layers * cfg.n_heads + cfg.n_layers
     if param_counts(model)["total"] * n_parts > AUTO_SWEEP_WORK and not st.toggle(t("he_run", n=n_parts), key="he_run"):
-        return  # a big model: hundreds of forwards of it, on request (a small one runs at once)
+        return choice  # a big model: hundreds of forwards of it, on request (a small one runs at once)
     try:
         with st.spinner(t("he_running", n=n_parts)):
-            found = effects_of(*inputs(ctx), metric, int(a) if metric != "loss" else None,
-                               int(b) if metric == "logit_diff" else None, mode)
+            found = effects_of(*inputs(ctx), metric, choice.ids("a"), choice.ids("b"), mode)
     except Exception as exc:  # noqa: BLE001 - a message, never a traceback
         show_error(exc)
-        return
+        return choice
     cut_note(found, ctx)
     res = found[0]
     rows = [(k, layer) for k in res.heads for layer in range(cfg.n_layers)]
@@ -294,16 +322,211 @@ def effects(ctx) -> None:
     if picked is not None:
         open_head(str(picked[3]), int(picked[1]), int(picked[2]))
     kind, layer, head, change = res.largest()
-    what = t(f"he_metric_{metric}")
-    st.markdown(t("he_summary", metric=what, intact=res.intact, block=kind_name(kind, model), layer=layer, head=head,
-                  change=change, ffn=int(np.abs(res.ffn).argmax()), fchange=float(res.ffn[np.abs(res.ffn).argmax()])))
+    st.markdown(t("he_summary", metric=choice.label, intact=res.intact, block=kind_name(kind, model), layer=layer,
+                  head=head, change=change, ffn=int(np.abs(res.ffn).argmax()),
+                  fchange=float(res.ffn[np.abs(res.ffn).argmax()])))
     st.caption(t("he_click"))
-    export_panel(res, "head_effects", ctx, metric=metric, token_a=int(a) if metric != "loss" else None,
-                 token_b=int(b) if metric == "logit_diff" else None, mode=mode)
+    export_panel(res, "head_effects", ctx, metric=metric, token_a=choice.spec("a"), token_b=choice.spec("b"),
+                 mode=mode)
+    return choice
+
+
+def _hand() -> None:
+    """Text B was edited: it is the learner's own from now on (no preset overwrites it)."""
+    ss.iv_b_preset = "hand"
+
+
+def second_text(ctx) -> tuple[str, str | None, str | None]:
+    """Text B from a preset (two words swapped, random tokens of the same length) or typed by hand; its text, its
+    target (encoder-decoder) and, for a swap, the two words."""
+    model, clean = ctx.model, ss.get("text", "")
+    names = repeated_name(clean)
+    if ss.get("iv_b_preset") not in PRESETS:  # a text B given elsewhere (Compare, a "Try it") is kept as typed
+        ss.iv_b_preset = "hand" if "_text_b" in ss else "swap" if names else "random"
+    preset = st.radio(t("cb_preset"), PRESETS, key="iv_b_preset", horizontal=True,
+                      format_func=lambda p: t(f"cb_preset_{p}"), help=t("cb_preset_help"))
+    tag = hashlib.sha1(clean.encode("utf-8", "replace")).hexdigest()[:10]  # a new text A: the pickers start afresh
+    made, swapped = None, None
+    try:
+        if preset == "swap":
+            found = words(clean)
+            if not found:
+                raise InputError("corrupt_no_words")
+            c1, c2, c3 = st.columns([2, 2, 2])
+            x = c1.selectbox(t("cb_swap_x"), found, index=found.index(names[0]) if names else 0, key=f"iv_b_x_{tag}")
+            other = names[1] if names else next((w for w in found if w != x), "")
+            y = c2.text_input(t("cb_swap_y"), value=other, key=f"iv_b_y_{tag}", max_chars=60)
+            every = c3.toggle(t("cb_swap_every"), key=f"iv_b_every_{tag}", help=t("cb_swap_every_help"))
+            made, swapped = replace_word(clean, x, y, every=every), (x, y.strip())
+            if names and (x, y.strip()) == names and not every:
+                st.caption(t("cb_ioi_note", s=x, io=names[1]))
+        elif preset == "random":
+            seed = st.number_input(t("cb_seed"), min_value=0, max_value=10**6, value=0, step=1, key="iv_b_seed")
+            made = random_tokens(model, len(ctx.prep.src.ids), int(seed))
+            st.caption(t("cb_random_note", n=len(ctx.prep.src.ids)))
+    except InputError as exc:
+        show_error(exc)
+    if made is not None:
+        ss["iv_text_b"] = made[:TEXT_B_MAX]
+    text, tgt = text_b("iv", model, edited=_hand)
+    return text, tgt, swapped
+
+
+def same_length(ctx, prep_b, swapped) -> bool:
+    """Do text A and text B have the same number of tokens? If not, say so, and what still works."""
+    if ctx.model.is_encoder_decoder:
+        return True
+    n_a, n_b = sequence(ctx.prep, "decoder").numel(), sequence(prep_b, "decoder").numel()
+    if n_a == n_b:
+        return True
+    why = ""
+    if swapped is not None:
+        try:
+            why = t("cb_lengths_words", x=spelled(answer_of_text(ctx.model, next_word(swapped[0]))),
+                    y=spelled(answer_of_text(ctx.model, next_word(swapped[1]))))
+        except InputError:
+            why = ""
+    st.warning(t("cb_lengths", a=n_a, b=n_b, why=why), icon="📏")
+    return False
+
+
+def patching(ctx, choice: Choice) -> None:
+    model = ctx.model
+    st.header(t("pt_title"))
+    explain("pt_intro")
+    # repeat has 2 layers of 4 heads: its pickers' keys
+    try_these("patching", dict(model="shipped:repeat", text="d a c b g f d a c", text_b="e h k j e h k",
+                               picks={"iv_b_preset": "hand", "iv_pt_kind": "dec_self", pt_key("layer", 2): 1,
+                                      pt_key("head", 4): 3}))
+    text, tgt, swapped = second_text(ctx)
+    prep_b = check_b(model, text, tgt)
+    if prep_b is None:
+        return
+    lined_up = same_length(ctx, prep_b, swapped)
+    one_head(ctx, text, tgt)
+    if not model.is_encoder_decoder:
+        sweeps(ctx, text, choice, lined_up)
+
+
+def one_head(ctx, text: str, tgt: str | None) -> None:
+    """One head's output in A replaced by the same head's on text B."""
+    model, cfg = ctx.model, ctx.model.cfg
+    st.subheader(t("pt_one_title"))
+    options = list(kinds(model))
+    if ss.get("iv_pt_kind") not in options:
+        ss.iv_pt_kind = options[-1]
+    c1, c2, c3, c4 = st.columns([3, 1, 1, 3])
+    kind = c1.selectbox(t("pt_kind"), options, key="iv_pt_kind", format_func=lambda k: kind_name(k, model))
+    ss.setdefault(pt_key("layer", cfg.n_layers), cfg.n_layers - 1)  # the last layer first; a "Try it" may set it
+    layer = c2.selectbox(t("pt_layer"), range(cfg.n_layers), key=pt_key("layer", cfg.n_layers))
+    head = c3.selectbox(t("pt_head"), range(cfg.n_heads), key=pt_key("head", cfg.n_heads))
+    align = c4.radio(t("pt_align"), ALIGNMENTS, key="iv_pt_align", horizontal=True,
+                     format_func=lambda a: t(f"pt_align_{a}"), help=t("pt_align_help"))
+    try:
+        with st.spinner(t("pt_running")):
+            found = patch_of(*inputs(ctx), text, tgt, kind, int(layer), int(head), align)
+    except Exception as exc:  # noqa: BLE001 - unequal lengths for "exact", and anything else: a message
+        show_error(exc)
+        return
+    cut_note(found, ctx)
+    result = found[0]
+    b_top = visible(token_labels(model, [result.source_top_id])[0])
+    p0, p1 = result.source_top_in_a
+    m1, m2 = st.columns(2)
+    m1.metric(t("pt_b_top", tok=b_top), f"{p1:.4f}", delta(p1 - p0))
+    m2.metric(t("iv_row_kl"), f"{result.effect.kl:.4g}")
+    st.markdown(count_text("pt_result", len(result.positions), tok=b_top, p0=f"{p0:.4f}", p1=f"{p1:.4f}"))
+    summary(model, result.effect, "patch_summary")
+    moved_chart(model, result.effect, "iv_patch", t("pt_patched"))
+    export_panel(result, "patch", ctx, text_b=text, target_b=tgt, kind=kind, layer=int(layer), head=int(head),
+                 align=align)
+
+
+def sweeps(ctx, text_b: str, choice: Choice, lined_up: bool) -> None:
+    """Text B (corrupted) run with text A's (clean) residual stream at one (layer, position), and with one head's
+    output, at a time; normalised so that 0 is B's value and 1 is A's."""
+    st.subheader(t("rp_title"))
+    w = {k: rf"\text{{{t('rp_f_' + k)}}}" for k in ("normalised", "patched", "clean", "corrupted")}
+    explain("rp_intro", rf"{w['normalised']} = \frac{{m({w['patched']}) - m({w['corrupted']})}}"
+                        rf"{{m({w['clean']}) - m({w['corrupted']})}}")
+    if choice.problem:
+        st.info(t(choice.problem), icon="👆")
+        return
+    if choice.metric == "loss":
+        st.info(t("rp_no_loss"), icon="👆")
+        return
+    if not lined_up:  # the note above says why and what still works
+        st.caption(t("rp_needs_same"))
+        return
+    if not st.toggle(t("rp_run"), key="rp_run"):  # L × T and L × H forwards in batches: on request
+        return
+    for what in ("residual", "heads"):
+        try:
+            with st.spinner(t("rp_running")):
+                found = patching_of(*inputs(ctx), text_b, choice.metric, choice.ids("a"), choice.ids("b"), what)
+        except Exception as exc:  # noqa: BLE001 - no room for an answer, and anything else: a message
+            show_error(exc)
+            continue
+        cut_note(found, ctx)
+        (residual_view if what == "residual" else heads_view)(ctx, found[0], text_b, choice)
+
+
+def _scale(res, choice: Choice) -> tuple[np.ndarray, bool]:
+    """What a patching grid shows: the normalised effect, or (clean ≈ corrupted) the raw change, after a note."""
+    norm = res.normalised()
+    if norm is None:
+        st.info(t("rp_norm_none", metric=choice.label, clean=res.source, corrupted=res.intact), icon="⚖️")
+        return res.grid, False
+    return norm, True
+
+
+def _grid_figure(z, rows, cols, res, normed: bool, hover_key: str):
+    """A diverging heatmap of a patching grid; hover: the cell's value and the raw metric of the patched run."""
+    span = max(1.0, float(np.abs(z).max())) if normed else (float(np.abs(z).max()) or 1.0)
+    custom = np.stack([res.patched, res.patched - res.intact], axis=-1).astype(np.float32)
+    value = t("rp_value_norm" if normed else "rp_value_raw")
+    hover = t(hover_key, value=value, corrupted=f"{res.intact:.4f}", clean=f"{res.source:.4f}")
+    return token_heatmap(z, rows, cols, colorscale="RdBu", zmin=-span, zmax=span, zmid=0, px_per_token=30,
+                         min_height=200, customdata=custom.tolist(), hovertemplate=hover + "<extra></extra>",
+                         colorbar={"title": {"text": value, "side": "right"}})
+
+
+def residual_view(ctx, res, text_b: str, choice: Choice) -> None:
+    model = ctx.model
+    z, normed = _scale(res, choice)
+    n = z.shape[1]  # the text's positions (an answer's own tokens are read, never patched)
+    a_labels = sequence_labels(model, ctx.prep.src_ids[0, :n].tolist())
+    b_labels = sequence_labels(model, prepared(model, text_b, None, bool(ss.get("allow_special")),
+                                               KEEP_NONE).src_ids[0, :n].tolist())
+    pairs = zip(a_labels, b_labels, strict=True)
+    cols = axis_labels([x if x == y else f"{x}→{y}" for x, y in pairs])  # clean→corrupted where they differ
+    rows = [t("lens_row_embed")] + [t("lens_row_layer", layer=layer) for layer in range(model.cfg.n_layers)]
+    chart(_grid_figure(z, rows, cols, res, normed, "rp_hover"), "rp_grid")
+    r, p = np.unravel_index(np.abs(z).argmax(), z.shape)
+    st.markdown(t("rp_summary", metric=choice.label, clean=res.source, corrupted=res.intact, row=rows[r],
+                  pos=cols[p], value=float(z[r, p]), what=t("rp_value_norm" if normed else "rp_value_raw")))
+    if choice.multi:
+        st.caption(t("rp_multi_note"))
+    export_panel(res, "residual_patch", ctx, text=text_b, text_b=ss.get("text", ""), target_b=None,
+                 metric=choice.metric, token_a=choice.spec("a"), token_b=choice.spec("b"))
+
+
+def heads_view(ctx, res, text_b: str, choice: Choice) -> None:
+    model = ctx.model
+    st.markdown(f"**{t('hp_title')}**")
+    z, normed = _scale(res, choice)
+    rows = [t("lens_row_layer", layer=layer) for layer in range(model.cfg.n_layers)]
+    cols = [t("hp_head", h=h) for h in range(model.cfg.n_heads)]
+    chart(_grid_figure(z, rows, cols, res, normed, "hp_hover"), "hp_grid")
+    layer, head = np.unravel_index(np.abs(z).argmax(), z.shape)
+    st.markdown(t("hp_summary", layer=int(layer), head=int(head), value=float(z[layer, head]),
+                  what=t("rp_value_norm" if normed else "rp_value_raw")))
+    export_panel(res, "head_patch", ctx, text=text_b, text_b=ss.get("text", ""), target_b=None,
+                 metric=choice.metric, token_a=choice.spec("a"), token_b=choice.spec("b"))
 
 
 st.title(t("nav_intervene"))
 ctx = page_context()
 ablation(ctx)
-effects(ctx)
-patching(ctx)
+measured = effects(ctx)
+patching(ctx, measured)

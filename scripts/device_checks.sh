@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The checks that need a GPU, run on a lent GPU machine in one call (README, Performance): the tests that skip on a
+# The checks that need a GPU, run on a GPU machine in one call (README, Performance): the tests that skip on a
 # CPU, and the forward and page benchmarks with --device cuda. Each step is timed out on its own and a missing
 # package skips only its step (the machine reaches no registry).
 #   there:  bash scripts/device_checks.sh "$OUT"      (about 3 minutes; the figures come back as JSON beside a log)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The default model's GPU recipe (train/defaults.py: EVERYDAY_GPU), run on a lent GPU machine that reaches no
+# The default model's GPU recipe (train/defaults.py: EVERYDAY_GPU), run on a GPU machine that reaches no
 # network. Three steps (README, "Models"):
 #   here:   python -m transformer_core.train.corpus_pack --out .corpora --only everyday-gpt   (8.6 MB, ignored by git)
 #   there:  bash scripts/train_on_device.sh "$OUT"        (the device call carries .corpora; about 7 minutes)

@@ -104,6 +104,20 @@ def entry(key: str, viewer: str | None = None) -> ModelEntry | None:
     return next((e for e in entries(viewer) if e.key == key), None)
 
 
+def link_models(viewer: str | None = None) -> dict[str, str]:
+    """key -> label of the models a viewer may open from a link (urlstate.parse: by key or by a plain name)."""
+    return {e.key: e.label for e in entries(viewer)}
+
+
+def resolve(name: str, viewer: str | None = None) -> str | None:
+    """The key a model's key or plain name ("dates-zh", "course-gpt", "GPT-2 small") opens for this viewer; None
+    when it names none of its models, or several."""
+    from .urlstate import model_key
+
+    found = model_key(str(name), link_models(viewer))
+    return found if isinstance(found, str) else None
+
+
 def labels(viewer: str | None = None) -> set[str]:
     """The labels the viewer sees (a new model's name must differ from all of them)."""
     return {e.label for e in entries(viewer)}

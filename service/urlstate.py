@@ -61,6 +61,8 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("p", "float", 1.0, 0.0, 1.0, low_open=True),  # top-p, 1 = off
     Param("seed", "int", 0, 0, 2**31 - 1),
     Param("gen", "ids", (), 0, 10_000_000),  # the generated tokens' model ids, "12,7,9"
+    Param("nlayer", "int", None, 0, 255),  # the FFN page's neuron read: its layer
+    Param("neuron", "int", None, 0, 10_000_000),  # and the neuron
 )}
 MAX_IDS = 256
 _INT = re.compile(r"[0-9]{1,10}")  # ASCII digits only: "²" or "٣" are not numbers here
@@ -101,12 +103,39 @@ def _value(p: Param, raw: str):
     return bad if too_low or value > p.hi else value
 
 
+MAX_NAME_CHARS = 200  # a model's plain name in a link
+
+
+def plain_names(key: str, label: str | None = None) -> set[str]:
+    """The names a link may give a model instead of its key, casefolded: the key's part after its kind
+    ("shipped:dates-zh" -> "dates-zh"), that part without its encoding ("preset:course-gpt@cl100k_base" ->
+    "course-gpt") and its label ("GPT-2 small")."""
+    ref = key.partition(":")[2]
+    return {n.casefold() for n in (ref, ref.partition("@")[0], label or "") if n}
+
+
+def model_key(raw: str, models) -> str | UrlNotice:
+    """The key a link's `model` value opens among `models` (keys, or a mapping key -> label): the key itself, or a
+    plain name (plain_names) that names exactly one of them; else a notice (unknown, or which models it could be)."""
+    if raw in models:
+        return raw
+    if len(raw) > MAX_NAME_CHARS:
+        return UrlNotice("url_model_unknown")
+    labels = models if isinstance(models, dict) else dict.fromkeys(models)
+    found = sorted(k for k, label in labels.items() if raw.strip().casefold() in plain_names(k, label))
+    if len(found) == 1:
+        return found[0]
+    return UrlNotice("url_model_ambiguous", models=", ".join(found)) if found else UrlNotice("url_model_unknown")
+
+
 def parse(params: dict, models=None) -> tuple[dict[str, object], list[UrlNotice]]:
     """(every parameter's value, notices) from a URL's query parameters; never raises.
 
     `params` maps names to strings (a list takes its last item); unknown names are ignored. `models`, when given,
-    is the keys the viewer may open: another model key falls back to the default (None) with `url_model_unknown`.
-    Values are typed: ints, floats, a tuple of ids for gen, strings otherwise; None means "the page's default"."""
+    is the keys the viewer may open (or a mapping key -> label): a model is named by its key or by a plain name
+    that names one of them (model_key: `?model=dates-zh`); anything else falls back to the default (None) with a
+    notice. Values are typed: ints, floats, a tuple of ids for gen, strings otherwise; None means "the page's
+    default"."""
     values, notices = defaults(), []
     try:
         items = {str(k): (v[-1] if isinstance(v, (list, tuple)) and v else v) for k, v in dict(params).items()}
@@ -120,11 +149,9 @@ def parse(params: dict, models=None) -> tuple[dict[str, object], list[UrlNotice]
         if not isinstance(raw, str):
             notices.append(UrlNotice("url_value", name=name))
             continue
-        got = _value(PARAMS[name], raw)
+        got = model_key(raw, models) if name == "model" and models is not None else _value(PARAMS[name], raw)
         if isinstance(got, UrlNotice):
             notices.append(got)
-        elif name == "model" and models is not None and got not in set(models):
-            notices.append(UrlNotice("url_model_unknown"))
         else:
             values[name] = got
     return values, notices

@@ -2,6 +2,7 @@
 torch's threads, and the fixtures tests of more than one layer use. A layer's own fixtures are in its conftest.py
 (core/, service/, ui/, browser/); helpers tests and benches share are in harness/."""
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,9 +12,29 @@ from harness.server import tiktoken_cache
 if "TIKTOKEN_CACHE_DIR" not in os.environ and (cache := tiktoken_cache()):
     os.environ["TIKTOKEN_CACHE_DIR"] = cache
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# beside other pytest-xdist workers (the whole suite: see pytest_cmdline_main) each gets its share of the cores
+torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", 1)))))
 # the pages' threads (one on a shared server) stay the process's in tests, which run one page at a time
 os.environ.setdefault("TRANSFORMER_EXPLORER_PAGE_THREADS", str(torch.get_num_threads()))
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """The whole suite (`python3 -m pytest -q`, or the tests/ folder named) runs in pytest-xdist workers: the browser
+    tests one after another in one worker (tests/browser/conftest.py groups them), the other floors' tests beside
+    them in the others, so their CPU work fills the browser tests' waits. A run of some files or tests, -n (-n 0: one
+    process), --pdb or a missing pytest-xdist keep pytest's one process."""
+    if hasattr(config, "workerinput") or getattr(config.option, "numprocesses", 0) is not None:
+        return  # a worker, no pytest-xdist, or -n given
+    if config.getoption("usepdb", False) or config.getoption("collectonly", False):
+        return
+    paths = {Path(a.split("::", 1)[0]).resolve() for a in config.args}
+    if paths and paths <= {TESTS, TESTS.parent}:
+        config.option.numprocesses = max(2, min(4, os.cpu_count() or 1))
+        config.option.dist = "loadgroup"
 
 
 @pytest.fixture

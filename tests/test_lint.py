@@ -1,4 +1,6 @@
-"""The codebase passes ruff (configured in pyproject.toml)."""
+"""The codebase passes ruff (configured in pyproject.toml), and its text speaks only of the project: no file tells how
+the work on it was organised (numbered work sessions or rounds, machines lent or not, issue numbers)."""
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,3 +17,99 @@ def test_ruff_finds_nothing():
     result = subprocess.run([ruff, "check", "--output-format", "concise", "."], cwd=ROOT, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ---- the project speaks only of itself ----------------------------------------------------------------------------
+# A machine is named by what it is ("a 2-core x86 CPU", "an NVIDIA H200"); a figure by its date. Streamlit's sessions
+# (st.session_state, a learner's session, "this session is already training") are Streamlit's and stay.
+
+_ORDINALS = ("first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|"
+             "fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|thirtieth|fortieth|"
+             r"twenty[- ](?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth)|\d+(?:st|nd|rd|th)")
+_NUMBERS = r"one|two|three|four|five|six|seven|eight|nine|ten|\d+"
+_MACHINE = r"(?:GPU|GPUs|machine|machines|device|devices|H200|H100|A100|CUDA|accelerator|accelerators)"
+_LENT = r"(?:lent|lend|lends|lending|loaned|on loan|borrowed)"
+
+WORK_TALK = {
+    "a numbered work session": rf"\b(?:{_ORDINALS})\s+sessions?\b",
+    # "this session" ending a clause ("no GPU was lent this session,"); a Streamlit one goes on ("this session's URL",
+    # "this session is already training", "in this session yet")
+    "a work session named as such": r"\b(?:last|previous|next)\s+session\b|\bthis\s+session\b(?=\s*(?:[,.;:)!?]|\Z))"
+                                    r"|\b(?:GPU|device|work)\s+sessions?\b",
+    "a numbered round of work": rf"(?<![Aa] )\bround[- ](?:{_NUMBERS})\b(?![-\w])",  # not "a round one" (number)
+    "a round of work": r"\b(?:this|last|previous)\s+round\b|\brounds?\s+of\s+(?:work|changes)\b",
+    "a machine lent or not": rf"\b{_LENT}\b[^.\n]{{0,60}}\b{_MACHINE}\b|\b{_MACHINE}\b[^.\n]{{0,60}}\b{_LENT}\b",
+    "an issue number": r"\bissues?\s*#?\d+",
+    "the issue as a source": r"\bthe\s+issue(?:'s\b|\s+(?:names|sets|gives|asks|says|wants)\b)"
+                             r"|\b(?:from|in|by|of|per)\s+the\s+issue\b|\(issue\b",
+}
+
+# Not prose of the project: binary files, weights, tokenizer files, and the corpus samples shipped beside a model.
+_SKIP_SUFFIXES = {".safetensors", ".npz", ".npy", ".pt", ".bin", ".png", ".jpg", ".jpeg", ".gif", ".ico", ".webp",
+                  ".tiktoken", ".tgz", ".gz", ".zip", ".woff", ".woff2", ".ttf"}
+_SKIP_PATHS = (re.compile(r"assets/models/[^/]+/heldout_[^/]+\.txt"), re.compile(r"assets/encodings/"),
+               re.compile(r"tests/test_lint\.py"))  # this file spells out what it looks for
+
+
+
+def project_text_files() -> list[Path]:
+    """Every file git knows of or would add (tracked, and untracked but not ignored) that is text of the project."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                             capture_output=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        pytest.skip("not a git checkout")
+    files = []
+    for name in sorted(set(out.decode("utf-8", "surrogateescape").split("\0")) - {""}):
+        path = ROOT / name
+        if path.suffix.lower() in _SKIP_SUFFIXES or any(p.match(name) for p in _SKIP_PATHS) or not path.is_file():
+            continue
+        files.append(path)
+    return files
+
+
+def work_talk(text: str) -> list[tuple[int, str, str]]:
+    """(line, rule, the words) of every phrase in `text` that tells how the work was organised."""
+    hits = []
+    for rule, pattern in WORK_TALK.items():
+        for m in re.finditer(pattern, text, flags=re.IGNORECASE):
+            hits.append((text.count("\n", 0, m.start()) + 1, rule, " ".join(m.group(0).split())))
+    return sorted(hits)
+
+
+@pytest.mark.parametrize("text", [
+    "Measured in the nineteenth session on this machine.", "the fourteenth\nsession's figures", "the 12th session",
+    "this session, no GPU was lent", "(last session 3.0 s)", "no figure this session.",
+    "an NVIDIA H200 lent for 15 minutes", "a machine not lent to us",
+    "the round-two analyses", "round 2 of the work", "after the changes of this round", "Target (issue 21):",
+    "issue #7", "prints the issue's targets", "the sizes the issue names", "the defects of the issue",
+    "(issue: 0.906 on a sentence)", "until a GPU session runs the longer recipe"])
+def test_the_lint_catches_work_talk(text):
+    assert work_talk(text), text
+
+
+@pytest.mark.parametrize("text", [
+    "st.session_state holds a learner's session", "This session is already training a model: stop it.",
+    "Nothing is training in this session yet.", "every session's script runs in its own thread",
+    "a round trip through JSON", "round(x, 4)", "every round traces a new text", "the janitor's round goes on",
+    "the first round starts on the default page", "measured on an NVIDIA H200", "a 2-core x86 CPU (AVX2)",
+    "sticky sessions", "a reload is a new session", "possession of flocks", "an issue with the cache",
+    "this session's URL", "(this session rendered in 3.1 s)", "the time a round one (1 trailing zero)",
+    "a round two-digit number"])
+def test_the_lint_leaves_streamlit_sessions_and_plain_words_alone(text):
+    assert not work_talk(text), text
+
+
+def test_the_project_speaks_only_of_itself():
+    """No README, note, docstring, comment or string tells how the work was organised: a machine is named by what it
+    is, a figure by its date and machine, never by a numbered session or round, a lent machine or an issue."""
+    found = []
+    for path in project_text_files():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue  # not text
+        rel = path.relative_to(ROOT).as_posix()
+        for line, rule, words in work_talk(text):
+            found.append(f"{rel}:{line}: {rule}: {words!r}")
+    assert not found, "\n".join(found)

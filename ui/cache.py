@@ -208,6 +208,29 @@ def neuron_index(key: str):
     return None if folder is None else load_index(folder)
 
 
+# a neuron's top examples with every window token's activation: a few KB each, computed once per server
+EXAMPLES = BoundedCache(16 * 2**20, lambda value: 512 + sum(s.acts.nbytes + 64 * len(s.tokens) for s in value))
+
+
+def neuron_examples(key: str, device: str, layer: int, neuron: int) -> list:
+    """One neuron's top held-out examples from the model's shipped index, each token of each window shaded by its
+    activation (analysis.neurons.top_snippets: one forward of the chunks they are in, up to the layer, held in the
+    memory budget while it runs); [] when the model ships no index."""
+    from transformer_core.analysis.neurons import TOP, top_snippets
+
+    index = neuron_index(key)
+    if index is None:
+        return []
+    model, _ = get_model(key, device)
+
+    def compute():
+        need = trace_bytes(model.cfg, index.ids.shape[1], keep=layer, batch=min(TOP, len(index.ids)), probs=False)
+        with budget.reserve(need, "neuron examples"):
+            return top_snippets(model, index, layer, neuron)
+
+    return EXAMPLES.get(("examples", key, device, layer, neuron), compute)
+
+
 def induction_by_block(key: str, device: str, length: int | None = None) -> dict:
     """(kind, layer) -> (nh,) induction scores of a model on the detector's probe (probe_count random sequences of
     `length` tokens, default_length by default, each written twice): they do not depend on the learner's text, so

@@ -7,6 +7,8 @@ from .i18n import lang, strings, t
 from .widgets import preformatted, table
 
 FIGURES = ("heldout_loss", "bigram_loss", "unigram_loss", "unk_rate", "exact_match", "accuracy")
+HEAD_SCORES = ("previous_token", "first_token", "self", "induction",  # a card's head scores (train.cards.CARD_KINDS)
+               "removes_en", "removes_zh")  # (the name-mover demo's: the share of the logit difference a head carries)
 
 
 def show_card(card: dict, key: str) -> None:
@@ -42,7 +44,9 @@ def show_card(card: dict, key: str) -> None:
                        help=t(f"card_{k}_help"))
         if "heldout_loss" in figures and "bigram_loss" in figures:
             gain = 1 - figures["heldout_loss"] / figures["bigram_loss"]
-            st.caption(t("card_vs_bigram", pct=gain * 100) if gain > 0 else t("card_above_bigram", pct=-gain * 100))
+            above = "card_above_bigram_fact" if isinstance(card.get("advice"), list) else "card_above_bigram"
+            st.caption(t("card_vs_bigram", pct=gain * 100) if gain > 0 else t(above, pct=-gain * 100))
+    show_advice(card)
     by_corpus = card.get("by_corpus")
     if isinstance(by_corpus, dict) and len(by_corpus) > 1:
         import pandas as pd
@@ -56,18 +60,41 @@ def show_card(card: dict, key: str) -> None:
         table(pd.DataFrame(rows), f"by_corpus_{key}",
               formats={t(f"card_{k}"): "%.3f" for k in ("heldout_loss", "bigram_loss", "unigram_loss")})
     show_everyday(card, key)
+    show_circuit(card, key)
     heads = card.get("heads")
     if isinstance(heads, list) and heads:
         import pandas as pd
 
         st.markdown(f"**{t('card_heads')}**")
+        rows = [h for h in heads if isinstance(h, dict)]
+        kinds = [k for k in HEAD_SCORES if any(isinstance(h.get(k), (int, float)) for h in rows)]
         df = pd.DataFrame([{t("col_layer"): h.get("layer"), t("hd_col_head"): h.get("head"),
-                            t("card_head_kind"): t(f"head_kind_{h.get('kind')}"), t("card_head_score"): h.get("score")}
-                           for h in heads if isinstance(h, dict)])
-        table(df, f"heads_{key}", formats={t("card_head_score"): "%.3f"})
+                            t("card_head_kind"): t(f"head_kind_{h.get('kind')}"), t("card_head_score"): h.get("score"),
+                            **{t(f"head_kind_{k}"): h.get(k) for k in kinds}} for h in rows])
+        table(df, f"heads_{key}", formats={c: "%.3f" for c in [t("card_head_score"), *(t(f"head_kind_{k}")
+                                                                                   for k in kinds)]})
+        st.caption(t("card_heads_note"))
     if card.get("command"):
         st.caption(t("card_command"))
         preformatted(card["command"])
+
+
+def show_advice(card: dict) -> None:
+    """What the run's curves say to do next (train.advice: each item a code and the figures it cites)."""
+    advice = card.get("advice")
+    for item in advice if isinstance(advice, list) else []:
+        code = item.get("code") if isinstance(item, dict) else None
+        if code not in ("unk", "overfit", "longer"):
+            continue
+        try:  # a card read from an uploaded file may hold anything: an item whose figures do not format is left out
+            text = t(f"card_advice_{code}", **item)
+            if code == "unk" and isinstance(item.get("examples"), list) and item["examples"]:
+                text += " " + t("card_advice_unk_words", words=" · ".join(str(w) for w in item["examples"]))
+            if code == "overfit" and isinstance(item.get("kept"), int):
+                text += " " + t("card_advice_kept", step=f"{item['kept']:,}")
+        except (ValueError, TypeError):
+            continue
+        (st.info if code == "longer" else st.warning)(text, icon="📈" if code == "longer" else "⚠️")
 
 
 def corpus_label(name: str) -> str:
@@ -106,6 +133,47 @@ def show_everyday(card: dict, key: str) -> None:
                                     if g in targets else None)}
             for g, f in ev["groups"].items() if isinstance(f, dict)]
     table(pd.DataFrame(rows), f"everyday_{key}", formats={t("card_col_bpb"): "%.3f", t("card_col_trigram"): "%.3f"})
-    cont = ev.get("continuation")
-    if isinstance(cont, dict):
-        st.caption(t("card_greedy", prompt=cont.get("prompt", ""), text=cont.get("text", "")))
+    for cont in (ev.get("continuation"), ev.get("continuation_zh")):
+        if isinstance(cont, dict):
+            st.caption(t("card_greedy", prompt=cont.get("prompt", ""), text=cont.get("text", "")))
+    shares = ev.get("vocabulary")
+    if isinstance(shares, dict) and {"english_words_one_token", "chinese_characters_whole"} <= shares.keys():
+        st.markdown(t("card_vocab_shares", en=f"{shares['english_words_one_token']:.0%}",
+                      n_en=shares.get("english_words", "—"), zh=f"{shares['chinese_characters_whole']:.0%}",
+                      n_zh=shares.get("chinese_characters", "—")))
+    copy = ev.get("copy")
+    if isinstance(copy, dict):
+        st.markdown(f"**{t('card_copy')}**", help=t("card_copy_help"))
+        rows = [{t("card_col_group"): t(f"copy_{g.replace(' ', '_')}"), t("card_copy_words"): f.get("words"),
+                 t("card_col_top1"): f"{f.get('top1', 0):.0%}", t("card_copy_median"): f.get("median_p")}
+                for g, f in copy.items() if g != "cat" and isinstance(f, dict)]
+        table(pd.DataFrame(rows), f"copy_{key}", formats={t("card_copy_median"): "%.2f"})
+        cat = copy.get("cat")
+        if isinstance(cat, dict):
+            st.caption(t("card_copy_cat", prompt=cat.get("prompt", ""), answer=cat.get("answer", ""),
+                         rank=cat.get("rank", "—"), p=f"{cat.get('p', 0):.2f}"))
+
+
+def show_circuit(card: dict, key: str) -> None:
+    """The name-mover demo's card: how often the right name wins (training and held-out names and templates, per
+    language) and the heads whose knock-out removes the most of the logit difference."""
+    circuit = card.get("circuit")
+    if not isinstance(circuit, dict) or not isinstance(circuit.get("by_language"), dict):
+        return
+    import pandas as pd
+
+    st.markdown(f"**{t('card_circuit')}**", help=t("card_circuit_help"))
+    rows = []
+    for lang_key, row in circuit["by_language"].items():
+        for split in ("train", "held_out"):
+            f = row.get(split) if isinstance(row, dict) else None
+            if isinstance(f, dict):
+                rows.append({t("card_circuit_lang"): t(f"card_lang_{lang_key}"), t("card_circuit_split"):
+                             t(f"card_split_{split}"), t("card_circuit_wins"): f"{f.get('right_name_wins', 0):.0%}",
+                             t("card_circuit_diff"): f.get("mean_logit_diff")})
+    table(pd.DataFrame(rows), f"circuit_{key}", formats={t("card_circuit_diff"): "%.2f"})
+    for lang_key, row in circuit["by_language"].items():
+        heads = row.get("heads") if isinstance(row, dict) else None
+        if isinstance(heads, dict) and isinstance(heads.get("top"), list):
+            st.caption(t("card_circuit_top", lang=t(f"card_lang_{lang_key}"), layer=heads["top"][0],
+                         head=heads["top"][1], share=f"{heads.get('top_removes', 0):.0%}"))

@@ -99,6 +99,9 @@ def themed(spec: dict, kind: str | None) -> dict:
         if kind == "dark" and _dark(ink):  # a chart's dark labels (token names: "#222") on the dark page: light ink
             layout[name]["tickfont"] = {**layout[name]["tickfont"], "color": PALETTES["dark"][2]}
     layout = merged({k: v for k, v in layout_defaults.items() if k not in ("xaxis", "yaxis")}, layout)
+    ink = PALETTES[kind if kind in PALETTES else "light"][2]  # the page's text colour (the chart text's is grey)
+    if layout.get("annotations"):  # a chart's words (a thumbnail's title and label) in it, unless it chose one
+        layout["annotations"] = [merged({"font": {"color": ink}}, a) for a in layout["annotations"]]
     title = layout.get("title", {})
     if title.get("text") and not str(title["text"]).startswith("<b>"):
         layout["title"] = {**title, "text": f"<b>{title['text']}</b>"}

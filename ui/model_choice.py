@@ -11,7 +11,7 @@ from transformer_core.errors import InputError, ModelSourceError
 from . import cache
 from .errors import error_text, show_error
 from .i18n import lang, t
-from .state import _example, clear_generated, model_key, on_model_change, viewer
+from .state import _example, clear_generated, keep_target, model_key, on_model_change, viewer
 from .tools import set_text_b
 
 
@@ -67,6 +67,7 @@ def use_example() -> None:
     ss = st.session_state
     ss.text = _example(ss.model, "example_src", ss.text)
     ss.tgt = _example(ss.model, "example_tgt", ss.get("tgt", ""))
+    keep_target()  # the model's own pair
     clear_generated()
 
 
@@ -80,6 +81,7 @@ def try_example(model: str, text: str, tgt: str | None = None, text_b: str | Non
     ss.text = text
     if tgt is not None:
         ss.tgt = tgt
+        keep_target()
     set_text_b(text_b, tgt_b)
     ss.update(picks or {})
     clear_generated()

@@ -21,16 +21,32 @@ def file_of(name: str) -> str:
     return f"pages/{found[0].name}"
 
 
+DEFAULT_PATH = "start"  # the default page's inner name: Streamlit serves it at "/", and "/<its name>" is the alias's
+
+
 def page(name: str, icon: str | None = None, *, default: bool = False) -> st.Page:
     """The navigation entry of a page, made once per session and language: st.Page resolves its file on the disk
     (a twentieth of a shared server's CPU when every run made fifteen). Never shared between sessions: st.navigation
-    marks the page a run may call on the object itself."""
+    marks the page a run may call on the object itself. The default page is served at "/"; `alias(name)` answers
+    "/<name>" for it."""
     title = t(f"nav_{name}")
     made = st.session_state.setdefault("_nav_pages", {})
     key = (name, title, icon, default)
     if key not in made:
-        made[key] = st.Page(file_of(name), title=title, icon=icon, url_path=None if default else name,
+        made[key] = st.Page(file_of(name), title=title, icon=icon, url_path=DEFAULT_PATH if default else name,
                             default=default)
+    return made[key]
+
+
+def alias(name: str) -> st.Page:
+    """A hidden page at "/<name>" for the default page (Streamlit serves that one at "/" only, so "/home" said
+    "Page not found"): it opens the default page, keeping the link's parameters."""
+    title = t(f"nav_{name}")
+    made = st.session_state.setdefault("_nav_pages", {})
+    key = (name, title, "alias")
+    if key not in made:
+        made[key] = st.Page(lambda: st.switch_page(file_of(name), query_params=st.query_params.to_dict()),
+                            title=title, url_path=name, visibility="hidden")
     return made[key]
 
 

@@ -18,7 +18,7 @@ from . import cache
 from .errors import show_error
 from .i18n import t
 from .model_choice import cannot_take_text, load_selected_model, try_example
-from .state import clear_generated, generated
+from .state import clear_generated, generated, keep_target
 
 
 @dataclass
@@ -89,6 +89,24 @@ def dates_answer(key: str, device: str, text: str) -> None:
 def use_target(tgt: str) -> None:
     """Button callback: the decoder reads this target (teacher forcing) on every page."""
     st.session_state.tgt = tgt
+    keep_target()
+    clear_generated()
+
+
+def follow_source(key: str, device: str) -> None:
+    """The translator's decoder reads its own greedy answer to the text on screen: a new text (or another model)
+    sets the target to "=" + that answer, so the cross-attention never pairs one text's answer with another text's
+    tokens. A target the learner typed, a link's or an example's stays while its text does (call before the
+    target's text box is drawn)."""
+    ss = st.session_state
+    if ss.get("_tgt_for") == (ss.get("model"), ss.get("text")):
+        return
+    try:
+        answer = cache.translation(key, device, str(ss.get("text", "")))
+    except Exception:  # noqa: BLE001 - the page shows why the model cannot read this text; the target empties
+        answer = ""
+    ss.tgt = "=" + answer
+    keep_target()
     clear_generated()
 
 

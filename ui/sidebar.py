@@ -11,6 +11,7 @@ from transformer_core.text.tokenizer import available_encodings
 from . import cache
 from .i18n import t
 from .model_choice import model_is_encoder_decoder
+from .session import follow_source
 from .state import (
     TEXT_MAX_CHARS,
     _init_state,
@@ -63,6 +64,8 @@ def sidebar() -> None:
             st.caption(t("encoding_fixed", enc=entry.card["encoding"]))
         st.text_area(t("input_text"), key="text", help=t("input_help"), height=90, on_change=on_text_change)
         if model_is_encoder_decoder(entry):
+            if entry.card.get("task") == "dates":  # the translator: its decoder text follows the text above
+                follow_source(entry.key, cache.get_device()[0])
             st.text_area(t("target_text"), key="tgt", help=t("target_help"), height=70, on_change=on_text_change)
         else:
             st.caption(t("target_unused"))

@@ -20,7 +20,8 @@ OWNER_COOKIE = "te_owner"  # the browser's random token: models it trains or upl
 # URL parameter -> session key of the control it mirrors (service.urlstate parses and writes the URL)
 URL_STATE = {"model": "model", "text": "text", "tgt": "tgt", "enc": "enc", "lang": "lang", "layer": "layer",
              "head": "head", "block": "block", "mask": "mask_mode", "scale": "att_scale", "T": "log_T",
-             "k": "log_topk", "p": "log_topp", "seed": "log_seed", "gen": "gen_ids"}
+             "k": "log_topk", "p": "log_topp", "seed": "log_seed", "gen": "gen_ids", "nlayer": "nr_layer",
+             "neuron": "nr_neuron"}
 PERSIST_KEYS = (*URL_STATE.values(), "allow_special", "img_fmt", "log_greedy", "gen_for")
 
 
@@ -58,10 +59,12 @@ def _init_state() -> None:
     ss = st.session_state
     if ss.get("_initialised"):
         return
-    values, notices = urlstate.parse(dict(st.query_params), [e.key for e in catalog.entries(viewer())])
+    values, notices = urlstate.parse(dict(st.query_params), catalog.link_models(viewer()))  # key or plain name
     ss.model = values["model"] if values["model"] else catalog.default_key()
     ss.text = values["text"] if values["text"] is not None else _example(ss.model, "example_src", DEFAULT_TEXT)
     ss.tgt = values["tgt"] if values["tgt"] is not None else _example(ss.model, "example_tgt", DEFAULT_TARGET)
+    if values["tgt"] is not None:  # a link's target is the one its text was shown with
+        keep_target()
     for param, key in URL_STATE.items():
         if param not in ("model", "text", "tgt", "lang") and values[param] is not None:
             ss[key] = list(values[param]) if param == "gen" else values[param]
@@ -93,6 +96,13 @@ def generated() -> tuple[int, ...]:
     return tuple(ss.get("gen_ids") or ())
 
 
+def keep_target() -> None:
+    """The decoder text now in the session belongs to the text on screen (a link's, an example's, the learner's
+    own): ui.session.follow_source leaves a translator's target alone until the text or the model changes."""
+    ss = st.session_state
+    ss._tgt_for = (ss.get("model"), ss.get("text"))
+
+
 def clear_generated() -> None:
     """Forget the tokens generated on the logits page (a new text, target or encoding starts afresh)."""
     st.session_state.gen_ids = []
@@ -112,12 +122,15 @@ def _persist() -> None:
 
 def on_model_change() -> None:
     """A newly selected model keeps the learner's text (re-tokenised for it); an encoder-decoder model gets its
-    own example target (what its decoder reads is specific to it). It opens on the first layer and head."""
+    own example target (what its decoder reads is specific to it). It opens on the first layer and head (and the
+    FFN page on its own first pick of a neuron)."""
     ss = st.session_state
     entry = catalog.entry(ss.model, viewer())
     if entry is not None and entry.arch == "encoder_decoder":
         ss.tgt = _example(ss.model, "example_tgt", ss.get("tgt") or DEFAULT_TARGET)
     ss.gen_ids, ss.layer, ss.head = [], 0, 0
+    for key in ("nr_layer", "nr_neuron"):
+        ss.pop(key, None)
 
 
 def on_text_change() -> None:
@@ -168,3 +181,24 @@ def model_key() -> str:
     if key.startswith("preset:"):
         key = preset_key(key.split(":", 1)[1].split("@")[0], ss.get("enc", "cl100k_base"))
     return key
+
+
+def open_link(params: dict[str, str]) -> None:
+    """Button callback: this tab takes a link's model, text and view as a new session takes its URL (_init_state);
+    a view value the link leaves out goes back to its page's default, and the language stays the tab's."""
+    ss = st.session_state
+    values, _ = urlstate.parse(params, catalog.link_models(viewer()))
+    ss.model = values["model"] or catalog.default_key()
+    on_model_change()
+    ss.text = values["text"] if values["text"] is not None else _example(ss.model, "example_src", DEFAULT_TEXT)
+    ss.tgt = values["tgt"] if values["tgt"] is not None else _example(ss.model, "example_tgt", DEFAULT_TARGET)
+    if values["tgt"] is not None:
+        keep_target()
+    for param, key in URL_STATE.items():
+        if param in ("model", "text", "tgt", "lang", "gen"):
+            continue
+        if values[param] is None:
+            ss.pop(key, None)
+        else:
+            ss[key] = values[param]
+    set_generated(list(values["gen"] or ()))

@@ -113,23 +113,26 @@ def set_text_b(text: str | None, tgt: str | None = None) -> None:
                 ss.pop(f"{prefix}_{field}", None)
 
 
-def _keep_b(widget: str, shadow: str) -> None:
+def _keep_b(widget: str, shadow: str, edited=None) -> None:
     value = ss.get(widget) or ""
     if len(value) > TEXT_B_MAX:
         ss[widget] = value = value[:TEXT_B_MAX]
         ss["_text_b_cut"] = True
     ss[shadow] = value
+    if edited is not None:
+        edited()
 
 
-def text_b(prefix: str, model) -> tuple[str, str | None]:
-    """Text area(s) for text B (and its target, for an encoder-decoder model); their values."""
+def text_b(prefix: str, model, edited=None) -> tuple[str, str | None]:
+    """Text area(s) for text B (and its target, for an encoder-decoder model); their values. `edited`: called when
+    the learner edits text B (a page that fills it from presets switches to "typed by hand")."""
     widgets = {"_text_b": (f"{prefix}_text_b", _default_b(ss.get("text", ""))),
                "_tgt_b": (f"{prefix}_tgt_b", ss.get("tgt") or "")}
     for shadow, (widget, default) in widgets.items():
         if widget not in ss:
             ss[widget] = ss.get(shadow, default)
     st.text_area(t("tb_text"), key=f"{prefix}_text_b", height=80, help=t("tb_help"), on_change=_keep_b,
-                 args=(f"{prefix}_text_b", "_text_b"))
+                 args=(f"{prefix}_text_b", "_text_b", edited))
     tgt = None
     if model.is_encoder_decoder:
         st.text_area(t("tb_tgt"), key=f"{prefix}_tgt_b", height=70, on_change=_keep_b,
@@ -163,14 +166,18 @@ def prob_colour(p: float) -> str:
     return f"hsl({120 * min(max(p, 0.0), 1.0):.0f}, 75%, 80%)"
 
 
-def surprise_chips(labels: list[str], probs: list[float] | None, bits: list[float] | None, mark=()) -> None:
+def surprise_chips(labels: list[str], probs: list[float] | None, bits: list[float] | None, mark=(),
+                   expected: tuple[list[str], list[float]] | None = None) -> None:
     """Tokens as chips coloured by p(actual token | the tokens before it) (none for the first, or without
-    probabilities); positions in `mark` get a thick red border. User text is escaped."""
+    probabilities); positions in `mark` get a thick red border; `expected` (labels, probabilities of the model's
+    top-1 at each prediction) adds what it expected instead to each chip's hover. User text is escaped."""
     chips, mark = [], set(mark)
     for i, tok in enumerate(labels):
         p = None if i == 0 or probs is None else probs[i - 1]
         colour = "#eeeeee" if p is None else prob_colour(p)
         tip = t("sur_chip_first") if p is None else t("sur_chip_hover", p=prob_text(p), bits=f"{bits[i - 1]:.2f}")
+        if p is not None and expected is not None:
+            tip += " · " + t("sur_chip_expected", tok=visible(expected[0][i - 1]), p=prob_text(expected[1][i - 1]))
         border = "2px solid #c0392b" if i in mark else "1px solid #bbb"
         data = "" if p is None else f" data-p='{p!r}'"
         chips.append(f"<span{data} title='{html.escape(f'#{i} · {tip}', quote=True)}' style='background:{colour};"

@@ -83,24 +83,49 @@ def table(df, key: str, *, height: int | None = None, formats: dict[str, str] | 
                        mime="text/csv", key=f"dl_{key}")
 
 
+def _chip(i: int, tok, outside: bool, show_ids: bool, cls: str = "") -> str:
+    """One token chip's HTML (escaped): id and bytes on hover; struck through on grey when outside the vocabulary."""
+    colour = "#e0e0e0" if outside else CHIP_COLOURS[tok.group % len(CHIP_COLOURS)]
+    border = "2px dashed #c0392b" if tok.partial else "2px dotted #555" if outside else "1px solid #bbb"
+    label = html.escape(visible(tok.text))
+    label = f"<s>{label}</s> ⟨unk⟩" if outside and not getattr(tok, "unknown", False) else label
+    why = f" · {t('chip_unknown')}" if outside else ""
+    title = html.escape(f"#{i} id {tok.id} bytes {tok.raw.hex(' ')}{why}", quote=True)
+    sub = f"<sub style='color:#555'>{tok.id}</sub>" if show_ids and tok.id >= 0 else ""
+    klass = f" class='{cls}'" if cls else ""
+    return (f"<span{klass} title='{title}' style='background:{colour};border:{border};border-radius:4px;"
+            f"padding:2px 4px;margin:2px;display:inline-block;font-family:monospace;color:#1f2328'>{label}{sub}</span>")
+
+
 def token_chips(tokens, *, show_ids: bool = True, unknown=()) -> None:
     """Tokens as coloured chips with id and bytes on hover; all user text is HTML-escaped.
 
     Positions in `unknown` (outside the model's vocabulary) are struck through on grey, with the reason on hover.
     """
-    chips, unknown = [], set(unknown)
-    for i, tok in enumerate(tokens):
-        outside = i in unknown or getattr(tok, "unknown", False)
-        colour = "#e0e0e0" if outside else CHIP_COLOURS[tok.group % len(CHIP_COLOURS)]
-        border = "2px dashed #c0392b" if tok.partial else "2px dotted #555" if outside else "1px solid #bbb"
-        label = html.escape(visible(tok.text))
-        label = f"<s>{label}</s> ⟨unk⟩" if outside and not getattr(tok, "unknown", False) else label
-        why = f" · {t('chip_unknown')}" if outside else ""
-        title = html.escape(f"#{i} id {tok.id} bytes {tok.raw.hex(' ')}{why}", quote=True)
-        sub = f"<sub style='color:#555'>{tok.id}</sub>" if show_ids and tok.id >= 0 else ""
-        chips.append(f"<span title='{title}' style='background:{colour};border:{border};border-radius:4px;"
-                     f"padding:2px 4px;margin:2px;display:inline-block;font-family:monospace'>{label}{sub}</span>")
+    unknown = set(unknown)
+    chips = [_chip(i, tok, i in unknown or getattr(tok, "unknown", False), show_ids) for i, tok in enumerate(tokens)]
     st.html(f"<div style='line-height:2.2'>{''.join(chips)}</div>")
+
+
+LINKED_MAX = 1024  # tokens whose chip and span are linked on hover (one CSS rule each)
+LINK_LOOK = "{background:#ffd54f !important;outline:2px solid #e65100;color:#1f2328}"
+
+
+def linked_token_view(tok, *, unknown=()) -> None:
+    """The text with each token's span, then its chips: hovering a chip highlights its span in the text and a piece
+    of the text highlights its token(s) (Tiktokenizer's view), with CSS only: chip and span share a class k<i>, and
+    `.tkv:has(.k<i>:hover) .k<i>` lights both. A character split over several tokens is one span with all their
+    classes. All user text is HTML-escaped."""
+    unknown = set(unknown)
+    n = min(len(tok.tokens), LINKED_MAX)
+    spans = [f"<span class='{' '.join(f'k{m}' for m in members)}'>{html.escape(chars)}</span>"
+             for chars, members in tok.groups]
+    chips = [_chip(i, x, i in unknown, True, f"k{i}") for i, x in enumerate(tok.tokens)]
+    rules = ",".join(f".tkv:has(.k{i}:hover) .k{i}" for i in range(n))
+    st.html(f"<div class='tkv'><style>{rules}{LINK_LOOK}</style>"
+            f"<div style='white-space:pre-wrap;font-family:monospace;line-height:1.7;padding:6px 8px;"
+            f"border:1px solid rgba(128,128,128,0.4);border-radius:6px;margin-bottom:6px'>{''.join(spans)}</div>"
+            f"<div style='line-height:2.2'>{''.join(chips)}</div></div>")
 
 
 def tensor_frame(mat, index, columns):

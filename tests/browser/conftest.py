@@ -1,16 +1,29 @@
-"""Fixtures of the real-browser tests: Debian Chromium, a tab, a server for the module or for one test."""
+"""Fixtures of the real-browser tests: Debian Chromium, a tab, a server shared by modules or one for a test."""
 import time
 from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 
 from harness.browser import launch_browser, new_tab, require_browser
 from harness.server import fresh_app
 
+HERE = Path(__file__).resolve().parent
 
-@pytest.fixture(scope="module")
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which names the groups from these marks
+def pytest_collection_modifyitems(config, items):
+    """Every browser test in one pytest-xdist group: in a parallel run (tests/conftest.py) they run one after another
+    in one worker, in file order, as in one process (one server and one Chromium at a time, module fixtures kept)."""
+    for item in items:
+        if HERE in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.xdist_group("browser"))
+
+
+@pytest.fixture(scope="session")
 def browser():
-    """One Debian Chromium per browser-test module (skips when Playwright or Chromium is missing)."""
+    """One Debian Chromium for every browser test (skips when Playwright or Chromium is missing); each test gets its
+    own tab in a context of its own (another browser profile: cookies, storage)."""
     sync_api = require_browser()
     sync_api.expect.set_options(timeout=60_000)
     with sync_api.sync_playwright() as p:
@@ -27,13 +40,14 @@ def tab(browser):
     page.context.close()
 
 
-@pytest.fixture(scope="module")
-def app(request, tmp_path_factory):
-    """One server for the module (harness.server.App), its checkpoints folder a temporary one."""
+@pytest.fixture(scope="session")
+def app(tmp_path_factory):
+    """One server (harness.server.App) for every module that needs no server of its own (tools, train, views: each
+    names its models in its URLs, and what one trains is its owner's only), its checkpoints folder a temporary one."""
     t0 = time.monotonic()
     with fresh_app(tmp_path_factory.mktemp("user-models")) as running:
         yield running
-    print(f"\n{request.module.__name__.rpartition('.')[2]}: server up for {time.monotonic() - t0:.1f} s")
+    print(f"\nthe browser modules' shared server: up for {time.monotonic() - t0:.1f} s")
 
 
 @pytest.fixture

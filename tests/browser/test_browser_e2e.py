@@ -16,9 +16,9 @@ from harness.browser import (
     new_tab,
     page_problem,
     require_browser,
-    rerun_settled,
     s,
     settle,
+    type_into,
 )
 from harness.server import ROOT, start_app
 from ui.i18n import strings
@@ -79,11 +79,8 @@ def assert_no_exception(page, server, where: str) -> None:
 
 
 def type_text(page, text: str) -> None:
-    """Type into the sidebar input text and apply it (Ctrl+Enter, as a learner would)."""
-    box = page.locator(SIDEBAR).get_by_role("textbox", name=INPUT_LABEL, exact=True)
-    box.fill(text)
-    box.press("Control+Enter")
-    rerun_settled(page)
+    """Type into the sidebar input text, apply it (Ctrl+Enter, as a learner would) and wait until it shows."""
+    type_into(page, page.locator(SIDEBAR).get_by_role("textbox", name=INPUT_LABEL, exact=True), text, "Control+Enter")
 
 
 def test_shared_link_on_a_fresh_server_runs_the_app_entry(server, tab):
@@ -201,7 +198,7 @@ def test_a_chart_is_drawn_anew_with_new_data_and_in_the_browsers_light_or_dark_l
         settle(tab, charts=True)
         first = tab.evaluate(FIRST_CHART_JS)
         choose(tab, s("att_head"), "2")  # the same tokens, other weights: only data arrays change
-        rerun_settled(tab, charts=True)
+        settle(tab, charts=True)
         head = tab.evaluate(FIRST_CHART_JS)
         type_text(tab, "c a d b a")
         settle(tab, charts=True)

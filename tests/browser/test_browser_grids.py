@@ -1,4 +1,4 @@
-"""Real browser (Debian Chromium), issue 23 item 4: grids and labels stay readable at the sizes the issue names:
+"""Real browser (Debian Chromium): grids and labels stay readable at the largest sizes the pages take on:
 a model of 16 layers × 16 heads and a text of 128+ tokens. Every text element Chromium drew in every chart of the Head
 catalogue and the Attention page is measured against every other: no two may overlap (cell labels of the heads grid,
 tick labels of every axis, colour-bar titles and ticks, subplot titles).

@@ -1,11 +1,11 @@
 """Real browser (Debian Chromium), hostile input: HTML/script payloads in every text field stay text and never run,
 a 1 MB paste is cut to max_len and leaves the app responsive, a checkpoint with pickled code is refused unrun.
 
-Then the shared-server attacks of issue 11 that have a UI path, each on a fresh server with its own checkpoints
-folder (test names carry the issue's "Why" number): model files that would exhaust the server (200 000 layers, a zip
-bomb, a stride-0 tensor, deep nesting, a float d_model), training settings that would exhaust memory, broken files in
-the checkpoints folder, hostile URL values, impersonating names. Each asserts no traceback, a clear message, the
-server alive, its peak RSS and the checkpoints folder within bounds."""
+Then the attacks on a shared server that have a UI path, each on a fresh server with its own checkpoints folder (test
+names carry the attack's number, why1 to why11, shared with test_browser_workshop.py): model files that would exhaust
+the server (200 000 layers, a zip bomb, a stride-0 tensor, deep nesting, a float d_model), training settings that would
+exhaust memory, broken files in the checkpoints folder, hostile URL values, impersonating names. Each asserts no
+traceback, a clear message, the server alive, its peak RSS and the checkpoints folder within bounds."""
 import json
 import re
 import time
@@ -17,15 +17,16 @@ from harness.browser import (
     DEFAULT_SHOWN,
     ERROR_BOX,
     MAIN,
-    SET_TEXTAREA_JS,
     SHIPPED_SHOWN,
     SIDEBAR,
     check_clean,
     new_tab,
     page_problem,
     require_browser,
+    run_after,
     set_number,
     sidebar_model_options,
+    type_into,
     upload_model_file,
     wait_rendered,
 )
@@ -68,9 +69,9 @@ def assert_safe(page, server, where: str) -> None:
     assert page.locator(f"{MAIN} script, {SIDEBAR} script").count() == 0, f"{where}: a <script> element was injected"
 
 
-def submit(box, text: str, key: str = "Control+Enter") -> None:
-    box.fill(text)
-    box.press(key)
+def submit(page, box, text: str, key: str = "Control+Enter") -> None:
+    """Type and apply a text, then wait until the box shows it and the run it started is over."""
+    type_into(page, box, text, key)
 
 
 def test_html_payload_in_the_sidebar_texts_is_literal_and_never_runs(server, tab):
@@ -79,8 +80,7 @@ def test_html_payload_in_the_sidebar_texts_is_literal_and_never_runs(server, tab
     sidebar = tab.locator(SIDEBAR)
     for label in (INPUT_LABEL, TARGET_LABEL):  # course-base is an encoder-decoder: both boxes are there
         box = sidebar.get_by_role("textbox", name=label, exact=True)
-        submit(box, PAYLOAD)
-        wait_rendered(tab)
+        submit(tab, box, PAYLOAD)
         sync_api.expect(box).to_have_value(PAYLOAD)
         assert_safe(tab, server, f"/tokenizer, payload in {label!r}")
     # accepted by the full-vocabulary model: the payload is drawn as token chips, as text
@@ -93,26 +93,22 @@ def test_html_payload_in_every_train_page_field_is_literal_and_never_runs(server
     tab.goto(f"{server[1]}/train")
     wait_rendered(tab)
     main = tab.locator(MAIN)
-    main.locator("[data-testid='stRadio']").get_by_text(strings()["tr_text"]["en"], exact=True).click()
-    wait_rendered(tab)
+    run_after(tab, main.locator("[data-testid='stRadio']").get_by_text(strings()["tr_text"]["en"], exact=True).click)
 
     body = main.get_by_role("textbox", name=strings()["tr_txt_body"]["en"], exact=True)
-    submit(body, PAYLOAD)
-    wait_rendered(tab)
+    submit(tab, body, PAYLOAD)
     sync_api.expect(body).to_have_value(PAYLOAD)
     assert_safe(tab, server, "/train, payload in the training text")
 
     name = main.get_by_role("textbox", name=strings()["tr_name"]["en"], exact=True).first
-    submit(name, SHORT_PAYLOAD, "Enter")
-    wait_rendered(tab)
+    submit(tab, name, SHORT_PAYLOAD, "Enter")
     sync_api.expect(name).to_have_value(SHORT_PAYLOAD)
     assert_safe(tab, server, "/train, payload in the training checkpoint name")
 
     upload = main.locator("[data-testid='stExpander']").filter(has_text=strings()["tr_ckpt_title"]["en"])
     upload.locator("summary").click()
     ckpt_name = upload.get_by_role("textbox", name=strings()["tr_name"]["en"], exact=True)
-    submit(ckpt_name, SHORT_PAYLOAD, "Enter")
-    wait_rendered(tab)
+    submit(tab, ckpt_name, SHORT_PAYLOAD, "Enter")
     sync_api.expect(ckpt_name).to_have_value(SHORT_PAYLOAD)
     assert_safe(tab, server, "/train, payload in the uploaded checkpoint's name")
 
@@ -123,8 +119,7 @@ def test_a_1mb_paste_is_truncated_and_the_app_stays_responsive(server, tab):
     big = ("The quick brown fox jumps over the lazy dog. 敏捷的棕色狐狸。" * 20_000)[:1_000_000]
     box = tab.locator(SIDEBAR).get_by_role("textbox", name=INPUT_LABEL, exact=True)
     t0 = time.monotonic()
-    box.evaluate(SET_TEXTAREA_JS, big)  # as a paste does: one input event (fill types it in, far too slowly)
-    box.press("Control+Enter")
+    type_into(tab, box, big, "Control+Enter", paste=True, run=False)  # the box shows it applied; the run: below
     note = tab.locator(f"{MAIN} [data-testid='stAlert']").filter(has_text=NOTE_TRUNCATED)
     sync_api.expect(note).to_be_visible(timeout=RESPONSIVE_MS)
     wait_rendered(tab, timeout=RESPONSIVE_MS)
@@ -142,7 +137,7 @@ def test_a_1mb_paste_is_truncated_and_the_app_stays_responsive(server, tab):
     print(f"/attention with the 1 MB text: drawn in {time.monotonic() - t0:.1f} s")
     # still responsive: a short text replaces it, the note goes and the page redraws within the bound
     t0 = time.monotonic()
-    submit(box, "Hello world")
+    type_into(tab, box, "Hello world", "Control+Enter", run=False)  # applied; the run is timed below
     sync_api.expect(tab).to_have_url(re.compile(r"[?&]text=Hello(\+|%20)world(&|$)"), timeout=RESPONSIVE_MS)
     sync_api.expect(note).to_have_count(0, timeout=RESPONSIVE_MS)
     wait_rendered(tab, charts=True, timeout=RESPONSIVE_MS, chart_timeout=RESPONSIVE_MS)
@@ -196,7 +191,7 @@ def test_a_checkpoint_with_pickled_code_is_refused_without_running_it(server, ta
     assert list(server[2].iterdir()) == [], "a refused upload was saved"
 
 
-# ---- issue 11: a server a whole workshop can share; each test on a fresh server with its own checkpoints folder ------
+# ---- a server a whole workshop can share; each test on a fresh server with its own checkpoints folder ----------------
 
 S = strings()
 HWM_SLACK_MB = 300  # what one refused file may add to the server's peak RSS (the attacks aim at gigabytes)
@@ -279,12 +274,9 @@ def test_why3_training_settings_that_would_exhaust_memory_are_refused_naming_the
     app = fresh()
     open_train(tab, app)
     main = tab.locator(MAIN)
-    main.locator("[data-testid='stRadio']").get_by_text(S["tr_text"]["en"], exact=True).click()
-    wait_rendered(tab)
+    run_after(tab, main.locator("[data-testid='stRadio']").get_by_text(S["tr_text"]["en"], exact=True).click)
     body = main.get_by_role("textbox", name=S["tr_txt_body"]["en"], exact=True)
-    body.evaluate(SET_TEXTAREA_JS, TEXT * 16)  # about 8,000 tokens: enough for 1024-token windows
-    body.press("Control+Enter")
-    wait_rendered(tab)
+    type_into(tab, body, TEXT * 16, "Control+Enter", paste=True)  # about 8,000 tokens: enough for 1024-token windows
     for label, value in (("Batch size", 512), ("Context length", 1024), ("d_model", 1024)):
         set_number(tab, label, value)
     before = app.memory()

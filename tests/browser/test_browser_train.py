@@ -1,4 +1,4 @@
-"""Real browser (Debian Chromium), the issue's "done" scenario: a newcomer trains a model on the reverse task,
+"""Real browser (Debian Chromium), a newcomer's first visit end to end: a newcomer trains a model on the reverse task,
 sees cross-attention form the anti-diagonal, switches to a shipped checkpoint (repeat) and generates text step by
 step. Screenshots go to artifacts/screenshots/ (git-ignored)."""
 import json
@@ -14,7 +14,7 @@ from harness.browser import (
     full_screenshot,
     press_button,
     require_browser,
-    rerun_settled,
+    run_after,
     settle,
 )
 from harness.server import ROOT
@@ -38,8 +38,7 @@ def test_newcomer_trains_reverse_sees_the_anti_diagonal_then_generates_with_a_sh
     main, sidebar = page.locator(MAIN), page.locator(SIDEBAR)
     page.goto(f"{app.url}/train?model=shipped%3Areverse")  # its example text ("d a c b") is what the new model reads
     settle(page)
-    main.locator("[data-testid='stRadio']").get_by_text("reverse", exact=True).click()
-    rerun_settled(page)
+    run_after(page, main.locator("[data-testid='stRadio']").get_by_text("reverse", exact=True).click)
     expect(main.get_by_label(S["tr_max_iters"]["en"], exact=True).first).to_have_value("400")
     start = time.monotonic()
     main.get_by_role("button", name=S["tr_start"]["en"]).click()
@@ -72,8 +71,8 @@ def test_newcomer_trains_reverse_sees_the_anti_diagonal_then_generates_with_a_sh
     assert [3, 2, 1, 0] in anti, anti  # answer step i reads input letter L-1-i
 
     choose(page, S["model"]["en"], f"repeat · {S['kind_shipped']['en']}", where=SIDEBAR)
-    page.locator("[data-testid='stSidebarNav']").get_by_text(S["nav_logits"]["en"], exact=True).click()
-    rerun_settled(page, charts=True)
+    run_after(page, page.locator("[data-testid='stSidebarNav']").get_by_text(S["nav_logits"]["en"], exact=True).click,
+              charts=True)
     for _ in range(3):
         press_button(page, S["log_next"]["en"], charts=True)
     expect(main.get_by_text(S["log_generated"]["en"].format(n=3), exact=False)).to_be_visible()

@@ -1,10 +1,12 @@
-"""Real browser (Debian Chromium), issue 12 in English and 中文: attention readable at 60 tokens (a label per token,
+"""Real browser (Debian Chromium), the views in English and 中文: attention readable at 60 tokens (a label per token,
 hover with every number, a click on a cell explains it, colour scales, before/after masking side by side), the whole
 model in one picture (a click opens its block), the FFN & residual page, "what to look for" on every step, complete
-中文, a URL that reproduces the view on a fresh server, the defects of the issue, and downloads (PNG, SVG, CSV).
+中文, a URL that reproduces the view on a fresh server, small defects that must stay gone, and downloads (PNG, SVG,
+CSV).
 
-Models are named in every URL (shipped reverse / repeat / copy, the course-base preset), never the default. One server
-serves the module (a second, fresh one only for the shared-link test). Screenshots go to screenshots/ (git-ignored).
+Models are named in every URL (shipped reverse / repeat / copy, the course-base preset), never the default. The
+server is the one the browser modules share (a second, fresh one only for the shared-link test). Screenshots go to
+screenshots/ (git-ignored).
 """
 import json
 import re
@@ -18,7 +20,6 @@ from harness.browser import (
     INFO_BOX,
     MAIN,
     PLOTS,
-    SET_TEXTAREA_JS,
     SIDEBAR,
     WARNING_BOX,
     app_text,
@@ -45,12 +46,13 @@ from harness.browser import (
     radio,
     radio_value,
     require_browser,
-    rerun_settled,
+    run_after,
     s,
     screenshot,
     settle,
     slider,
     trace_point,
+    type_into,
 )
 from harness.server import ROOT, fresh_app
 from ui.i18n import strings
@@ -414,8 +416,8 @@ def test_url_reproduces_the_view_on_a_fresh_server(app, tab, browser, tmp_path):
     radio(tab, s("att_scale"), s("att_scale_log"))
     main_map(tab, 2, scale="log")
     assert_clean(tab, app, "attention, every control set")
-    tab.locator("[data-testid='stSidebarNav']").get_by_text(s("nav_logits"), exact=True).click()
-    rerun_settled(tab, charts=True)
+    run_after(tab, tab.locator("[data-testid='stSidebarNav']").get_by_text(s("nav_logits"), exact=True).click,
+              charts=True)
     press_slider(tab, s("log_temperature"), times=6)  # 1.00 -> 0.70
     press_slider(tab, s("log_topp"), times=10)  # 1.00 -> 0.90
     enter_number(tab, s("log_topk"), 5)
@@ -466,15 +468,27 @@ def test_url_reproduces_the_view_on_a_fresh_server(app, tab, browser, tmp_path):
             other.context.close()
 
 
+def test_home_and_a_model_s_plain_name_open_from_a_link(app, tab):
+    """Before: `/home` said "Page not found" and `?model=dates-zh` opened the default model with "not available
+    to you here". /home opens the home page (at "/", the link's parameters kept) on the model the link names."""
+    go(tab, app, "home", model="dates-zh")
+    expect(tab.locator("h1").first).to_have_text(s("app_title"))
+    assert combobox_value(tab, s("model"), SIDEBAR) == f"dates-zh · {s('kind_shipped')}"
+    link = urlparse(tab.url)
+    assert link.path == "/" and parse_qs(link.query).get("model") == ["shipped:dates-zh"], tab.url
+    assert s("err.url_model_unknown") not in tab.locator(SIDEBAR).inner_text()
+    go(tab, app, "", model="modern-gpt")  # and "/" still opens it
+    expect(tab.locator("h1").first).to_have_text(s("app_title"))
+    assert combobox_value(tab, s("model"), SIDEBAR) == f"modern-gpt · {s('kind_shipped')}"
+
+
 def test_a_text_too_long_for_a_link_is_left_out_with_a_note(app, tab, browser):
     """A 2240-character text (in 中文): the link leaves it out and the sidebar says so; the link opens on the model's
     example text."""
     go(tab, app, "surprise", "zh", model=REPEAT)
     long_text = "a b c d e f g h " * 140  # 2240 characters
     box = tab.locator(SIDEBAR).get_by_role("textbox", name=s("input_text", "zh"), exact=True)
-    box.evaluate(SET_TEXTAREA_JS, long_text)
-    box.press("Control+Enter")
-    rerun_settled(tab, charts=True)
+    type_into(tab, box, long_text, "Control+Enter", paste=True, charts=True)
     assert_clean(tab, app, "a 2240-character text")
     expect(tab.locator(SIDEBAR).get_by_text(s("text_not_in_url", "zh"))).to_be_visible()
     assert "text" not in parse_qs(urlparse(tab.url).query) and len(tab.url) < 2500, tab.url
@@ -489,7 +503,7 @@ def test_a_text_too_long_for_a_link_is_left_out_with_a_note(app, tab, browser):
         other.context.close()
 
 
-# ---- the defects of the issue ---------------------------------------------------------------------------------------
+# ---- small defects that must stay gone -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_defects_are_gone(app, tab, lang):

@@ -1,9 +1,9 @@
-"""Real browser (Debian Chromium), a workshop sharing one server (issue 11): several learners (browser contexts, each
+"""Real browser (Debian Chromium), a workshop sharing one server: several learners (browser contexts, each
 with its own owner cookie) at once. Long texts on the course's big model in two tabs are cut to what the memory budget
 allows; a training whose tab closed frees its slot within a minute; a server killed mid-training shows the training
 as interrupted to its owner only and leaves no partial files; what one learner trains, uploads or types is invisible
 to another, who cannot open it by its URL key either. Each test starts a fresh server with its own checkpoints
-folder; the test names carry the issue's "Why" number."""
+folder; the test names carry the attack's number (why1 to why11, shared with test_browser_hostile.py)."""
 import json
 import re
 import time
@@ -14,14 +14,15 @@ import pytest
 from harness.browser import (
     DEFAULT_SHOWN,
     MAIN,
-    SET_TEXTAREA_JS,
     SIDEBAR,
     WARNING_BOX,
     check_clean,
     new_tab,
     require_browser,
+    run_after,
     set_number,
     sidebar_model_options,
+    type_into,
     upload_model_file,
     wait_rendered,
 )
@@ -86,15 +87,11 @@ def returning(page, app, path: str = "/train") -> None:
 def choose_training(page, target: str, name: str | None = None, **numbers) -> None:
     """On the Train page: pick what to train, type the hyper-parameters (labels as shown) and the name."""
     main = page.locator(MAIN)
-    main.locator("[data-testid='stRadio']").get_by_text(target, exact=True).click()
-    wait_rendered(page)
+    run_after(page, main.locator("[data-testid='stRadio']").get_by_text(target, exact=True).click)
     for label, value in numbers.items():
         set_number(page, label, value)
     if name is not None:
-        box = main.get_by_role("textbox", name=S["tr_name"]["en"], exact=True).first
-        box.fill(name)
-        box.press("Enter")
-        wait_rendered(page)
+        type_into(page, main.get_by_role("textbox", name=S["tr_name"]["en"], exact=True).first, name)
 
 
 def press_start(page) -> None:
@@ -116,8 +113,7 @@ def test_why4_a_long_text_on_the_course_model_in_two_tabs_is_cut_to_what_fits(fr
     t0 = time.monotonic()
     for k, page in pages.items():  # both at once: the second is sent while the first is being traced
         box = page.locator(SIDEBAR).get_by_role("textbox", name=INPUT_LABEL, exact=True)
-        box.evaluate(SET_TEXTAREA_JS, texts[k])
-        box.press("Control+Enter")
+        type_into(page, box, texts[k], "Control+Enter", paste=True, run=False)  # applied; its run is not waited for
     cut = re.compile(r"Only the first (\d+) of 1000 tokens are traced: more would need more memory than this server "
                      r"gives one task \(1,536 MB\)\.")
     peak = base["rss"]
@@ -141,8 +137,7 @@ def test_why4_a_long_text_on_the_course_model_in_two_tabs_is_cut_to_what_fits(fr
         assert texts[other][:40] not in pages[k].locator(f"{MAIN}, {SIDEBAR}").first.inner_text()
     page = pages["a"]  # still responsive: a short text redraws at once
     box = page.locator(SIDEBAR).get_by_role("textbox", name=INPUT_LABEL, exact=True)
-    box.fill("Hello world")
-    box.press("Control+Enter")
+    type_into(page, box, "Hello world", "Control+Enter", timeout=60_000)
     expect(page.locator(f"{MAIN} {WARNING_BOX}").filter(has_text=cut)).to_have_count(0, timeout=60_000)
     wait_rendered(page, timeout=60_000)
     check_clean(page, app, "a short text after the long ones")
@@ -237,10 +232,8 @@ def test_why8_what_one_browser_trains_uploads_or_types_is_invisible_to_another(f
     upload_model_file(alice, pt, "alice-upload")
     expect(alice.locator(MAIN).get_by_text("The model is fine and was added as alice-upload.")).to_be_visible()
     secret = "Alice's secret sentence 4711"
-    box = alice.locator(SIDEBAR).get_by_role("textbox", name=INPUT_LABEL, exact=True)
-    box.fill(secret)
-    box.press("Control+Enter")
-    wait_rendered(alice)
+    type_into(alice, alice.locator(SIDEBAR).get_by_role("textbox", name=INPUT_LABEL, exact=True), secret,
+              "Control+Enter")
     check_clean(alice, app, "Alice's train page")
     mine = [o for o in sidebar_model_options(alice) if o.endswith("· trained here")]
     assert mine == ["alice-upload · trained here", "copy-2 · trained here"], mine

@@ -12,10 +12,10 @@ from transformer_core.analysis.attribution import direct_logit_attribution
 from transformer_core.analysis.bpe import text_merges, token_playback
 from transformer_core.analysis.compare import compare
 from transformer_core.analysis.export import VIEWS, arrays_of, export_npz, notebook_snippet, npz_bytes
-from transformer_core.analysis.head_effects import head_effects, residual_effects
+from transformer_core.analysis.head_effects import head_effects, head_patching, residual_effects
 from transformer_core.analysis.heads import detect_heads
 from transformer_core.analysis.interventions import ablate, patch
-from transformer_core.analysis.logit_lens import logit_lens
+from transformer_core.analysis.logit_lens import answer_row, logit_lens
 from transformer_core.analysis.neurons import read_neuron, shipped_index
 from transformer_core.analysis.sinks import find_sinks, remove_sink
 from transformer_core.analysis.surprise import surprise
@@ -69,6 +69,16 @@ def direct(view: str):
         return ({"model": "everyday-gpt", "text": a, "target": None, "text_b": b, "target_b": None,
                  "metric": "prob", "token_a": 11, "token_b": None},
                 residual_effects(model, prepare(model, a), prepare(model, b), "prob", 11))
+    if view == "head_patch":  # answers typed as text, of two tokens each on this model
+        model, _ = load_model("everyday-gpt")
+        a, b = "When Mary and Jack went out, Mary gave a book to", "When Mary and Jack went out, Jack gave a book to"
+        return ({"model": "everyday-gpt", "text": a, "target": None, "text_b": b, "target_b": None,
+                 "metric": "logit_diff", "token_a": " Mary", "token_b": " Jack"},
+                head_patching(model, prepare(model, a), prepare(model, b), "logit_diff", " Mary", " Jack"))
+    if view == "lens_answer":
+        model, _ = load_model("everyday-gpt")
+        return ({"model": "everyday-gpt", "text": TEXT, "target": None, "position": 3, "answer": " Johnathan"},
+                answer_row(model, trace_text(model, TEXT)[1], 3, " Johnathan"))
     if view == "head_effects":
         model, _ = load_model("reverse")
         return ({"model": "reverse", "text": "d a c b", "target": "= b c a", "metric": "prob", "token_a": 5,

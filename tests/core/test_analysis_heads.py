@@ -105,24 +105,43 @@ def test_detect_heads_on_a_tiny_model_matches_its_trace():
         else:
             assert r.scores["previous_token"] == pytest.approx(float(previous_token(w)[r.head]), abs=1e-4)
             assert 0 <= r.scores["induction"] <= 1
-        assert r.label == label(r.scores) and r.probe_label == label(r.scores, probe=True)
+        assert r.label == label(r.scores) and r.labels == ((r.label,) if r.label else ())
     assert isinstance(sorted(records, key=lambda r: -r.strength)[0], HeadRecord)
     assert set(records[0].row()) >= {"kind", "layer", "head", "previous_token", "label"}
 
 
-def test_labels_compare_scores_of_one_input_only():
-    """A head that is "itself" on a sentence and "induction" on the probe gets both labels: the text's patterns
-    compete with each other, the probe's score is judged on its own (issue: 0.906 on a sentence beat 0.86 on the
-    probe, a contest between two inputs)."""
+def test_one_rule_labels_a_head_by_its_highest_score_above_the_threshold_probe_included():
+    """Every page and the model card label a head by analysis.heads.label: its highest score above the threshold
+    among all measured for it, induction (on the probe) included (the card once left induction out, so
+    everyday-gpt's induction heads read "—" on the card and "induction" on the Attention page)."""
     scores = {"previous_token": 0.02, "first_token": 0.01, "self": 0.906, "induction": 0.86}
-    assert label(scores) == "self" and label(scores, probe=True) == "induction"
-    r = HeadRecord("dec_self", 1, 3, scores, label(scores), label(scores, probe=True))
-    assert r.labels == ("self", "induction") and r.strongest == "self" and r.strength == 0.906
+    r = HeadRecord("dec_self", 1, 3, scores, label(scores))
+    assert r.label == "self" and r.labels == ("self",) and r.strongest == "self" and r.strength == 0.906
     assert r.best == ("self", 0.906)  # the closest pattern on the text, never the probe's score
+    card_row = {"previous_token": 0.012, "first_token": 0.416, "self": 0.011, "induction": 0.987}  # everyday L2H0
+    assert label(card_row) == "induction"
     only_probe = {"previous_token": 0.2, "first_token": 0.1, "self": 0.3, "induction": 0.7}
-    r = HeadRecord("dec_self", 1, 0, only_probe, label(only_probe), label(only_probe, probe=True))
+    r = HeadRecord("dec_self", 1, 0, only_probe, label(only_probe))
     assert r.labels == ("induction",) and r.strength == 0.7 and r.best == ("self", 0.3)
-    assert label({"self": 0.3, "induction": 0.4}) is None and label({"self": 0.3, "induction": 0.4}, probe=True) is None
+    assert label({"self": 0.3, "induction": 0.4}) is None
+    r = HeadRecord("dec_self", 0, 0, {"self": 0.3, "induction": 0.4}, None)
+    assert r.labels == () and r.strength == 0.0 and r.strongest is None
+
+
+def test_cross_attention_has_a_diagonal_only_where_its_map_is_square():
+    """"Same position" means something only between texts of the same length (copy, reverse): an 8 x 2 map of a
+    date's answer over a number's two tokens has no diagonal (the page once said "diagonal (same position) (1.00)")."""
+    from transformer_core.analysis.heads import label_block
+
+    tall = torch.zeros(1, 2, 8, 2)
+    tall[0, :, :, 0] = 1.0  # every query on key 0: the "diagonal" of its first row would read 1.0 on 2 rows
+    tall[0, 1, 1:, 1], tall[0, 1, 1:, 0] = 1.0, 0.0
+    records = label_block("cross", 0, tall)
+    assert all(set(r.scores) == {"first_token"} for r in records)
+    assert records[0].label == "first_token" and records[1].label is None
+    square = one_hot_rows([0, 1, 2], 3)
+    (r,) = label_block("cross", 0, square)
+    assert set(r.scores) == {"first_token", "diagonal", "anti_diagonal"} and r.label == "diagonal"
 
 
 def test_detect_heads_with_induction_measured_before_gives_the_same_records():
@@ -175,3 +194,26 @@ def test_a_big_model_reads_fewer_probe_sequences(monkeypatch):
     assert seen == [6]
     monkeypatch.setattr(heads, "PROBE_FLOPS", 1.0)
     assert heads.probe_count(model) == heads.MIN_PROBE_COUNT
+
+
+def test_the_translator_s_date_fields_score_is_its_alignment_table_s_share_of_hits():
+    """dates-zh's cross-attention: a head's `fields` score and verdict come from the same rows as the Attention
+    page's alignment table (it once said "no single clear pattern" beside a table aligning 4 of 4 fields)."""
+    from transformer_core.analysis.alignment import prep_rows
+    from transformer_core.analysis.heads import label_block
+
+    model, _ = load_model("dates-zh")
+    prep, trace = trace_text(model, "23 November 2026", "=2026年11月23日")
+    for layer in range(model.cfg.n_layers):
+        w = trace.attention("cross", layer).weights  # (1, nh, Tt, Ts): not square, so no diagonal
+        assert w.size(-2) != w.size(-1)
+        for r in label_block("cross", layer, w, prep=prep):
+            rows = prep_rows(prep, w[0, r.head])
+            assert rows and r.scores["fields"] == pytest.approx(sum(x["hit"] for x in rows) / len(rows), abs=1e-4)
+            assert "diagonal" not in r.scores and "anti_diagonal" not in r.scores
+            assert r.label == label(r.scores)
+            if sum(x["hit"] for x in rows) == len(rows):
+                assert r.label == "fields"  # a head that aligns every field is labelled so, never "no pattern"
+    number = prepare(model, "4817", "=四千八百一十七")  # not a date: no fields score
+    assert "fields" not in label_block("cross", 0, trace_text(model, "4817", "=四千八百一十七")[1]
+                                       .attention("cross", 0).weights, prep=number)[0].scores

@@ -46,6 +46,12 @@ def test_removing_the_sink_flows_through_z_and_changes_the_output(gpt):
     intact = run(gpt, prep.src_ids)[0].float()
     p, q = torch.softmax(intact[-1].double(), -1), torch.softmax(edited[-1].double(), -1)
     assert result.effect.kl == pytest.approx(float((p * (p / q).log()).sum()), abs=1e-9)
+    # the mean KL the verdict cites is over every position (those the loss change is taken over), the last one too
+    P, Q = torch.softmax(intact.double(), -1), torch.softmax(edited.double(), -1)  # (T, vocab)
+    per_row = (P * (P / Q).log()).sum(-1)  # (T,)
+    assert torch.allclose(result.kl_positions, per_row, atol=1e-9) and result.kl_positions[-1] == pytest.approx(
+        result.effect.kl, abs=1e-9)
+    assert result.mean_kl == pytest.approx(float(per_row.mean()), abs=1e-9)
     assert float(result.block_change[1:].min()) > 0 and float(result.layer_change.max()) > 0
     assert result.arrays()["weights_after"].shape == (prep.src_ids.size(1),) * 2
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from transformer_core.text.compare import compare_counts
 from transformer_core.text.inputs import UNK, prepare
-from transformer_core.text.subset import is_merge_closed, merge_parts, subset_meta
+from transformer_core.text.subset import is_merge_closed, merge_parts, splits_a_character, subset_meta
 from transformer_core.text.tokenizer import BUNDLED, decode, load_encoding, tokenize
 from transformer_core.train.build import DEFAULT_MODEL
 from transformer_core.train.checkpoint import load_checkpoint
@@ -33,10 +33,57 @@ def default():
 
 def test_the_shipped_vocabulary_has_every_byte_and_is_merge_closed():
     sub, base = load_encoding(SUBSET), load_encoding("cl100k_base")
-    ranks = sub._mergeable_ranks
-    assert len(ranks) == json.loads((BUNDLED / f"{SUBSET}.json").read_text())["size"] == SIZE
-    assert all(base._mergeable_ranks[t] == r for t, r in ranks.items())  # cl100k_base's own ids
-    assert is_merge_closed(ranks, base._mergeable_ranks)
+    ranks, meta = sub._mergeable_ranks, json.loads((BUNDLED / f"{SUBSET}.json").read_text())
+    assert len(ranks) == meta["size"] == SIZE
+    first_new = max(base.max_token_value, *base._special_tokens.values()) + 1
+    old = {t: r for t, r in ranks.items() if r < first_new}
+    assert all(base._mergeable_ranks[t] == r for t, r in old.items())  # cl100k_base's own ids where it has the token
+    new = [t for t, r in ranks.items() if r >= first_new]
+    assert len(new) == meta.get("new_tokens", 0)
+    # a new token is a Chinese character cl100k_base spells in pieces, or the first two bytes of one
+    assert all(t.decode("utf-8", "ignore") == "" or len(t.decode("utf-8")) == 1 for t in new)
+    assert all(t not in base._mergeable_ranks or len(t) == 2 for t in new)
+    assert is_merge_closed(ranks, ranks)  # every token is what BPE with these ranks builds from its bytes
+    assert not any(splits_a_character(t) for t in ranks)  # no token holds a piece of a character beside another
+
+
+def test_words_and_characters_are_whole_and_every_byte_still_reads():
+    from transformer_core.train.everyday import SHARE_TARGETS, vocabulary_shares
+
+    shares = vocabulary_shares(SUBSET)
+    assert all(shares[k] >= target for k, target in SHARE_TARGETS.items()), shares
+    enc = load_encoding(SUBSET)
+    for text in ("今天天气很好，我们去公园散步吧。", "他昨天买了一本书", " Mary and John", " airport ticket"):
+        assert all(t.decode("utf-8", "strict") for t in map(enc.decode_single_token_bytes, enc.encode(text)))
+    assert enc.decode(enc.encode("龘 🙂 \x00 ẞ")) == "龘 🙂 \x00 ẞ"  # rarer characters: byte pieces, never ⟨unk⟩
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.characters(min_codepoint=0x4E00, max_codepoint=0x9FFF), min_size=1, max_size=12))
+def test_a_kept_chinese_character_is_never_cut_whatever_its_neighbours(text):
+    enc = load_encoding(SUBSET)
+    kept = {t.decode("utf-8") for t in enc._mergeable_ranks if len(t) == 3 and t.decode("utf-8", "ignore")}
+    at, cuts = 0, set()
+    for tok in enc.encode(text):
+        at += len(enc.decode_single_token_bytes(tok))
+        cuts.add(at)
+    offsets = [len(text[:i].encode("utf-8")) for i in range(len(text) + 1)]
+    for i, ch in enumerate(text):
+        if ch in kept:  # no token boundary inside it
+            assert not any(offsets[i] < c < offsets[i + 1] for c in cuts), (text, ch)
+
+
+def test_a_character_whole_vocabulary_drops_the_merges_that_cut_characters():
+    from transformer_core.text.subset import add_characters, character_whole
+
+    base = {t: r for t, r in load_encoding("cl100k_base")._mergeable_ranks.items() if r < 12_000}  # BPE's first
+    whole = character_whole(base)  # merges are merge-closed: a small base, the same rule
+    assert all(not splits_a_character(t) for t in whole) and is_merge_closed(whole, whole)
+    assert splits_a_character("的".encode() + "是".encode()[:1]) and not splits_a_character("的".encode()[:2])
+    chars = add_characters({bytes([b]): base[bytes([b])] for b in range(256)}, ["龘", "的"], whole, 200_000)
+    dragon = "龘".encode()  # not a cl100k_base token: a new one, after its first two bytes
+    assert chars[dragon] > chars[dragon[:2]] >= 200_000 > base["的".encode()] == chars["的".encode()]
+    assert is_merge_closed(chars, chars)
 
 
 def test_merge_parts_lists_the_tokens_bpe_builds_on_the_way():
@@ -100,6 +147,12 @@ def test_the_one_line_summary_quotes_the_card_s_own_figures(name):
                f"{trigram['english']:.2f}", f"{groups['english']['top1']:.0%}", f"{groups['chinese']['top1']:.0%}",
                f"{best['previous_token']:.2f}", f"{best['induction']:.2f}", card["everyday"]["continuation"]["text"]
                .strip().split()[0].strip(".")]
+    if "copy" in card["everyday"]:  # the copy rate and how whole its tokens are, where the card measured them
+        copy, shares = card["everyday"]["copy"], card["everyday"]["vocabulary"]
+        figures += [f"{copy['english sentences']['top1']:.0%}", f"{copy['english sentences']['median_p']:.2f}",
+                    f"{copy['chinese sentences']['top1']:.0%}", f"{shares['english_words_one_token']:.0%}",
+                    f"{shares['chinese_characters_whole']:.1%}", copy["cat"]["answer"]]
+        assert copy["cat"]["rank"] == 1  # the summary says the cat sentence's first guess is its answer
     for lang, line in card["summary"].items():
         for figure in figures:
             assert figure in line, (lang, figure)

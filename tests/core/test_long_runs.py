@@ -1,5 +1,6 @@
-"""What a long training run on a lent GPU needs: corpora packed for a machine with no network, a wall-time budget
+"""What a long training run on a GPU machine needs: corpora packed for a machine with no network, a wall-time budget
 that sets the steps, the best evaluated weights kept, bfloat16 autocast only where there is a GPU."""
+import threading
 from dataclasses import replace
 
 import pytest
@@ -10,7 +11,7 @@ from transformer_core.train import loop as training
 from transformer_core.train.build import main as build_main
 from transformer_core.train.cards import run_fields
 from transformer_core.train.corpus import TEXT
-from transformer_core.train.defaults import EVERYDAY, EVERYDAY_GPU, SHIPPED_LMS
+from transformer_core.train.defaults import EVERYDAY, EVERYDAY_GPU, EVERYDAY_WORDS, EVERYDAY_WORDS_GPU, SHIPPED_LMS
 from transformer_core.train.loop import TrainConfig, fit_budget, train
 
 TINY = dict(text=TEXT, d_model=16, n_heads=2, n_layers=1, dropout=0.0, eval_interval=0, seed=0, device="cpu",
@@ -110,6 +111,25 @@ def test_keep_best_ends_with_the_weights_of_the_lowest_held_out_loss(monkeypatch
         assert torch.equal(v, seen[best][k]), k
 
 
+def test_a_run_stopped_by_hand_keeps_its_best_weights_not_its_last(monkeypatch):
+    """Stop pressed at step 25: the evaluations at 0, 10 and 20 read 5.0, 3.0 and 4.0, and the last weights (a final
+    evaluation, 4.5) are worse than step 10's: the model holds step 10's weights (it kept its last before)."""
+    fake_evals(monkeypatch, [5.0, 3.0, 4.0, 4.5])
+    stop = threading.Event()
+    seen, record = weights_at({10})
+
+    def callback(p):
+        record(p)
+        if p.iteration == 25:
+            stop.set()
+
+    result = train(TrainConfig(**(TINY | {"eval_interval": 10}), max_iters=1000, keep_best=True), callback, stop)
+    assert result.stopped and result.iterations == 25 and result.best_step == 10
+    assert result.history.eval_steps == [0, 10, 20, 25] and result.history.val_loss[-1] == 4.5
+    for k, v in result.model.state_dict().items():
+        assert torch.equal(v, seen[10][k]), k
+
+
 def test_keep_best_needs_evaluations():
     with pytest.raises(training.TrainingError, match="needs evaluations") as info:
         train(TrainConfig(**TINY, max_iters=5, keep_best=True))
@@ -133,15 +153,24 @@ def test_amp_trains_on_cuda_and_the_card_names_the_gpu():
     assert run_fields(result)["device"] == f"cuda ({torch.cuda.get_device_name()})"
 
 
-def test_the_gpu_recipe_is_the_default_recipe_wider_and_longer():
+def test_the_gpu_recipe_is_the_bilingual_recipe_wider_and_longer():
     """Same vocabulary, corpora, depth, heads and context as the CPU recipe; only width and long-run settings."""
-    assert SHIPPED_LMS["everyday-gpt"]["gpu_config"] is EVERYDAY_GPU
     EVERYDAY_GPU.validate()
     changed = {k for k in vars(EVERYDAY) if getattr(EVERYDAY, k) != getattr(EVERYDAY_GPU, k)}
     assert changed == {"d_model", "d_ffn", "embed_std", "corpus_weights", "batch_size", "max_iters", "budget_s", "amp",
                        "dropout", "warmup", "eval_interval", "eval_iters", "keep_best", "device"}
     assert EVERYDAY_GPU.d_model % EVERYDAY_GPU.n_heads == 0
     assert EVERYDAY_GPU.warmup >= training.CALIBRATION_STEPS  # a rerun with the card's steps repeats the run
+
+
+def test_the_default_s_gpu_recipe_is_its_cpu_recipe_on_a_gpu():
+    """The default (whole words, warm-started): the GPU recipe changes only the device, batch and budget."""
+    assert SHIPPED_LMS["everyday-gpt"]["config"] is EVERYDAY_WORDS
+    assert SHIPPED_LMS["everyday-gpt"]["gpu_config"] is EVERYDAY_WORDS_GPU
+    EVERYDAY_WORDS_GPU.validate()
+    changed = {k for k in vars(EVERYDAY_WORDS) if getattr(EVERYDAY_WORDS, k) != getattr(EVERYDAY_WORDS_GPU, k)}
+    assert changed == {"device", "amp", "batch_size", "budget_s", "max_iters", "eval_interval", "eval_iters"}
+    assert EVERYDAY_WORDS.init_from and EVERYDAY_WORDS.encoding == "cl100k_words"
 
 
 def test_the_build_asks_which_model_for_the_gpu_recipe(capsys):
@@ -172,24 +201,6 @@ def test_a_trial_of_the_gpu_recipe_takes_more_steps_and_its_card_command_repeats
     more = replace(EVERYDAY_GPU, max_iters=20_000, budget_s=420.0)  # what the options set; the budget still fits
     assert fit_budget(more, 100, 2.0).max_iters == 20_000  # 0.02 s a step: all 20,000 fit in 420 s
     assert fit_budget(replace(more, budget_s=100.0), 100, 2.0).max_iters < 20_000
-
-
-def test_a_run_stopped_by_hand_keeps_its_last_weights_and_claims_no_kept_step(monkeypatch):
-    import threading
-
-    stop = threading.Event()
-    fake_evals(monkeypatch, [5.0, 3.0, 4.0])
-    seen, callback = weights_at({25})
-
-    def stop_at_25(p) -> None:
-        callback(p)
-        if p.iteration == 25:
-            stop.set()
-
-    result = train(TrainConfig(**(TINY | {"eval_interval": 10}), max_iters=30, keep_best=True), stop_at_25, stop)
-    assert result.stopped and result.iterations == 25 and result.best_step is None
-    for k, v in result.model.state_dict().items():
-        assert torch.equal(v, seen[25][k]), k
 
 
 def test_the_pack_command_writes_every_corpus_the_recipe_reads(tmp_path, monkeypatch, capsys):

@@ -49,7 +49,8 @@ def test_every_sample_round_trips_through_the_tokenizer(name):
         ex = task.sample(rng)
         for text in (ex.src, ex.tgt):
             if text:
-                assert load_encoding("cl100k_base").decode([task.vocab_map[i] for i in task.to_ids(text)]) == text
+                enc = load_encoding(getattr(task, "encoding", None) or "cl100k_base")
+                assert enc.decode([task.vocab_map[i] for i in task.to_ids(text)]) == text
         assert len(task.to_ids(ex.src)) + max(len(task.to_ids(ex.tgt)) - 1, 0) <= task.max_len
 
 

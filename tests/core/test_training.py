@@ -8,7 +8,8 @@ from transformer_core.errors import TrainingError
 from transformer_core.text.inputs import prepare
 from transformer_core.text.tokenizer import encode_by_line, load_encoding
 from transformer_core.train import loop as training
-from transformer_core.train.corpus import TEXT
+from transformer_core.train.corpus import CHINESE, TEXT
+from transformer_core.train.data import TextData, min_text_tokens
 from transformer_core.train.experiment import positional_experiment
 from transformer_core.train.loop import MAX_ITERS, TrainConfig, lr_at, train, train_text
 
@@ -40,7 +41,8 @@ def test_invalid_settings_raise_a_clear_training_error(changes, code, words):
 
 
 def test_text_too_short_for_the_context_says_how_many_tokens_it_needs():
-    with pytest.raises(TrainingError, match=r"too short: it has 5 tokens.*context length 16.*at least 86"):
+    # the first validation block (every fifth block of at least context + 1 = 17 tokens) must be whole: 5 × 17
+    with pytest.raises(TrainingError, match=r"too short: it has 5 tokens.*context length 16.*at least 85"):
         train_text("one two three four five")
 
 
@@ -83,7 +85,8 @@ def test_user_text_compacts_the_vocabulary_and_maps_back_to_the_real_tokens():
     result = train_text(text, max_iters=2, **TINY)
     enc = load_encoding("cl100k_base")
     ids = encode_by_line(enc, text)  # one line at a time, as the app then reads text for this model
-    train_ids = ids[: int(len(ids) * 0.8)]  # the vocabulary is the training split's (the last 20% is validation)
+    data = TextData(text, 16)  # the vocabulary is the training split's (every fifth block is validation)
+    train_ids = [i for a, b in data.runs["train"] for i in ids[a:b]]
     cfg = result.model.cfg
     assert cfg.vocab_size == len(set(train_ids)) + 1 < 1000  # and the unknown token, model id 0
     assert cfg.vocab_map[0] == -1 and set(cfg.vocab_map[1:]) == set(train_ids)
@@ -189,3 +192,37 @@ def test_training_attention_is_the_staged_formula(name):
     staged, staged_grads = loss_and_grads(True)
     assert torch.allclose(fast, staged, atol=1e-5)
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(fast_grads, staged_grads, strict=True))
+
+
+def test_the_split_interleaves_so_the_chinese_paragraph_at_the_end_is_in_both_splits():
+    """The default text is English with one Chinese paragraph at its end: a tail split put nearly all of it in
+    validation (71 of 101 validation tokens ⟨unk⟩). Every fifth block is validation instead."""
+    enc = load_encoding("cl100k_base")
+    ids = encode_by_line(enc, TEXT)
+    data = TextData(TEXT, 16)
+    chinese = set(encode_by_line(enc, CHINESE.strip())) - set(encode_by_line(enc, TEXT.replace(CHINESE, "")))
+    real = {s: [i for a, b in runs for i in ids[a:b]] for s, runs in data.runs.items()}
+    assert sorted(i for r in data.runs.values() for a, b in r for i in range(a, b)) == list(range(len(ids)))
+    assert abs(len(real["val"]) / len(ids) - 0.2) < 0.02 and len(data.runs["val"]) >= 4
+    for split in ("train", "val"):
+        assert len(set(real[split]) & chinese) >= 10, split  # Chinese tokens on both sides
+    tail = ids[int(len(ids) * 0.8):]
+    tail_unk = sum(i not in set(ids[: int(len(ids) * 0.8)]) for i in tail) / len(tail)
+    n_unk, n_val = data.val_unk
+    assert n_val == len(real["val"]) and n_unk == sum(i not in set(real["train"]) for i in real["val"])
+    assert n_unk / n_val < tail_unk - 0.2  # far fewer ⟨unk⟩ than the tail split (0.70 there)
+    assert (data.splits["val"] == 0).sum() == n_unk  # model id 0 is ⟨unk⟩
+
+
+@pytest.mark.parametrize(("context", "fraction"), [(16, 0.2), (16, 0.3), (8, 0.5), (4, 0.05)])
+def test_windows_never_cross_two_blocks_and_the_shortest_text_fits_a_window_in_each_split(context, fraction):
+    n = min_text_tokens(context, fraction)
+    text = " ".join(f"w{i}" for i in range(n))  # about one token a word, more than n tokens
+    data = TextData(text, context, val_fraction=fraction)
+    for split, runs in data.runs.items():
+        assert len(data.starts[split]), split
+        ends = torch.tensor([b - a for a, b in runs]).cumsum(0)
+        for s in data.starts[split].tolist():  # a window s .. s + context lies in one run
+            assert torch.searchsorted(ends, s, right=True) == torch.searchsorted(ends, s + context, right=True)
+    with pytest.raises(TrainingError, match="too short"):
+        TextData(" ".join(["x"] * 3), context, val_fraction=fraction)

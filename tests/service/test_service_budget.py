@@ -131,7 +131,7 @@ def test_cut_to_fit_cuts_what_does_not_fit_and_names_the_limit_when_nothing_does
 
 
 def test_five_big_traces_at_once_take_at_most_the_budget(server_env):
-    """The issue's case: five sessions tracing 1000 tokens of the course preset (8.8 GB before): each reserves its
+    """Five sessions at once tracing 1000 tokens of the course preset (8.8 GB before): each reserves its
     estimate, the budget never holds more than its total, and the ones that cannot wait are told the server is busy."""
     server_env(TRANSFORMER_EXPLORER_MEMORY_BUDGET_MB=3072)
     cfg = PRESETS["course-base"]

@@ -144,3 +144,14 @@ def test_broken_files_in_the_checkpoints_folder_are_skipped_and_reported_once(al
                                                                 "no-arch"]  # once each
     with pytest.raises(ModelSourceError):
         catalog.load("user:no-weights", "cpu", viewer=ALICE)
+
+
+def test_a_shipped_model_is_found_by_its_plain_name():
+    """What a link's `?model=dates-zh` opens: the key of the one model that name names, for any viewer."""
+    from service import catalog
+
+    assert catalog.resolve("dates-zh") == "shipped:dates-zh" == catalog.resolve("shipped:dates-zh")
+    assert catalog.resolve("modern-gpt") == "shipped:modern-gpt"
+    assert catalog.resolve("course-gpt") == "preset:course-gpt@cl100k_base"
+    assert catalog.resolve("no-such-model") is None
+    assert all(catalog.resolve(e.key) == e.key for e in catalog.entries())

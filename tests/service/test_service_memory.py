@@ -135,7 +135,7 @@ def test_keeping_one_layer_costs_less_than_keeping_all_and_more_than_none():
     cfg = PRESETS["course-base"]
     all_, one, none = (memory.trace_bytes(cfg, 1000, keep=k) for k in (memory.KEEP_ALL, 0, memory.KEEP_NONE))
     assert all_ > one > none
-    # the figure: a 1000-token trace of the course preset is about 1.1 GB; pages keep one layer's heads
+    # a 1000-token trace of the course preset is about 1.1 GB; pages keep one layer's heads
     assert 1.0e9 < one < 2.0e9
 
 

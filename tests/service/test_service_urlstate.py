@@ -29,12 +29,13 @@ def test_no_parameters_give_every_default():
 def test_good_values_are_typed():
     values, notices = parse({"model": "shipped:reverse", "text": "d a c b", "tgt": "= b c a", "enc": "r50k_base",
                              "lang": "zh", "layer": "1", "head": "3", "block": "cross", "mask": "causal",
-                             "scale": "log", "T": "0.7", "k": "40", "p": "0.9", "seed": "42", "gen": "5,0,17"},
+                             "scale": "log", "T": "0.7", "k": "40", "p": "0.9", "seed": "42", "gen": "5,0,17",
+                             "nlayer": "2", "neuron": "1449"},
                             models=MODELS)
     assert notices == []
     assert values == {"model": "shipped:reverse", "text": "d a c b", "tgt": "= b c a", "enc": "r50k_base",
                       "lang": "zh", "layer": 1, "head": 3, "block": "cross", "mask": "causal", "scale": "log",
-                      "T": 0.7, "k": 40, "p": 0.9, "seed": 42, "gen": (5, 0, 17)}
+                      "T": 0.7, "k": 40, "p": 0.9, "seed": 42, "gen": (5, 0, 17), "nlayer": 2, "neuron": 1449}
 
 
 @pytest.mark.parametrize(("name", "raw", "code"), [
@@ -61,6 +62,8 @@ def test_good_values_are_typed():
     ("gen", "1,,2", "url_value"),
     ("gen", ",".join(["1"] * 300), "url_value"),
     ("gen", "99999999", "url_value"),
+    ("neuron", "-1", "url_value"),
+    ("nlayer", "256", "url_value"),
     ("text", "x" * (urlstate.MAX_TEXT_CHARS + 1), "url_text_too_long"),
     ("tgt", "字" * (urlstate.MAX_TEXT_CHARS + 1), "url_text_too_long"),
     ("model", "user:m-ffffffffffffffff", "url_model_unknown"),  # not one the viewer may open
@@ -151,3 +154,27 @@ def test_every_link_fits_and_parses_back(text, tgt, layer, gen):
     for name in ("text", "tgt", "layer", "gen"):
         if name not in link.left_out:
             assert back[name] == (values[name] if values[name] != () else urlstate.PARAMS[name].default)
+
+
+def test_a_link_may_name_a_model_by_its_plain_name_where_that_names_one():
+    """Before: `?model=dates-zh` or `?model=modern-gpt` opened the default ("not available to you here"); only
+    `shipped:dates-zh` worked. A key, the key's name after its kind (without a preset's encoding) or the label
+    opens the model it names; a name two models share opens the default and says which models it could be."""
+    models = {"shipped:dates-zh": "dates-zh", "shipped:modern-gpt": "modern-gpt", "shipped:copy": "copy",
+              "preset:course-gpt@cl100k_base": "course-gpt", "gpt2:small": "GPT-2 small",
+              "user:m-0123456789abcdef": "copy"}
+    for raw, key in [("dates-zh", "shipped:dates-zh"), ("modern-gpt", "shipped:modern-gpt"),
+                     ("shipped:dates-zh", "shipped:dates-zh"), ("Dates-ZH", "shipped:dates-zh"),
+                     ("course-gpt", "preset:course-gpt@cl100k_base"),
+                     ("course-gpt@cl100k_base", "preset:course-gpt@cl100k_base"), ("GPT-2 small", "gpt2:small"),
+                     ("small", "gpt2:small"), ("m-0123456789abcdef", "user:m-0123456789abcdef")]:
+        values, notices = parse({"model": raw}, models=models)
+        assert (values["model"], notices) == (key, []), raw
+        assert parse({"model": raw}, models=list(models))[0]["model"] == key or raw in ("GPT-2 small", "Dates-ZH")
+    values, notices = parse({"model": "copy"}, models=models)
+    assert values["model"] is None and codes(notices) == ["url_model_ambiguous"]
+    assert "shipped:copy, user:m-0123456789abcdef" in notices[0].text("en") and notices[0].text("zh")
+    for raw in ("gpt", "dates", "x" * 500, "shipped:nope", ""):
+        values, notices = parse({"model": raw}, models=models)
+        assert values["model"] is None and codes(notices) == ["url_model_unknown"], raw
+    assert "err.url_model_ambiguous" in MESSAGES

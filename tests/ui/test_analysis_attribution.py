@@ -238,51 +238,6 @@ def test_cells_show_small_changes_with_two_significant_digits():
     assert signed_format(0.0) == "+.2f"
 
 
-def test_neuron_index_snippets_are_the_neurons_largest_activations_recomputed():
-    """The shipped index against a plain forward over the same held-out text with a hook on the FFN's activation."""
-    from pathlib import Path
-
-    from transformer_core.analysis.neurons import build_index, load_index, output_tokens, top_snippets
-    from transformer_core.text.inputs import model_text
-
-    folder = Path(__file__).resolve().parents[2] / "assets" / "models" / "everyday-gpt"
-    model = catalog.load("shipped:everyday-gpt", "cpu")[0]
-    index = load_index(folder)
-    assert index is not None and index.acts.shape == (model.cfg.n_layers, model.cfg.d_ffn, 8)
-    rebuilt = build_index(model, [p.read_text(encoding="utf-8") for p in sorted(folder.glob("heldout_*.txt"))])
-    assert np.array_equal(rebuilt.ids, index.ids) and np.abs(rebuilt.acts.astype(float) - index.acts).max() < 2e-2
-    layer, neuron = 2, 17
-    seen = {}
-    handle = model.decoder.layers[layer].ffn.act.register_forward_hook(lambda m, i, o: seen.update(h=o[0, :, neuron]))
-    chunk, pos = (int(x) for x in index.where[layer, neuron, 0])
-    with torch.no_grad():
-        model(torch.tensor(index.ids[chunk:chunk + 1], dtype=torch.long))
-    handle.remove()
-    assert float(seen["h"].max()) == pytest.approx(float(index.acts[layer, neuron, 0]), abs=2e-2)
-    assert int(seen["h"].argmax()) == pos
-    snippets = top_snippets(model, index, layer, neuron)
-    assert snippets[0].activation == pytest.approx(float(seen["h"].max()), abs=2e-2)
-    for s, (c, _) in zip(snippets, index.where[layer, neuron], strict=True):  # the held-out text itself, no labels
-        if "\u00a0" not in s.tokens[s.fire] and "‹" not in s.tokens[s.fire]:  # a whole token (not a byte piece)
-            assert s.before + s.tokens[s.fire] + s.after in model_text(model, index.ids[int(c)])
-    up, down = output_tokens(model, layer, neuron, k=3)
-    direct = model.out.weight.detach() @ model.decoder.layers[layer].ffn.linear2.weight[:, neuron].detach()
-    assert [i for i, _ in up] == direct.topk(3).indices.tolist()
-    assert [i for i, _ in down] == (-direct).topk(3).indices.tolist()
-
-
-def test_ffn_page_reads_a_neuron():
-    with no_pages_dir_mode():
-        at = open_app("ffn", model="shipped:everyday-gpt", text=TEXT)
-        assert not at.exception and not at.error
-        snippets = next(df.value for df in at.dataframe if "before" in df.value.columns)
-        assert len(snippets) == 8 and snippets["activation"].is_monotonic_decreasing
-        # running text either side (whole characters, line breaks shown), never the tokens' piece labels joined
-        sides = "".join(snippets["before"]) + "".join(snippets["after"])
-        assert "\u00a0" not in sides and "‹" not in sides and "\n" not in sides
-        assert figure(at, "nr_on_text")["data"][0]["type"] == "bar"
-
-
 @pytest.mark.parametrize("key", ["shipped:everyday-gpt", "preset:course-gpt-modern@cl100k_base"])
 def test_residual_patching_grid_equals_one_patch_at_a_time_by_hooks(key):
     """The batched grid against single patches done with plain forward hooks on the decoder layers (the modern

@@ -53,7 +53,7 @@ def set_text(at, text: str) -> None:
 
 def test_app_registers_the_whole_model_the_steps_and_the_tools():
     names = [Path(p).stem.split("_", 1)[1] for p in PAGES]
-    assert names[:7] == ["home", "tokenizer", "embeddings", "attention", "ffn", "logits", "model"]
+    assert names[:8] == ["home", "demos", "tokenizer", "embeddings", "attention", "ffn", "logits", "model"]
     assert names[-1] == "train" and len(set(names)) == len(names)
 
 

@@ -113,3 +113,21 @@ def test_dark_tick_labels_a_chart_sets_for_a_light_page_turn_light_on_the_dark_o
     assert light["yaxis"]["tickfont"]["color"] == "#222"
     assert dark["xaxis"]["tickfont"]["color"] == "#d62728"  # a colour that reads on both is left alone
     assert dark["yaxis2"]["tickfont"]["color"] == PALETTES["dark"][0]  # the look's own grey stays
+
+
+@pytest.mark.parametrize("kind", ["light", "dark"])
+def test_attention_thumbnails_label_each_head_in_the_page_s_text_colour_at_a_readable_size(kind):
+    """The thumbnails' labels were about 8 px (a <sup>) in the charts' grey: each is now a line of its own at 12 px
+    in the page's text colour (a colour a chart chose itself stays)."""
+    import numpy as np
+
+    from ui.panels import thumbnails
+
+    fig = thumbnails([np.eye(3)] * 3, ["head 0<br>previous token 0.91", "head 1<br>itself 0.60", "head 2"], cols=3,
+                     selected=1)
+    sent = themed(fig.to_plotly_json(), kind)
+    notes = sent["layout"]["annotations"]
+    assert len(notes) == 3 and all(n["font"]["size"] >= 11 and "<sup>" not in n["text"] for n in notes)
+    assert all(n["font"]["color"] == PALETTES[kind][2] for n in notes)  # the page's text colour, not the grey
+    own = themed({"data": [], "layout": {"annotations": [{"text": "x", "font": {"color": "red"}}]}}, kind)
+    assert own["layout"]["annotations"][0]["font"] == {"color": "red"}

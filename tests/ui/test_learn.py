@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.apptest import figure, harness_language, no_pages_dir_mode, open_app
+from harness.apptest import array, figure, harness_language, no_pages_dir_mode, open_app
 from service import catalog
 from transformer_core.analysis.heads import default_length, induction_batch, vocab_ids
 from transformer_core.train.snapshots import N_SNAPSHOTS, load_snapshot, load_steps, phases
@@ -99,3 +99,72 @@ def test_learn_page_states_the_phases_it_reads_off_the_curves(data):
     text = next(m.value for m in at.markdown if m.value.startswith("**What the curves show:**"))
     assert f"step **{found['steepest_drop']}**" in text and f"step **{found['induction_half']}**" in text
     assert f"**{found['icl_final']:.2f}**" in text
+
+
+def test_the_default_view_is_the_best_induction_head_once_formed_and_its_map_shows_the_stripe(data):
+    """Before: the page opened on step 78, layer 1 head 3, whose map was a column on one key, under a caption
+    describing the induction stripe. It opens on the last layer's best head (highest final induction score) at the
+    first snapshot where that head reached 90% of it, and the stripe the caption names is on that map: each
+    second-copy row's weight on the letter after its earlier occurrence, recomputed here."""
+    from harness.apptest import EN
+    from transformer_core import trace_text
+    from transformer_core.train.snapshots import default_view
+
+    step, layer, head = default_view(data)
+    final = data["measures"][str(data["steps"][-1])]["induction"]
+    assert (layer, head) == (len(final) - 1, int(np.argmax(final[-1])))
+    with no_pages_dir_mode(), harness_language("zh"):
+        at = open_app("learn", lang="zh")
+    assert not at.exception
+    assert (at.select_slider(key="learn_step_v").value, at.selectbox(key="learn_layer").value,
+            at.selectbox(key="learn_head").value) == (step, layer, head)
+    text = at.text_input(key="learn_text").value
+    heat = figure(at, "learn_heat")
+    base = catalog.load("shipped:induction-steps", "cpu")[0]
+
+    def stripe(at_step: int) -> tuple[float, float]:
+        _, trace = trace_text(load_snapshot(base, FOLDER, at_step), text)
+        w = trace.attention("dec_self", layer).weights[0, head]  # (T, T)
+        L = w.size(0) // 2
+        q, k = L + torch.arange(L), torch.arange(1, L + 1)  # the 2nd copy's rows -> the letter after the 1st copy
+        return float(w[q, k].mean()), float((w[q].argmax(-1) == k).float().mean())
+
+    shown = np.nan_to_num(array(heat["data"][0]["z"]))
+    _, trace = trace_text(load_snapshot(base, FOLDER, step), text)
+    assert np.allclose(shown, trace.attention("dec_self", layer).weights[0, head].numpy(), atol=1e-3)
+    mean, rows = stripe(step)
+    assert mean > 0.5 and rows >= 0.8, (mean, rows)  # the stripe below the diagonal, in (nearly) every row
+    before, _ = stripe(data["steps"][0])
+    assert before < 0.3  # "move the slider back ... the stripe is not there"
+    assert "diagonal" in EN["learn_heat_hint"] and "parallel" in EN["learn_heat_hint"]
+
+
+def test_layer_0_induction_is_greyed_and_what_its_score_is_made_of_is_measured(data):
+    """A layer-0 head cannot do induction; its score (about 0.3 around steps 40-100) is looking a few tokens back
+    plus avoiding its own token. The caption's numbers are recomputed here through forward hooks."""
+    from harness.apptest import EN
+    from transformer_core.analysis.heads import unrepeated_batch
+
+    step = data["steps"][7]  # step 42: layer-0 scores near 0.3
+    with no_pages_dir_mode():
+        at = open_app("learn", lang="en")
+        at.select_slider(key="learn_step_v").set_value(step).run()
+    assert not at.exception
+    ind = figure(at, "learn_ind")["data"]
+    assert {tr["line"].get("color") for tr in ind[:4]} == {"#9e9e9e"} and all("color" not in tr["line"]
+                                                                               for tr in ind[4:])
+    model = load_snapshot(catalog.load("shipped:induction-steps", "cpu")[0], FOLDER, step)
+    L = default_length(model)
+    probe, plain = (weights_by_hooks(model, b(vocab_ids(model), L, 16, 0))[0][0] for b in (induction_batch,
+                                                                                          unrepeated_batch))
+    q = L + torch.arange(L - 1)
+    cells = {name: w[:, :, q, q - L + d].mean((0, 2)) for name, w, d in (
+        ("score", probe, 1), ("control", plain, 1), ("own", probe, 0), ("own_control", plain, 0))}
+    head = int(np.argmax(data["measures"][str(step)]["induction"][0]))
+    assert float(cells["score"][head]) == pytest.approx(data["measures"][str(step)]["induction"][0][head], abs=2e-3)
+    note = EN["learn_ind_l0"].format(step=step, head=head, off=L - 1,
+                                     **{k: float(v[head]) for k, v in cells.items()})
+    assert note in [c.value for c in at.caption]
+    assert cells["own"][head] < cells["own_control"][head]  # it avoids its own token
+    assert cells["control"][head] > 1.5 / (2 * L)  # and looks a few tokens back more than a uniform head would
+    assert "no induction in layer 0" in EN["learn_heat_title_l0"]

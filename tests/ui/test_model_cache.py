@@ -1,5 +1,5 @@
 """The model cache is bounded by bytes, shared by every session: one session opening every preset on every shipped
-encoding cannot take the server past the cache's size (issue 27's many-models session)."""
+encoding cannot take the server past the cache's size."""
 import gc
 import resource
 

@@ -74,6 +74,11 @@ def test_ffn_page_shows_swiglu_gate_up_product_and_both_norms():
     assert gu.top == sorted(range(gate.numel()), key=lambda i: -abs(float(hidden[i])))[:12]
     shown = next(df.value for df in at.dataframe if "gate ⊙ up" in df.value.columns)
     assert list(shown.iloc[:, 0]) == gu.top
+    # SiLU is no 0-1 gate: the text says so, and cites this token's range and share recomputed from the hooks
+    said = next(m.value for m in at.markdown if m.value.startswith("This FFN is gated"))
+    assert "not a 0-to-1 switch" in said and "gates open" not in said
+    assert f"runs from {float(gate.min()):.2f} to {float(gate.max()):.2f}" in said
+    assert f"{float((gate.abs() > GATE_OPEN).float().mean()) * 100:.0f}% of the units have |SiLU(gate·x)| above" in said
     # both norms of the FFN's input, against torch's own modules (an independent path)
     x = trace[act_name("addnorm_in", layer=0, block="dec_ffn", cross=False)][0, pos]
     pair = norm_pair(x, 1e-5)
@@ -184,7 +189,7 @@ def test_ffn_page_exports_the_neuron_it_reads():
     from transformer_core import trace_text
     from transformer_core.analysis.neurons import read_neuron, shipped_index
 
-    at = open_app("ffn", model="shipped:everyday-gpt", text=TEXT)
+    at = open_app("ffn", model="shipped:modern-gpt", text=TEXT)
     assert not at.exception, at.exception
     assert not any("xp_npz_neuron" in b.proto.id for b in at.get("download_button"))  # built when opened
     open_export(at, "neuron")
@@ -193,11 +198,13 @@ def test_ffn_page_exports_the_neuron_it_reads():
     ns = {}
     exec(compile(code, "neuron snippet", "exec"), ns)  # the snippet the page shows recomputes the page's reading
     layer, neuron = (int(x) for x in ns["arrays"]["layer_neuron"])
-    model, _ = catalog.load("shipped:everyday-gpt", "cpu")[:2]
-    reading = read_neuron(model, trace_text(model, TEXT)[1], layer, neuron, shipped_index("everyday-gpt"))
-    assert np.allclose(ns["arrays"]["on_text"], reading.on_text) and len(reading.snippets) == 8
-    shown = next(df.value for df in at.dataframe if "before" in df.value.columns)
-    assert list(shown["before"]) == list(ns["arrays"]["snippet_before"])
+    model, _ = catalog.load("shipped:modern-gpt", "cpu")[:2]
+    reading = read_neuron(model, trace_text(model, TEXT)[1], layer, neuron, shipped_index("modern-gpt"))
+    assert np.allclose(ns["arrays"]["on_text"], reading.on_text) and len(reading.snippets) >= 20
+    assert list(ns["arrays"]["snippet_before"]) == [s.before for s in reading.snippets]
+    assert np.array_equal(ns["arrays"]["histogram_counts"], reading.histogram.counts)
+    shown = next(h.proto.body for h in at.get("html") if "nr-examples" in h.proto.body)
+    assert shown.count("border-bottom") == len(reading.snippets)  # one row per example
 
 
 def test_ffn_page_checks_a_layernorm_with_its_bias_against_torch():
@@ -257,3 +264,41 @@ def test_architecture_rows_for_any_head_count():
     rows = {r.part: r for r in architecture_rows(cfg)}
     assert rows["attention"].this == ("arch_attn_gqa", {"h": 9, "kv": 3}) and rows["attention"].changed
     assert all(r.changed for r in rows.values())
+
+
+def test_the_tokens_a_neuron_writes_towards_and_against_explain_their_byte_pieces():
+    """"Writes against" listed byte tokens ("‹E7 A1›") unexplained: a caption says what a piece of a character is
+    and, for each piece listed, which characters it can begin (recomputed here from its bytes) or that it ends one."""
+    from transformer_core import load_model
+    from transformer_core.analysis.neurons import output_tokens
+    from transformer_core.text.inputs import real_ids, token_labels
+    from transformer_core.text.tokenizer import load_encoding, token_bytes
+    from ui.figures import visible
+
+    model, _ = load_model("everyday-gpt")
+    enc = load_encoding(model.cfg.encoding)
+    up, down = output_tokens(model, 0, 1, 10)  # neuron 1 of layer 0 writes towards / against pieces of characters
+    ids = [i for i, _ in up + down]
+    raws = [token_bytes(enc, r) for r in real_ids(model, ids)]
+    at = open_app("ffn", model="shipped:everyday-gpt", text="我们今天去公园散步")
+    at.selectbox(key=f"nr_layer_{model.cfg.n_layers}").set_value(0).run()
+    at.number_input(key=f"nr_neuron_{model.cfg.d_ffn}").set_value(1).run()
+    assert not at.exception
+    note = next(c.value for c in at.caption if c.value.startswith("A token in ‹ › is only part of a character"))
+    checked = 0
+    for raw, label in zip(raws, token_labels(model, ids), strict=True):
+        try:
+            raw.decode("utf-8")
+            continue
+        except UnicodeDecodeError:
+            pass
+        lead = max((k for k, b in enumerate(raw) if b & 0xC0 != 0x80), default=None)
+        if lead is None:
+            assert f"`{visible(label)}` is the end of a character" in note
+        else:  # every character whose UTF-8 starts with the piece's last bytes
+            tail = raw[lead:]
+            chars = [chr(c) for c in range(0x80, 0x110000) if not 0xD800 <= c < 0xE000
+                     and chr(c).encode("utf-8").startswith(tail)]
+            assert f"`{visible(label)}` begins one of {len(chars):,} characters, {chars[0]} to {chars[-1]}" in note
+        checked += 1
+    assert checked >= 2

@@ -452,3 +452,65 @@ def test_right_to_left_tokens_are_isolated_so_labels_keep_their_order():
     ticks = figure(at, "att_main")["layout"]["yaxis"]["ticktext"]
     assert all(re.fullmatch(r"\d+ ‘.*’", t) for t in ticks)
     assert any("\u2068" in t and t.index("\u2068") < t.index("\u2069") for t in ticks)
+
+
+def expected_look(records) -> str:
+    """ui.guidance.attention_hint's line, recomputed from the records (the two clearest labelled heads)."""
+    from harness.apptest import EN
+
+    best = sorted((r for r in records if r.label), key=lambda r: -r.strength)[:2]
+    if not best:
+        return EN["look_attention_none"]
+    return EN["look_attention"].format(heads=EN["look_list_sep"].join(
+        EN["look_head"].format(layer=r.layer, head=r.head, kind=EN[f"head_kind_{r.label}"], score=r.strength)
+        for r in best))
+
+
+def expected_verdict(record) -> str:
+    from harness.apptest import EN
+
+    if record.label is None:
+        return EN["head_what_none"].format(head=record.head)
+    return EN["head_what"].format(head=record.head, kind=EN[f"head_kind_{record.label}"],
+                                  score=record.scores[record.label])
+
+
+def test_the_translator_s_target_follows_its_text_and_every_verdict_is_recomputed_from_its_map():
+    """dates-zh, before: on "4817" the decoder read the last example's "=2026年11月23日", and the look-for box
+    called that 8 x 2 map "diagonal (same position)"; on "23 November 2026" head 0 read "no single clear pattern"
+    beside an alignment table aligning 4 of 4 fields. The target now follows the text (the model's own greedy
+    answer), "diagonal" needs a square map, and each verdict is the label of the scores recomputed here."""
+    from harness.apptest import EN
+    from transformer_core import load_model, trace_text
+    from transformer_core.analysis.alignment import prep_rows
+    from transformer_core.analysis.heads import label_block
+    from transformer_core.train.translation import translate
+
+    model, _ = load_model("dates-zh")
+    at = open_app(PAGE, model="shipped:dates-zh", text="4817", lang="en")  # a link with a text and no target
+    assert_clean(at)
+    for text in ("4817", "23 November 2026"):
+        if text != at.session_state["text"]:
+            at.sidebar.text_area(key="text").set_value(text).run()
+            assert_clean(at)
+        tgt = at.session_state["tgt"]
+        assert tgt == "=" + translate(model, text)
+        prep, trace = trace_text(model, text, tgt)
+        w = trace.attention("cross", 0).weights  # the page opens on cross-attention, layer 0, head 0
+        records = label_block("cross", 0, w, prep=prep)
+        infos = [i.value for i in at.info]
+        assert expected_look(records) in infos[0], (infos[0], expected_look(records))
+        assert any(i.startswith(expected_verdict(records[0])) for i in infos), infos
+        if w.size(-2) != w.size(-1):
+            assert "diagonal" not in " ".join(infos)
+    rows = prep_rows(prep, w[0, 0])  # "23 November 2026": the alignment table of head 0 and its verdict agree
+    hits = sum(r["hit"] for r in rows)
+    assert hits == len(rows) == 4 and records[0].label == "fields" and records[0].scores["fields"] == 1.0
+    assert any(f"{hits} of {len(rows)} output date tokens" in c.value for c in at.caption)
+    assert EN["head_does_fields"] in " ".join(i.value for i in at.info)
+    at.sidebar.text_area(key="tgt").set_value("=2026年1月2日").run()  # a target typed by hand stays
+    assert at.session_state["tgt"] == "=2026年1月2日"
+    at.selectbox(key="head").set_value(2).run()
+    assert at.session_state["tgt"] == "=2026年1月2日"
+    at.sidebar.text_area(key="text").set_value("5 May 2031").run()  # until the text changes
+    assert at.session_state["tgt"] == "=" + translate(model, "5 May 2031")

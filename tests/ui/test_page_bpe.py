@@ -3,6 +3,7 @@ last step is the token, the text's tokens and merge counts equal tiktoken's; bad
 import re
 
 import numpy as np
+import pytest
 
 from harness.apptest import (
     EN,
@@ -125,3 +126,40 @@ def test_chinese_chips_and_bars_show_characters_not_bytes():
     assert chips == ["我", "踩\u00a01/3", "踩\u00a02/3", "踩\u00a03/3", "着\u00a01/2", "着\u00a02/2", "地", "雷", "了"]
     labels = figure(at, "bpe_merges")["data"][0]["y"]
     assert not any("<0x" in str(x) for x in labels) and any("踩\u00a02/3" in str(x) for x in labels)
+
+
+def look_caption(at) -> str:
+    return next(c.value for c in at.caption if c.value.startswith(EN["bpe_look_intro"]))
+
+
+@pytest.mark.parametrize("model", ["shipped:everyday-gpt", SMALL])
+def test_what_to_look_for_is_built_by_the_model_s_own_encoding(model):
+    """The hint said "' hello' is built in 5 merges (… rank 24748 last)" on a model whose vocabulary spells it
+    ␣h|el|lo and has no token 24748: every figure now comes from the model's encoding, recomputed here with
+    tiktoken's own encoder and ranks."""
+    at = open_app(PAGE, model=model, lang="en")
+    assert_clean(at)
+    encoding = at.session_state["enc"] if model.startswith("preset") else "cl100k_2k"
+    enc = load_encoding(encoding)
+    ranks = enc._mergeable_ranks
+    text = look_caption(at)
+    for word in (" hello", " Transformer"):
+        parts = [enc.decode_single_token_bytes(i) for i in enc.encode_ordinary(word)]
+        raw = word.encode()
+        first = min(ranks[raw[i:i + 2]] for i in range(len(raw) - 1) if raw[i:i + 2] in ranks)
+        merges = sum(len(p) - 1 for p in parts)
+        if len(parts) == 1:
+            assert f"‘{visible(word)}’ is one token" in text and f"{merges} merges" in text
+            if word == " hello":
+                assert f"at rank {first} first, the whole token at rank {ranks[raw]} last" in text
+        else:
+            shown = " · ".join(f"‘{visible(p.decode())}’" for p in parts)
+            assert (f"‘{visible(word)}’ is {len(parts)} tokens in {encoding}, {shown}, built by {merges} merges" in text
+                    or f"‘{visible(word)}’ is {len(parts)} tokens, {shown}, built by {merges} merges" in text)
+            assert f"at rank {first} first" in text
+    common = next(c for c in "的是人我中" if len(enc.encode_ordinary(c)) == 1)
+    assert f"such as {common} is 3 bytes and one token after 2 merges" in text
+    if model == "shipped:everyday-gpt":
+        assert "24748" not in text and "‘␣h’ · ‘el’ · ‘lo’" in text
+    else:
+        assert "rank 24748 last" in text

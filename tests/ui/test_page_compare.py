@@ -1,6 +1,7 @@
 """Compare page through the real app: both texts' next token, per-token surprise and one head's attention equal
 compare() and the model's own numbers, the differences are marked; bad text B gives messages; Chinese."""
 import re
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -20,8 +21,9 @@ from harness.apptest import (
     page_file,
     shown_texts,
 )
-from transformer_core import act_name, load_model, prepare, run, run_with_trace
+from transformer_core import act_name, load_model, prepare, run, run_with_trace, token_labels
 from transformer_core.analysis.compare import compare
+from ui.figures import visible
 
 PAGE = "compare"
 A, B = "d a c b g f d a c", "d a c b g f d a b"
@@ -55,7 +57,10 @@ def test_repeat_with_one_letter_changed_equals_compare_and_the_model():
         bars = figure(at, f"cmp_next_{'ab'[which]}")["data"][0]
         np.testing.assert_allclose(array(bars["x"]), torch.topk(probs[-1], 10).values, atol=1e-6)
     assert chips(at, 1)[0][-1] < 0.01  # the changed letter is a surprise
-    assert chips(at, 1)[1].count("2px solid #c0392b") == 0  # same letters, other order: nothing only in B
+    # B has ' b' twice and ' c' once (A the reverse): its second ' b' is the occurrence beyond A's count
+    assert re.findall(r"2px solid #c0392b[^>]*>([^<]*)<", chips(at, 1)[1]) == ["␣b"]
+    said = " ".join(m.value for m in at.markdown)
+    assert "Tokens A has more often: ‘␣c’ (2 in A, 1 in B). Tokens B has more often: ‘␣b’ (2 in B, 1 in A)." in said
     name = act_name("weights", layer=1, block="dec_self", cross=False)
     w_a = run_with_trace(model, pa.src_ids, names=[name])[1][name][0, 3].numpy()
     w_b = run_with_trace(model, pb.src_ids, names=[name])[1][name][0, 3].numpy()
@@ -90,7 +95,7 @@ def test_different_lengths_and_tokens_only_in_one_text_are_marked():
     assert "‘␣cat’" in text and "‘␣dog’" in text
     marked = re.findall(r"2px solid #c0392b[^>]*>([^<]*)<", chips(at, 0)[1])
     assert marked == ["the", "␣cat"]  # B has ' the' (with its space), not 'the', and no ' cat'
-    assert "‘the’, ‘␣cat’" in text
+    assert "‘the’ (1 in A, 0 in B), ‘␣cat’ (1 in A, 0 in B)" in text
     table = next(d for d in at.dataframe if EN["cmp_col_p_a"] in d.value.columns)
     assert table.value[EN["cmp_col_token_a"]].isna().sum() == 3  # A is 3 tokens shorter than B
     assert table.proto.placeholder == "—"  # a missing cell reads "—", not a grey "None"
@@ -143,3 +148,57 @@ def test_the_try_buttons_load_the_experiments_their_caption_describes():
     assert (ss["model"], ss["text"], ss["tgt"]) == ("shipped:reverse", "d a c b", "= b c a")
     assert (ss["cmp_text_b"], ss["cmp_tgt_b"]) == ("b c a d", "= d a c b")
     assert at.text_area(key="cmp_text_b").value == "b c a d"
+
+
+IOI_A = "When Mary and John went to the store, John gave a drink to"
+IOI_B = "When Mary and John went to the store, Mary gave a drink to"
+
+
+def test_tokens_are_compared_as_multisets_and_a_picked_pair_is_scored_after_both_texts():
+    """B has ' Mary' twice and ' John' once, A the reverse: the page said "A and B use the same tokens (perhaps in
+    another order)". It now counts them; and the learner's own pair (' Mary', ' John') is scored after A and B by
+    log p, recomputed here from the model's logits."""
+    at = open_app(PAGE, model="shipped:everyday-gpt", text=IOI_A, lang="en")
+    at.text_area(key="cmp_text_b").set_value(IOI_B).run()
+    assert_clean(at)
+    text = " ".join(m.value for m in at.markdown)
+    assert EN["cmp_same_tokens"] not in text
+    model, _ = load_model("everyday-gpt")
+    ids = {k: prepare(model, v).src_ids[0].tolist() for k, v in (("A", IOI_A), ("B", IOI_B))}
+    labels = dict(zip(sum(ids.values(), []), token_labels(model, sum(ids.values(), [])), strict=True))
+    count = {k: Counter(v) for k, v in ids.items()}
+    for side, other in (("A", "B"), ("B", "A")):  # every token one text has more often, with both counts
+        more = [i for i in dict.fromkeys(ids[side]) if count[side][i] > count[other][i]]
+        assert more
+        listed = ", ".join(f"‘{visible(labels[i])}’ ({count[side][i]} in {side}, {count[other][i]} in {other})"
+                           for i in more)
+        assert f"Tokens {side} has more often: {listed}." in text
+    marked_b = re.findall(r"2px solid #c0392b[^>]*>([^<]*)<", chips(at, 1)[1])
+    seen, beyond = Counter(), []
+    for i in ids["B"]:
+        seen[i] += 1
+        if seen[i] > count["A"][i]:
+            beyond.append(visible(labels[i]))
+    assert marked_b == beyond and beyond  # the second ' Mary' of B (its pieces), beyond A's one
+    x = next(s for s in at.selectbox if s.key.startswith("cmp_x_"))
+    y = next(s for s in at.selectbox if s.key.startswith("cmp_y_"))
+    x.set_value(-1).run()
+    y.set_value(-1).run()
+    at.text_input(key=f"{x.key}_text").input(" Mary").run()
+    at.text_input(key=f"{y.key}_text").input(" John").run()
+    assert_clean(at)
+
+    def logp(text: str, answer: str) -> float:  # summed log p of the answer's tokens, each after those before it
+        base, ans = prepare(model, text).src_ids[0], prepare(model, answer).src_ids[0]
+        full = torch.cat([base, ans[:-1]])[None]
+        lp = torch.log_softmax(run(model, full)[0].double(), -1)  # (T + n - 1, vocab)
+        return float(sum(lp[len(base) - 1 + k, int(a)] for k, a in enumerate(ans)))
+
+    margins = [logp(t_, " Mary") - logp(t_, " John") for t_ in (IOI_A, IOI_B)]
+    assert metric(at, EN["cmp_pair_margin_a"]) == pytest.approx(margins[0], abs=1e-3)
+    assert metric(at, EN["cmp_pair_margin_b"]) == pytest.approx(margins[1], abs=1e-3)
+    sentence = next(m.value for m in at.markdown if m.value.startswith("After A"))
+    win = "␣Mary" if margins[0] > 0 else "␣John"
+    assert f"prefers ‘{win}’" in sentence and f"by {abs(margins[0]):.3f} nats" in sentence
+    assert f"by {margins[1] - margins[0]:+.3f} nats" in sentence
+    assert EN["cmp_pair_multi"] in [c.value for c in at.caption]  # ' Mary' is two tokens here: ␣M | ary

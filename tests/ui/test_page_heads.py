@@ -51,6 +51,13 @@ def test_reverse_catalogue_equals_detect_heads_and_layer_1_cross_attention_is_an
     grid = array(cells["z"])  # each cell: the head's best score (its label's when it has one)
     np.testing.assert_allclose([grid[i // 4, r.head] for i, r in enumerate(records)],
                                [r.strength if r.labels else r.best[1] for r in records], atol=1e-6)
+    # each cell names one label, the pattern of the head's highest score above the threshold (as the intro says):
+    # never two joined ("first+induct")
+    text = [cells["text"][i // 4][r.head] for i, r in enumerate(records)]
+    highest = [max((k for k, v in r.scores.items() if v is not None and v > 0.5), key=r.scores.get, default=None)
+               for r in records]
+    assert [x for x, h in zip(text, highest) if h] == [EN[f"hd_short_{h}"] for h in highest if h]
+    assert not any("+" in x for x in text)
 
 
 def test_repeat_has_induction_heads_in_layer_1_only():
@@ -64,7 +71,7 @@ def test_repeat_has_induction_heads_in_layer_1_only():
 
 def test_the_kind_filter_and_the_detector_settings():
     at = open_app(PAGE, model="shipped:reverse", text="d a c b", tgt="= b c a", lang="en")
-    at.multiselect(key="hd_filter_7").set_value(["anti_diagonal"]).run()
+    at.multiselect(key="hd_filter_8").set_value(["anti_diagonal"]).run()
     assert_clean(at)
     df = catalogue(at)
     assert len(df) >= 4 and set(df[LABEL]) == {EN["hd_pat_anti_diagonal"]}
@@ -100,7 +107,14 @@ def test_sinks_and_removing_one_equal_the_core_functions():
     np.testing.assert_allclose(array(figure(at, "sk_change")["data"][0]["y"]), removal.block_change.numpy(), atol=1e-5)
     kl = next(m.value for m in at.metric if m.label == EN["sk_kl"])
     assert float(kl) == pytest.approx(removal.effect.kl, rel=1e-3, abs=1e-9)
-    assert removal.effect.kl < 0.01 and "parked" in " ".join(m.value for m in at.markdown)  # what the caption says
+    mean_kl = next(m.value for m in at.metric if m.label == EN["sk_kl_mean"])
+    assert float(mean_kl) == pytest.approx(removal.mean_kl, rel=1e-3, abs=1e-9)
+    loss = removal.effect.loss_change
+    small = removal.mean_kl < 0.01 and abs(loss) < 0.01  # over the whole text, the positions the loss is taken over
+    verdict = " ".join(m.value for m in at.markdown)
+    assert ("parked" in verdict) == small and ("not only a parking place" in verdict) == (not small)
+    assert f"over the text's {prep.src_ids.size(1)} positions" in verdict and f"{loss:+.4f} nats per token" in verdict
+    assert f"KL {removal.mean_kl:.2g} nats on average ({removal.effect.kl:.2g} at the last position)" in verdict
     code = [c.value for c in open_export(at, "remove_sink").code if "remove_sink" in c.value][0]
     scope: dict = {}
     exec(code, scope)  # the page's notebook code recomputes the numbers it shows

@@ -1,5 +1,7 @@
 """Ablation and patching page through the real app: the loss change and the moved tokens equal ablate() and patch()
 called directly, the shared model is left as it was, text B's bad input gives messages, and the page speaks Chinese."""
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -156,7 +158,8 @@ def test_the_try_buttons_load_the_experiments_their_captions_describe():
     assert_clean(at)
     assert (at.text_area(key="iv_text_b").value, at.selectbox(key="iv_pt_head_4").value) == (B, 3)
     metric = next(m for m in at.metric if m.label.startswith("p(‘␣j’ | A)"))  # B's next token, read in A
-    assert at.selectbox(key="iv_pt_layer_2").value == 1 and messages(at) == [], messages(at)
+    lengths = EN["cb_lengths"].format(a=9, b=7, why="")  # B is shorter: the position-wise sweeps say they cannot run
+    assert at.selectbox(key="iv_pt_layer_2").value == 1 and messages(at) == [lengths], messages(at)
     assert round(float(metric.value), 2) == 0.66  # "B's next token ‘ j’ goes from 0.000 to 0.66 in A"
 
 
@@ -166,3 +169,100 @@ def test_picked_heads_have_short_names_that_fit_their_chips():
     names = list(box.options)  # as the picker shows them
     assert "cross L1 H3" in names and max(map(len, names)) <= 12
     assert any("L = layer, H = head" in c.value for c in at.caption)
+
+
+IOI_JACK = "When Mary and Jack went to the store, Jack gave a drink to"  # " M|ary", " J|ack": two tokens each here
+GPT = "shipped:everyday-gpt"
+
+
+def type_answer(at, which: str, text: str):
+    """Pick "any text…" for answer A or B of the sweep and type `text`."""
+    at.selectbox(key=f"he_{which}_{GPT}").set_value(-1).run()
+    return at.text_input(key=f"he_{which}_{GPT}_text").input(text).run()
+
+
+def test_answers_typed_outside_the_top_10_give_the_cores_numbers_on_every_sweep():
+    from transformer_core.analysis.answers import answer_of_text, score_answer
+    from transformer_core.analysis.corruptions import ioi_corruption
+    from transformer_core.analysis.head_effects import head_effects, head_patching, residual_effects
+
+    at = open_app(PAGE, model=GPT, text=IOI_JACK, lang="en")
+    assert_clean(at)
+    model, _ = load_model("everyday-gpt")
+    quick = at.selectbox(key=f"he_a_{GPT}").options
+    assert "‘␣Mary’" not in quick and "‘␣Jack’" not in quick  # neither name is a quick pick
+    assert [at.text_input(key=f"he_{w}_{GPT}_text").value for w in "ab"] == [" Mary", " Jack"]  # IOI's answers
+    assert EN["ans_ioi_default"].format(io="Mary", s="Jack") in [c.value for c in at.caption]
+    clean = prepare(model, IOI_JACK)
+    for typed in (" Johnathan", " Mary"):  # typed, as a learner does
+        type_answer(at, "a", typed)
+        assert_clean(at)
+        captions = [c.value for c in at.caption]
+        assert EN["ans_multi_note"] in captions
+        scores = next(d.value for d in at.dataframe if EN["ans_col_sum"] in d.value.columns)
+        a, jack = score_answer(model, clean, typed), score_answer(model, clean, " Jack")
+        np.testing.assert_allclose(scores[EN["ans_col_sum"]], [a.total, jack.total], atol=1e-5)
+        effects = head_effects(model, clean, "logit_diff", typed, " Jack")
+        assert effects.intact == pytest.approx(a.total - jack.total, abs=1e-5)
+        said = next(m.value for m in at.markdown if m.value.startswith("Intact, log p(A) − log p(B) is"))
+        assert f"**{effects.intact:.4f}**" in said
+        grid_spec = next(json.loads(f.proto.spec) for f in at.get("plotly_chart") if "he_grid" in f.proto.id)
+        z = array(grid_spec["data"][0]["z"]).astype(float)
+        np.testing.assert_allclose(z[:, :-1], effects.heads["dec_self"], atol=1e-5)
+    assert "‘␣Mary’ = 2 tokens (␣M | ary)." in captions
+
+    # text B: the IOI corruption by default, of the same length, so both sweeps run on request
+    corrupted = ioi_corruption(IOI_JACK)
+    assert at.radio(key="iv_b_preset").value == "swap" and at.text_area(key="iv_text_b").value == corrupted
+    at.toggle(key="rp_run").set_value(True).run()
+    assert_clean(at)
+    bad = prepare(model, corrupted)
+    grid = residual_effects(model, bad, clean, "logit_diff", " Mary", " Jack")
+    spec = figure(at, "rp_grid")["data"][0]
+    np.testing.assert_allclose(array(spec["z"]).astype(float), grid.normalised(), atol=1e-4)
+    np.testing.assert_allclose(np.array(spec["customdata"])[..., 0], grid.patched, atol=1e-4)  # raw on hover
+    heads = head_patching(model, bad, clean, "logit_diff", " Mary", " Jack")
+    np.testing.assert_allclose(array(figure(at, "hp_grid")["data"][0]["z"]).astype(float), heads.normalised(),
+                               atol=1e-4)
+    assert any(f"**{grid.source:.4f}** on the clean text A" in m.value for m in at.markdown)
+    code = [c.value for c in open_export(at, "head_patch").code if "head_patching(" in c.value][0]
+    assert "' Mary'" in code and "' Jack'" in code
+    scope: dict = {}
+    exec(code, scope)  # the notebook code recomputes the grid shown
+    np.testing.assert_allclose(scope["arrays"]["normalised"], heads.normalised(), atol=1e-5)
+    assert len(answer_of_text(model, " Mary")) == 2
+
+
+def test_bad_answers_give_messages_in_the_learners_language():
+    at = open_app(PAGE, model=GPT, text="The weather was nice, so we walked to the park and", lang="en")
+    at.selectbox(key=f"he_a_{GPT}").set_value(-1).run()
+    assert not at.exception and EN["ans_type"] in messages(at)
+    for text, shown in [("   ", EN["err.answer_blank"]), ("x" * 2000, EN["err.answer_long"].format(n="2,000", max=200)),
+                        (" Mary", None)]:
+        at.text_input(key=f"he_a_{GPT}_text").input(text).run()
+        assert not at.exception
+        assert shown is None or shown in messages(at), messages(at)
+    at.text_input(key=f"he_a_{GPT}_text").input("<|endoftext|>").run()
+    assert_clean(at)
+    assert any(EN["ans_special"] in c.value for c in at.caption)
+    with harness_language("zh"):
+        zh = open_app(PAGE, model=GPT, text="今天天气很好，我们去公园散步吧。", lang="zh")
+        zh.selectbox(key=f"he_a_{GPT}").set_value(-1).run()
+        zh.text_input(key=f"he_a_{GPT}_text").input("   ").run()
+        assert not zh.exception and "答案只有空白" in " ".join(messages(zh))
+
+
+def test_a_swap_of_names_of_different_lengths_says_what_still_works():
+    at = open_app(PAGE, model=GPT, text="When Mary and John went to the store, John gave a drink to", lang="en")
+    assert_clean(at)
+    assert at.text_area(key="iv_text_b").value == "When Mary and John went to the store, Mary gave a drink to"
+    note = [m for m in messages(at) if m.startswith("Text A has 18 tokens and text B has 19")]
+    assert note and "‘␣John’ = 1 token" in note[0] and "‘␣Mary’ = 2 tokens" in note[0]
+    assert not [f for f in at.get("plotly_chart") if "rp_grid" in f.proto.id]
+    at.radio(key="iv_b_preset").set_value("random").run()  # random tokens: always the same length
+    assert_clean(at)
+    random_b = at.text_area(key="iv_text_b").value
+    model, _ = load_model("everyday-gpt")
+    assert prepare(model, random_b).src_ids.size(1) == 18
+    at.text_area(key="iv_text_b").input("my own text").run()  # editing text B makes it the learner's own
+    assert at.radio(key="iv_b_preset").value == "hand" and at.text_area(key="iv_text_b").value == "my own text"

@@ -145,3 +145,51 @@ def test_the_rank_chart_ticks_in_one_two_five_steps_up_to_the_worst_rank():
     assert axis["type"] == "log" and axis["tickmode"] == "array"
     assert set(axis["tickvals"]) <= {m * 10**e for m in (1, 2, 5) for e in range(6)} and 1 in axis["tickvals"]
     assert max(axis["tickvals"]) <= max(2, ranks.max()) and axis["ticktext"] == [f"{v:,}" for v in axis["tickvals"]]
+
+
+@pytest.mark.parametrize("model, norm, llama", [("shipped:everyday-gpt", None, False),
+                                                ("shipped:modern-gpt", None, True),
+                                                ("preset:course-gpt-modern@cl100k_base", "RMSNorm", False)])
+def test_the_formula_and_the_words_name_a_final_norm_only_where_the_model_has_one(model, norm, llama):
+    """Neither shipped decoder has a final norm: the page said "the final norm" in its formula and its text, then
+    "This model has no final norm". modern-gpt, shown with Llama's parts, says that unlike Llama it has none."""
+    at = open_app(PAGE, model=model, lang="en")
+    assert_clean(at)
+    loaded = at.session_state["model"]
+    words = " ".join(m.value for m in at.markdown) + " " + " ".join(c.value for c in at.caption)
+    formulas = " ".join(x.value for x in at.latex)
+    if norm is None:
+        assert EN["lens_intro_plain"] in words and EN["dla_intro_plain"] in words
+        assert "norm" not in formulas.replace("\\mathrm{FFN}", "")
+        assert "the final norm" not in words and EN["dla_scale_none"] in words
+    else:
+        assert EN["lens_intro_norm"] in words and EN["dla_intro_norm"] in words
+        assert formulas.count(f"\\mathrm{{{norm}}}") == 2
+    assert (EN["lens_unlike_llama"] in words) == llama, loaded
+
+
+def test_an_answer_typed_outside_the_top_10_is_followed_by_its_first_token_in_the_row_and_the_attribution():
+    from transformer_core import trace_text
+    from transformer_core.analysis.answers import answer_of_text
+    from transformer_core.analysis.attribution import direct_logit_attribution
+    from transformer_core.analysis.logit_lens import answer_row
+
+    text = "When Mary and Jack went to the store, Jack gave a drink to"
+    at = open_app(PAGE, model="shipped:everyday-gpt", text=text, lang="en")
+    assert "‘␣Mary’" not in at.selectbox(key="lens_answer").options
+    at.selectbox(key="lens_answer").set_value(-1).run()
+    at.text_input(key="lens_answer_text").input(" Mary").run()
+    assert_clean(at)
+    model, _ = load_model("everyday-gpt")
+    _, trace = trace_text(model, text)
+    pos = trace.decoder_ids.numel() - 1
+    row = answer_row(model, trace, pos, " Mary")
+    assert row.token == answer_of_text(model, " Mary").first  # ' M', its first of two tokens
+    df = next(d.value for d in at.dataframe if EN["lens_answer_col_logit"] in d.value.columns)
+    np.testing.assert_allclose(df[EN["lens_answer_col_prob"]], row.probs, rtol=1e-4, atol=1e-7)
+    assert df[EN["lens_answer_col_rank"]].tolist() == row.ranks.tolist()
+    assert array(figure(at, "lens_rank")["data"][0]["y"]).tolist() == row.ranks.tolist()
+    assert any(EN["lens_answer_first"].format(tok="␣M", n=2) == c.value for c in at.caption)
+    bars = figure(at, "dla_bars")["data"]
+    total = sum(np.sum(b["y"]) for b in bars if b["type"] == "bar")
+    assert total == pytest.approx(direct_logit_attribution(model, trace, pos, row.token).logit, abs=1e-3)

@@ -333,6 +333,10 @@ def test_the_generation_stepper_shows_the_cache_growing_and_the_work_it_saves():
         assert list(df[EN["kv_col_bytes"]]) == [2 * heads * (n + step) * d_k * 4] * model.cfg.n_layers
         growth = json.loads(next(c for c in at.get("plotly_chart") if "kv_growth" in c.proto.id).proto.spec)
         assert growth["data"][0]["x"][-1] == n + step
+        # the y axis from 0 (from near the first value, the growth looked ten times larger than it is)
+        assert growth["layout"]["yaxis"]["rangemode"] == "tozero" and growth["layout"]["yaxis"]["tickformat"] == ",d"
+        config = json.loads(next(d for d in at.dataframe if EN["kv_col_self"] in d.value.columns).proto.columns)
+        assert config[EN["kv_col_bytes"]]["type_config"]["format"] == "localized"  # 67,584: a thousands separator
     dec = prepare(model, text).src_ids[0].tolist() + at.session_state["gen_ids"]
     rep = cache_report(model, dec)
     assert rep.max_abs_diff < 1e-4 and rep.length == n + 2

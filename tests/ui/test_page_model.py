@@ -166,3 +166,28 @@ def test_the_default_s_card_names_every_corpus_as_a_learner_reads_it():
     per_corpus = next(df.value for df in at.dataframe if "below bigram" in df.value.columns)
     names = per_corpus.iloc[:, 0].tolist()
     assert names == [corpus_label(k) for k in keys] and not set(names) & set(keys)  # "Brown Corpus …", never "brown"
+
+
+def test_the_card_s_heads_table_labels_by_the_pages_rule_and_names_its_scores():
+    """Before: everyday-gpt's card showed "—" for the layer-2 heads with induction 0.96-0.99 that the Attention
+    page calls induction, beside a column "score" that did not say which. The table's kind is the rule's label of
+    the scores it shows (each in its own column), and the Attention page labels those heads the same."""
+    from harness.apptest import EN
+    from transformer_core.analysis.heads import label
+
+    at = open_app(PAGE, model="shipped:everyday-gpt", lang="en")
+    assert not at.exception and not at.error
+    df = frame(at, EN["card_head_kind"])
+    kinds = ("previous_token", "first_token", "self", "induction")
+    assert {EN["card_head_score"], *(EN[f"head_kind_{k}"] for k in kinds)} <= set(df.columns)
+    assert EN["card_head_score"] == "highest score" and any(EN["card_heads_note"] == c.value for c in at.caption)
+    for _, row in df.iterrows():
+        scores = {k: float(row[EN[f"head_kind_{k}"]]) for k in kinds}
+        assert row[EN["card_head_kind"]] == EN[f"head_kind_{label(scores)}"], row.to_dict()
+        assert float(row[EN["card_head_score"]]) == max(scores.values())
+    induction = df[df[EN["head_kind_induction"]] > 0.9]
+    assert len(induction) >= 4 and set(induction[EN["card_head_kind"]]) == {EN["head_kind_induction"]}
+    att = open_app("attention", model="shipped:everyday-gpt", text="The cat sat on the mat.", layer="2", lang="en")
+    table = next(d.value for d in att.dataframe if EN["card_head_kind"] in d.value.columns)
+    for h in induction[EN["hd_col_head"]]:
+        assert table.set_index(EN["att_head"]).loc[int(h), EN["card_head_kind"]] == EN["head_kind_induction"]

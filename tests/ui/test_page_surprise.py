@@ -128,10 +128,13 @@ def test_what_to_look_for_names_the_most_and_least_surprising_tokens_of_this_tex
     worst, best = int(p.argmin()), int(p.argmax())
     from ui.figures import prob_text
 
-    look = EN["look_surprise"].format(worst=f"‘{labels[worst + 1]}’", pw=prob_text(p[worst]),
-                                      bw=-math.log2(p[worst]), best=f"‘{labels[best + 1]}’", pb=prob_text(p[best]),
-                                      loss=float(-np.log(p).mean()),
-                                      n=len(p))
+    prep = prepare(model, "4 7 10 13")
+    probs = torch.softmax(run(model, prep.src_ids)[0].double(), dim=-1)[:-1]  # (T-1, vocab)
+    exp = visible(token_labels(model, [int(probs[worst].argmax())])[0])
+    look = EN["look_surprise"].format(worst=f"‘{labels[worst + 1]}’", wp=worst + 1, pw=prob_text(p[worst]),
+                                      bw=-math.log2(p[worst]), exp=f"‘{exp}’", pe=prob_text(probs[worst].max()),
+                                      best=f"‘{labels[best + 1]}’", bp=best + 1, pb=prob_text(p[best]),
+                                      loss=float(-np.log(p).mean()), n=len(p))
     assert look in messages(at)
 
 
@@ -140,3 +143,32 @@ def test_tiny_probabilities_never_read_as_zero():
 
     assert prob_text(0.25) == "0.2500" and prob_text(3.2e-7) == "3.2e-07" and prob_text(4e-5) == "4.0e-05"
     assert prob_text(0.0) == "0.0000" and prob_text(1e-4) == "0.0001"
+
+
+def test_the_hint_names_both_extremes_by_position_and_what_the_model_expected_instead():
+    """The hint named the most and the least surprising token by the same label ("␣g") with no position; it now
+    gives each position, and the model's own top-1 (and its probability) where it was most surprised; the table
+    has that top-1 for every token."""
+    text = "the cat sat on the mat, the dog sat on the log"
+    at = open_app(PAGE, model="shipped:everyday-gpt", text=text, lang="en")
+    assert_clean(at)
+    model, _ = load_model("everyday-gpt")
+    prep = prepare(model, text)
+    ids = prep.src_ids[0]
+    probs = torch.softmax(run(model, prep.src_ids)[0].double(), dim=-1)  # (T, vocab)
+    p = probs[:-1].gather(-1, ids[1:, None])[:, 0]  # (T-1,)
+    top_p, top = probs[:-1].max(-1)
+    worst, best = int((-p.log()).argmax()) + 1, int((-p.log()).argmin()) + 1
+    labels = [visible(x) for x in token_labels(model, ids.tolist())]
+    hint = next(m for m in messages(at) if m.startswith("What to look for"))
+    exp = visible(token_labels(model, [int(top[worst - 1])])[0])
+    assert (f"most surprised by ‘{labels[worst]}’ at position {worst} (p {float(p[worst - 1]):.4f}" in hint
+            or f"at position {worst} (p {float(p[worst - 1]):.1e}" in hint), hint
+    assert f"it expected ‘{exp}’ there, p {float(top_p[worst - 1]):.4f})" in hint
+    assert f"least by ‘{labels[best]}’ at position {best} " in hint and worst != best
+    df = next(d.value for d in at.dataframe if EN["sur_col_expected"] in d.value.columns)
+    assert list(df[EN["sur_col_expected"]]) == [visible(x) for x in token_labels(model, top.tolist(),
+                                                                                  context=ids.tolist())]
+    np.testing.assert_allclose(df[EN["sur_col_expected_prob"]], top_p.numpy(), rtol=1e-5)
+    hover = re.findall(r"title='#(\d+) · [^']*expected ‘([^’]*)’", " ".join(h.value for h in at.html))
+    assert len(hover) == len(ids) - 1 and int(hover[worst - 1][0]) == worst

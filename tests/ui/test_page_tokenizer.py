@@ -1,5 +1,10 @@
 """Tokenizer page: token counts in words of both languages, and no label left in English on the Chinese page."""
-from harness.apptest import ENGLISH_ONLY, SMALL, harness_language, open_app, shown_texts
+import html
+import re
+
+import pytest
+
+from harness.apptest import EN, ENGLISH_ONLY, SMALL, harness_language, open_app, shown_texts
 from transformer_core.text.tokenizer import tokenize
 from ui.figures import visible
 
@@ -29,3 +34,67 @@ def test_chinese_page_counts_tokens_in_chinese_and_has_no_english_labels():
         assert any(s.endswith("形状 `(2, 13)`") for s in shown)
         assert not [s for s in shown_texts(at) if s in ENGLISH_ONLY]
         assert not any("shape" in s or "token 数" in s for s in shown)
+
+
+def why_sentence(at) -> str:
+    return next(m.value for m in at.markdown if m.value.startswith("Why they differ"))
+
+
+@pytest.mark.parametrize("model, text", [("shipped:everyday-gpt", "The cat sat on the mat and looked at the door."),
+                                         ("shipped:everyday-gpt", "我们今天去公园散步 🙂"),
+                                         (SMALL, "The cat sat on the mat and looked at the door."),
+                                         (SMALL, "def f(x):\n    return x ** 2  # 平方")])
+def test_the_r50k_sentence_follows_the_counts_it_cites(model, text):
+    """On plain English both encodings used 14 tokens while the page said r50k "spends more tokens on Chinese, emoji
+    and code (14 here)": the sentence now says more, as many or fewer from the two counts."""
+    at = open_app("tokenizer", model=model, text=text, lang="en")
+    assert not at.exception
+    enc = "cl100k_2k" if model.startswith("shipped") else "cl100k_base"
+    ref = "cl100k_base"
+    cut = {"shipped:everyday-gpt": 128, SMALL: 16}[model]  # the model's max_len: every column is cut to it
+    c, b = (len(tokenize(text, e, max_tokens=cut).ids) for e in ("r50k_base", ref))  # as the columns count them
+    shown = [m.value for m in at.markdown]
+    assert f"**r50k_base** · {c} tokens" in shown and f"**{ref}** · {b} tokens" in shown
+    why = why_sentence(at)
+    if c > b:
+        assert f"spends more tokens on this text ({c}, against {b} in {ref})" in why
+    elif c == b:
+        assert f"uses as many tokens here as {ref} ({c})" in why and "spends more" not in why
+    else:
+        assert f"uses fewer tokens on this text ({c}, against {b} in {ref})" in why
+    if enc == "cl100k_2k":
+        a = len(tokenize(text, enc, max_tokens=cut).ids)
+        assert f"**{enc}** · {a} tokens" in shown
+        assert f"({a} tokens instead of {b})" in why or f"both use {a} tokens here" in why
+
+
+def test_a_decoder_only_model_s_padded_batch_pairs_the_text_with_its_first_half():
+    """The heading "The padded batch of the two texts" stood over nothing on a decoder-only model (no second
+    text): the batch now holds the text and its first half, its mask rows as long as each."""
+    text = "The cat sat on the mat and looked at the door."
+    at = open_app("tokenizer", model=SMALL, text=text, lang="en")
+    assert not at.exception
+    assert EN["tok_batch_half"] in [h.value for h in at.subheader] and EN["tok_batch"] not in [
+        h.value for h in at.subheader]
+    lengths = [len(tokenize(x, "cl100k_base").ids) for x in (text, text[: len(text) // 2])]
+    mask = next(d.value for d in at.dataframe if len(d.value) == 2 and set(d.value.iloc[1]) <= {0, 1})
+    assert mask.sum(axis=1).tolist() == lengths and mask.shape == (2, max(lengths))
+    at = open_app("tokenizer", model=SMALL, text="a", lang="en")
+    assert EN["tok_batch_none"].split(":")[0] in " ".join(m.value for m in at.markdown)
+
+
+def test_every_chip_and_the_text_span_it_came_from_share_a_class_that_one_hover_rule_lights():
+    text = "Hi 你好, 踩 🙂!"
+    at = open_app("tokenizer", model=SMALL, text=text, lang="en")
+    assert not at.exception
+    view = next(h.value for h in at.main.html if "class='tkv'" in h.value)
+    tok = tokenize(text, "cl100k_base")
+    n = len(tok.tokens)
+    chips = re.findall(r"<span class='k(\d+)' title='#(\d+) id (\d+)", view)
+    assert [(int(a), int(b), int(c)) for a, b, c in chips] == [(i, i, x.id) for i, x in enumerate(tok.tokens)]
+    spans = re.findall(r"<span class='((?:k\d+ ?)+)'>([^<]*)</span>", view)
+    assert "".join(html.unescape(s) for _, s in spans) == text  # the text, whole, in token spans
+    assert sorted(int(k[1:]) for cls, _ in spans for k in cls.split()) == list(range(n))
+    assert any(len(cls.split()) > 1 for cls, _ in spans)  # 踩 and 🙂 are several byte tokens: one span lights all
+    rules = re.search(r"<style>(.*?)\{", view).group(1).split(",")
+    assert rules == [f".tkv:has(.k{i}:hover) .k{i}" for i in range(n)]

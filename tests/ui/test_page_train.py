@@ -82,7 +82,9 @@ def test_tiny_training_finishes_saves_and_opens_on_every_page(_setup):
     assert not at.exception
     poll(at, lambda a: any(m.startswith("Finished: 20 steps") for m in messages(a)))
     curves = loss_series(at)
-    assert list(curves) == ["train loss", "validation loss"] and curves["train loss"][0] == [0, 5, 10, 15, 19]
+    # every eval_interval and the last step, then the final weights (the page keeps the best evaluated weights)
+    assert list(curves) == ["train loss", "validation loss"] and curves["train loss"][0] == [0, 5, 10, 15, 19, 20]
+    assert [j.configs["model"].keep_best for j in jobs._JOBS.values()] == [True]
     assert curves["validation loss"][1][-1] < curves["validation loss"][1][0]  # it learned something
     shown = {m.label: m.value for m in at.metric}
     assert shown["checkpoint"] == "tiny-copy" and shown["accuracy"].endswith("%")

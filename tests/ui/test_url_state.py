@@ -55,3 +55,16 @@ def test_links_carry_opaque_ids_and_stay_short():
     encoded = urlstate.encode(values)
     assert "text" not in encoded and encoded.text_left_out and "/" not in encoded["model"]
     assert urlstate.query_length(encoded) <= urlstate.MAX_QUERY_CHARS
+
+
+@pytest.mark.parametrize("name, key", [("dates-zh", "shipped:dates-zh"), ("modern-gpt", "shipped:modern-gpt")])
+def test_a_link_opens_a_model_named_by_its_plain_name(name, key):
+    """Before: `?model=dates-zh` opened the default with "not available to you here"; the link is rewritten with
+    the model's key."""
+    from harness.apptest import EN
+
+    at = open_app("model", model=name, lang="en")
+    assert not at.exception and not at.error
+    assert at.session_state["model"] == key and at.query_params["model"] == key
+    shown = " ".join(c.value for c in at.sidebar.caption)
+    assert EN["err.url_model_unknown"] not in shown and "🔗" not in shown.replace(EN["share_link"], "")

@@ -83,6 +83,25 @@ def alignment_rows(src_raws: list[bytes], tgt_raws: list[bytes], src_text: str, 
     return rows
 
 
+def prep_rows(prep, weights: torch.Tensor) -> list[dict]:
+    """alignment_rows of a prepared source and target (text.inputs.Prepared) for one head's weights (Tt, Ts): the
+    Attention page's alignment table and the head's `fields` score read these same rows."""
+    if prep.tgt is None:
+        return []
+    return alignment_rows([x.raw for x in prep.src.tokens], [x.raw for x in prep.tgt.tokens], prep.src.text.strip(),
+                          prep.tgt.text.strip(), weights)
+
+
+def field_alignment(prep, weights: torch.Tensor) -> torch.Tensor | None:
+    """(nh,) per head of one block's cross-attention weights (nh, Tt, Ts): the share of the answer's field tokens
+    whose strongest weight falls on the same field of the source (prep_rows' hits over its rows); None when the
+    texts are not both dates (or no answer token belongs to a field)."""
+    rows = [prep_rows(prep, weights[h]) for h in range(weights.size(0))]
+    if not rows or not rows[0]:
+        return None
+    return torch.tensor([sum(r["hit"] for r in head) / len(head) for head in rows])
+
+
 @torch.no_grad()
 def date_alignment(model: Transformer, pairs: list[tuple[str, str]]) -> dict:
     """Share of output year / month / day tokens whose strongest cross-attention falls on the matching source

@@ -44,3 +44,34 @@ def architecture_rows(cfg: TransformerConfig) -> list[PartRow]:
     course = _describe(COURSE.replace(d_model=cfg.d_model, d_ffn=cfg.d_ffn, n_heads=cfg.n_heads))
     this = _describe(cfg)
     return [PartRow(part, course[part], this[part], PAGES[part], course[part] != this[part]) for part in PAGES]
+
+
+@dataclass(frozen=True)
+class VocabParts:
+    """What the logits' last axis holds, id by id: tokens of the encoding's byte-pair vocabulary, its special tokens,
+    the unknown token and ids with no token at all (holes in the encoding's numbering)."""
+
+    size: int  # the model's vocab_size: the logits' last axis
+    encoding: str  # the model's encoding
+    base: str  # the encoding whose special tokens those are (a shipped subset's base, else the encoding itself)
+    ordinary: int  # ids of byte-pair tokens (bytes and merges)
+    special: tuple[str, ...]  # the special tokens the model has an id for, in id order ("<|endoftext|>", …)
+    unknown: int  # 1 when the model has an unknown id (⟨unk⟩)
+    unused: int  # ids with no token
+
+
+def vocab_parts(cfg: TransformerConfig) -> VocabParts:
+    """Count the model's ids by kind, from its config (vocab_map: model id -> tokenizer id) and its encoding."""
+    from ..text.subset import subset_meta
+    from ..text.tokenizer import BUNDLED, load_encoding
+
+    enc = load_encoding(cfg.encoding)
+    ranks = set(enc._mergeable_ranks.values())
+    names = {i: name for name, i in enc._special_tokens.items()}
+    reals = list(cfg.vocab_map) if cfg.vocab_map else list(range(cfg.vocab_size))
+    meta = subset_meta(BUNDLED, cfg.encoding)
+    return VocabParts(size=cfg.vocab_size, encoding=cfg.encoding, base=meta["base"] if meta else cfg.encoding,
+                      ordinary=sum(r in ranks for r in reals), special=tuple(names[r] for r in sorted(reals)
+                                                                            if r in names),
+                      unknown=sum(r < 0 for r in reals),
+                      unused=sum(r >= 0 and r not in ranks and r not in names for r in reals))

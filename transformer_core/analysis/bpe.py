@@ -152,3 +152,40 @@ def text_merges(text: str, encoding: str = DEFAULT_ENCODING) -> TextMerges:
         for part in byte_pair_parts(chunk.encode("utf-8"), ranks):
             tokens.append(TokenMerges(ranks[part], display_bytes(part), len(part), len(part) - 1, c))
     return TextMerges(pieces, tokens)
+
+
+HINT_WORDS = (" hello", " Transformer")  # the BPE page's examples, built by the model's own encoding
+COMMON_HAN, RARE_HAN = "的是人我中", "踩龘罄"  # candidates for a common character (one token) and a rarer one (bytes)
+
+
+@dataclass(frozen=True)
+class WordBuild:
+    """How an encoding builds a short text: the tokens it ends as and every merge on the way, in order."""
+
+    text: str
+    parts: tuple[bytes, ...]
+    steps: tuple[MergeStep, ...]
+
+    @property
+    def n_merges(self) -> int:
+        return len(self.steps)
+
+
+def word_build(text: str, encoding: str = DEFAULT_ENCODING) -> WordBuild:
+    """The tokens and the merges of a short text (chunk by chunk, as text_merges)."""
+    ranks = load_encoding(encoding)._mergeable_ranks
+    parts, steps = [], []
+    for chunk in chunks(text, encoding):
+        p, s = _merge(chunk.encode("utf-8"), ranks, record=True)
+        parts += p
+        steps += s
+    return WordBuild(text, tuple(parts), tuple(steps))
+
+
+def han_examples(encoding: str = DEFAULT_ENCODING) -> tuple[WordBuild | None, WordBuild | None]:
+    """A common Chinese character the encoding makes one token, and a rarer one it leaves as single bytes (None
+    where no candidate is so)."""
+    builds = [word_build(c, encoding) for c in COMMON_HAN + RARE_HAN]
+    common = next((b for b in builds[: len(COMMON_HAN)] if len(b.parts) == 1), None)
+    rare = next((b for b in builds[len(COMMON_HAN):] if b.n_merges == 0), None)
+    return common, rare

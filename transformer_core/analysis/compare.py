@@ -2,7 +2,8 @@
 head's attention weights, and what differs (tokens, top-token probability, distance between the predictions)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -12,6 +13,7 @@ from ..model.hooks import act_name
 from ..model.trace import run_with_trace
 from ..model.transformer import Transformer
 from ..text.inputs import Prepared, sequence_labels, token_labels
+from .answers import Answer, as_answer, score_answer
 from .blocks import check_head, check_top, key_side, query_side, sequence
 from .interventions import kl_divergence
 from .next_token import Distribution, distribution
@@ -28,6 +30,7 @@ class Side:
     weights: torch.Tensor  # (Tq, Tk) float32 the chosen head's softmax rows
     query_labels: list[str]  # (Tq,)
     key_labels: list[str]  # (Tk,)
+    ids: tuple[int, ...] = ()  # (T,) the decoder sequence, model ids
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,13 @@ class Difference:
     total_variation: float  # ½ Σ |p_A − p_B| over the vocabulary (0 same .. 1 disjoint)
     kl_ab: float  # KL(p_A ‖ p_B), nats
     kl_ba: float  # KL(p_B ‖ p_A), nats
+    more_a: list[tuple[str, int, int]] = field(default_factory=list)  # (token, count in A, in B): A has it more often
+    more_b: list[tuple[str, int, int]] = field(default_factory=list)  # (token, count in B, in A): B has it more often
+
+    @property
+    def same_tokens(self) -> bool:
+        """Whether A and B hold the same tokens the same number of times (as multisets: perhaps in another order)."""
+        return not self.more_a and not self.more_b
 
     @property
     def top_prob_change(self) -> float:
@@ -80,6 +90,24 @@ def _only(model: Transformer, ids: list[int], other: list[int]) -> list[str]:
     return token_labels(model, fresh)
 
 
+def _more(model: Transformer, ids: list[int], other: list[int]) -> list[tuple[str, int, int]]:
+    """(token, its count in ids, in other) for each token ids holds more often than other (first appearance order)."""
+    mine, theirs = Counter(ids), Counter(other)
+    more = [i for i in dict.fromkeys(ids) if mine[i] > theirs[i]]
+    return [(label, mine[i], theirs[i]) for i, label in zip(more, token_labels(model, more), strict=True)]
+
+
+def extra_positions(ids: list[int], other: list[int]) -> list[int]:
+    """Positions of ids whose token occurs there more times than in other: each occurrence beyond other's count (a
+    token other lacks, or the second " Mary" where other has one)."""
+    theirs, seen, out = Counter(other), Counter(), []
+    for pos, i in enumerate(ids):
+        seen[i] += 1
+        if seen[i] > theirs[i]:
+            out.append(pos)
+    return out
+
+
 def _side(model: Transformer, prep: Prepared, kind: str, layer: int, head: int,
           top: int) -> tuple[Side, torch.Tensor]:
     name = act_name("weights", layer=layer, block=kind, cross=model.is_encoder_decoder)
@@ -90,7 +118,7 @@ def _side(model: Transformer, prep: Prepared, kind: str, layer: int, head: int,
                 surprise=surprise_from_logits(model, ids, logits) if ids.numel() >= 2 else None,
                 weights=trace[name][0, head].float(),
                 query_labels=sequence_labels(model, sequence(prep, query_side(kind)).tolist()),
-                key_labels=sequence_labels(model, sequence(prep, key_side(kind)).tolist()))
+                key_labels=sequence_labels(model, sequence(prep, key_side(kind)).tolist()), ids=tuple(ids.tolist()))
     return side, logits[-1]
 
 
@@ -109,5 +137,39 @@ def compare(model: Transformer, prep_a: Prepared, prep_b: Prepared, kind: str = 
     diff = Difference(only_a=_only(model, ids_a, ids_b), only_b=_only(model, ids_b, ids_a), top_id=top_id,
                       top_prob_a=float(pa[top_id]), top_prob_b=float(pb[top_id]),
                       total_variation=total_variation(last_a, last_b), kl_ab=kl_divergence(last_a, last_b),
-                      kl_ba=kl_divergence(last_b, last_a))
+                      kl_ba=kl_divergence(last_b, last_a), more_a=_more(model, ids_a, ids_b),
+                      more_b=_more(model, ids_b, ids_a))
     return Comparison(kind, layer, head, a, b, diff)
+
+
+@dataclass(frozen=True)
+class PairScore:
+    """Two answers the learner picks, x and y, each scored after text A and after text B (summed log-probability,
+    analysis.answers): how much each text makes the model prefer x to y."""
+
+    x: Answer
+    y: Answer
+    a: tuple[float, float]  # (log p(x), log p(y)) after A, nats
+    b: tuple[float, float]  # the same after B
+
+    @property
+    def margin_a(self) -> float:
+        """log p(x) − log p(y) after A (for two one-token answers: their logit difference)."""
+        return self.a[0] - self.a[1]
+
+    @property
+    def margin_b(self) -> float:
+        return self.b[0] - self.b[1]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {"x_ids": np.array(self.x.ids, dtype=np.int64), "y_ids": np.array(self.y.ids, dtype=np.int64),
+                "logprobs_a": np.array(self.a, dtype=np.float64), "logprobs_b": np.array(self.b, dtype=np.float64)}
+
+
+def score_pair(model: Transformer, prep_a: Prepared, prep_b: Prepared, x, y, *,
+               allow_special: bool = False) -> PairScore:
+    """Answers x and y (text, a model id or ids: analysis.answers.as_answer) scored after A and after B."""
+    x, y = (as_answer(model, v, allow_special=allow_special) for v in (x, y))
+    scores = {name: tuple(score_answer(model, prep, v).total for v in (x, y))
+              for name, prep in (("a", prep_a), ("b", prep_b))}
+    return PairScore(x, y, scores["a"], scores["b"])

@@ -6,12 +6,16 @@ repeated twice. Every score is a mean attention weight (0..1) on the key a patte
 - self:           key i (the diagonal), mean over queries i >= 1 (query 0 of causal attention has only itself);
 - induction:      on random tokens r (length L) repeated (r + r), from query L + j to key j + 1, the token after
                   the earlier copy of the current one, mean over j = 0 .. L - 2;
-- diagonal / anti_diagonal (cross-attention): from decoder query i to source key i / Ts - 1 - i, over
-  i < min(Tt, Ts) (what copy and reverse learn).
+- diagonal / anti_diagonal (cross-attention): from decoder query i to source key i / Ts - 1 - i, only where the
+  map is square (Tt = Ts: what copy and reverse learn; between texts of different lengths "same position" means
+  nothing);
+- fields (cross-attention, when both texts are dates): the share of the answer's year / month / day tokens whose
+  strongest weight falls on the same field of the source (analysis.alignment's table: its ✓ rows over its rows).
 
-previous_token, first_token and induction are the definitions the shipped models' cards use. A head is labelled
-with its strongest pattern when that score is above THRESHOLD (0.5: more than half its weight goes where the
-pattern says; a uniform head over three or more keys stays below it).
+One labelling rule (`label`), used by every page and the model card: a head's label is its pattern with the highest
+score above THRESHOLD (0.5: more than half its weight goes where the pattern says; a uniform head over three or more
+keys stays below it), among every score measured for it: its patterns on a text and, wherever the probe was run,
+induction on the probe. previous_token, first_token, self and induction are the scores the shipped models' cards keep.
 """
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ MIN_PROBE_COUNT = 4  # a big model reads fewer of them (probe_count), never fewe
 PROBE_FLOPS = 1e11  # what the probe may cost a big model: about a second of this 2-core CPU
 SELF_PATTERNS = ("previous_token", "first_token", "self", "induction")
 PROBE_PATTERNS = ("induction",)  # measured on the probe (random tokens written twice), not on the learner's text
-CROSS_PATTERNS = ("first_token", "diagonal", "anti_diagonal")
+CROSS_PATTERNS = ("first_token", "diagonal", "anti_diagonal", "fields")
 
 
 def _mean(x: torch.Tensor) -> torch.Tensor:
@@ -98,13 +102,12 @@ class HeadRecord:
     layer: int
     head: int
     scores: dict[str, float | None] = field(default_factory=dict)
-    label: str | None = None  # the strongest pattern on the text above the threshold, or None
-    probe_label: str | None = None  # "induction" when the probe's score is above the threshold (another input)
+    label: str | None = None  # label(scores): the pattern with the highest score above the threshold, or None
 
     @property
     def labels(self) -> tuple[str, ...]:
-        """The text's label and the probe's, each chosen among scores measured on one input (either may be absent)."""
-        return tuple(x for x in (self.label, self.probe_label) if x)
+        """(label,), or () for a head with no score above the threshold."""
+        return (self.label,) if self.label else ()
 
     @property
     def best(self) -> tuple[str | None, float]:
@@ -115,29 +118,28 @@ class HeadRecord:
 
     @property
     def strongest(self) -> str | None:
-        """The label with the higher score (the text's or the probe's), or None."""
-        return max(self.labels, key=lambda k: self.scores[k], default=None)
+        """The label (kept for callers that name it so), or None."""
+        return self.label
 
     @property
     def strength(self) -> float:
-        """The strongest label's score (0 when unlabelled): sort by it to list the clearest heads first."""
-        return self.scores[self.strongest] if self.labels else 0.0
+        """The label's score (0 when unlabelled): sort by it to list the clearest heads first."""
+        return self.scores[self.label] if self.label else 0.0
 
     def key(self) -> tuple[int, int, int]:
         """Forward order: encoder self-attention, then per decoder layer; heads in order."""
         return KIND_ORDER.index(self.kind), self.layer, self.head
 
     def row(self) -> dict:
-        return {"kind": self.kind, "layer": self.layer, "head": self.head, **self.scores, "label": self.label,
-                "probe_label": self.probe_label}
+        return {"kind": self.kind, "layer": self.layer, "head": self.head, **self.scores, "label": self.label}
 
 
-def label(scores: dict[str, float | None], threshold: float = THRESHOLD, probe: bool = False) -> str | None:
-    """The pattern with the highest score above the threshold (None when none is), compared only with scores of
-    the same input: the text's patterns (probe=False) or the probe's (probe=True, PROBE_PATTERNS). A head that is
-    "itself 0.91" on a sentence and "induction 0.68" on random repeats gets both labels, not a contest between two
-    inputs."""
-    have = {k: v for k, v in scores.items() if v is not None and v > threshold and (k in PROBE_PATTERNS) == probe}
+def label(scores: dict[str, float | None], threshold: float = THRESHOLD) -> str | None:
+    """The one labelling rule (every page and the model card): the pattern with the highest score above the
+    threshold, None when none is. `scores` holds every score measured for the head, the text's patterns and, where
+    the probe was run, induction: a head that is "itself 0.91" on a sentence and "induction 0.68" on random repeats
+    is labelled "itself" (its table row still shows both)."""
+    have = {k: v for k, v in scores.items() if v is not None and v > threshold}
     return max(have, key=have.get) if have else None
 
 
@@ -173,6 +175,36 @@ def induction_scores(model: Transformer, length: int | None = None, count: int |
     return total
 
 
+def unrepeated_batch(ids: np.ndarray, length: int, count: int, seed: int = 0) -> torch.Tensor:
+    """(count, 2 * length): random tokens drawn uniformly from `ids`, no span written twice (the probe's control)."""
+    rng = np.random.default_rng(seed + 1)  # never the probe's own tokens
+    return torch.from_numpy(rng.choice(ids, size=(count, 2 * length))).long()  # (count, 2L)
+
+
+def own_copy(w: torch.Tensor, length: int) -> torch.Tensor:
+    """(B, nh, 2L, 2L) weights -> (nh,) mean weight from query L + j on key j, j = 0 .. L - 2: on the probe, the
+    earlier copy of the query's own token (one cell left of induction's)."""
+    j = torch.arange(0, length - 1)
+    return _mean(w[:, :, length + j, j])  # (B, nh, L-1)
+
+
+def induction_parts(model: Transformer, length: int | None = None, count: int = PROBE_COUNT,
+                    seed: int = 0) -> dict[str, dict[tuple[str, int], torch.Tensor]]:
+    """What a head's induction score is made of, where it cannot be induction (a layer-0 head: no earlier layer
+    has moved a token's predecessor into its key): name -> (kind, layer) -> (nh,) of every self-attention block.
+    "control": the induction cells (query L + j on key j + 1) on random tokens that repeat nothing, the weight
+    given by position alone; "own_copy": on the probe, the weight on the earlier copy of the query's own token;
+    "own_copy_control": the same cells when nothing repeats (a head that avoids its own token puts less on the
+    copy, and so more on its neighbours, the induction cell among them)."""
+    length = default_length(model) if length is None else length
+    probe = block_weights(model, induction_batch(vocab_ids(model), length, count, seed), None)
+    plain = block_weights(model, unrepeated_batch(vocab_ids(model), length, count, seed), None)
+    self_blocks = [where for where in probe if where[0] != "cross"]
+    return {"control": {k: induction(plain[k], length) for k in self_blocks},
+            "own_copy": {k: own_copy(probe[k], length) for k in self_blocks},
+            "own_copy_control": {k: own_copy(plain[k], length) for k in self_blocks}}
+
+
 def default_length(model: Transformer) -> int:
     """The random sequence's length: half the context, at most 64, and short enough for a small vocabulary
     (at most 1/8 of it, but at least 4 tokens) that a span rarely repeats a token inside itself, as in the text a
@@ -182,14 +214,29 @@ def default_length(model: Transformer) -> int:
     return max(min(4, half), min(half, 64, vocab // 8))  # at least 4 tokens: a toy vocabulary still gets a span
 
 
+def cross_scores(w: torch.Tensor, prep: Prepared | None = None) -> dict[str, torch.Tensor]:
+    """(nh,) scores of a cross-attention block's weights (B, nh, Tt, Ts): first_token always; diagonal and
+    anti_diagonal only where the map is square; fields when `prep`'s source and target are both dates."""
+    scores = {"first_token": first_token(w, from_query=0)}
+    if w.size(-2) == w.size(-1):
+        scores |= {"diagonal": diagonal(w), "anti_diagonal": anti_diagonal(w)}
+    if prep is not None and prep.tgt is not None and w.size(0) == 1:
+        from .alignment import field_alignment  # (only for an encoder-decoder model: off a decoder's pages)
+
+        fields = field_alignment(prep, w[0])
+        if fields is not None:
+            scores["fields"] = fields
+    return scores
+
+
 def label_block(kind: str, layer: int, weights: torch.Tensor, induction_of_block: torch.Tensor | None = None,
-                threshold: float = THRESHOLD) -> list[HeadRecord]:
+                threshold: float = THRESHOLD, prep: Prepared | None = None) -> list[HeadRecord]:
     """The records of one block's heads from its weights (B, nh, Tq, Tk) on a text, plus its induction scores
-    (nh,) when known: what a page that already traced the block can label without another forward."""
+    (nh,) when known: what a page that already traced the block can label without another forward. `prep`: the
+    text those weights were traced on (a translator's cross-attention is also scored on its date fields)."""
     w = weights.float()
     if kind == "cross":
-        scores = {"first_token": first_token(w, from_query=0), "diagonal": diagonal(w),
-                  "anti_diagonal": anti_diagonal(w)}
+        scores = cross_scores(w, prep)
     else:
         scores = {"previous_token": previous_token(w), "first_token": first_token(w), "self": self_token(w)}
         if induction_of_block is not None:
@@ -197,7 +244,7 @@ def label_block(kind: str, layer: int, weights: torch.Tensor, induction_of_block
     records = []
     for h in range(w.size(1)):
         values = {k: _value(v, h) for k, v in scores.items()}
-        records.append(HeadRecord(kind, layer, h, values, label(values, threshold), label(values, threshold, True)))
+        records.append(HeadRecord(kind, layer, h, values, label(values, threshold)))
     return records
 
 
@@ -217,5 +264,5 @@ def detect_heads(model: Transformer, prep: Prepared, *, threshold: float = THRES
     text = block_weights(model, prep.src_ids, prep.tgt_ids)
     ind = induction_scores(model, length, count, seed) if induction is None else induction
     records = [r for (kind, layer), w in text.items() for r in label_block(kind, layer, w, ind.get((kind, layer)),
-                                                                          threshold)]
+                                                                          threshold, prep)]
     return sorted(records, key=HeadRecord.key)

@@ -128,3 +128,42 @@ def logit_lens(model: Transformer, prep: Prepared, k: int = 5) -> LogitLens:
     """Top-k next tokens after the embeddings and after every decoder layer, at every decoder position."""
     _, trace = run_with_trace(model, prep.src_ids, prep.tgt_ids, names=residual_names(model))
     return lens_from_trace(model, trace, k)
+
+
+@dataclass(frozen=True)
+class AnswerRow:
+    """One answer's first token read through the lens at one position: after the embeddings and after every layer
+    (a logit is linear in the stream, so a multi-token answer is followed by its first token here)."""
+
+    token: int  # model id
+    position: int
+    layers: list[int]  # (R,) EMBEDDINGS (-1), 0, 1, ..., n_layers - 1
+    logits: np.ndarray  # (R,) float64: the token's logit read after each row
+    probs: np.ndarray  # (R,) float64: its probability
+    ranks: np.ndarray  # (R,) int64: its rank (1 = that row's top token)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {"layers": np.array(self.layers, dtype=np.int64), "token_ids": np.array([self.token], dtype=np.int64),
+                "logits": self.logits, "probs": self.probs, "ranks": self.ranks}
+
+
+def answer_row(model: Transformer, trace: Trace, position: int, answer) -> AnswerRow:
+    """The lens's row for an answer (a model id, model ids or text: its first token) at `position` of a trace that
+    kept the residual hooks; InputError for a position or an answer the model cannot read."""
+    from .answers import as_answer
+
+    token = as_answer(model, answer).first
+    names = residual_names(model)
+    missing = [n for n in names if n not in trace]
+    if missing:
+        raise InputError("trace_missing", name=missing[0])
+    T = trace[names[0]].size(1)
+    if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position < T:
+        raise InputError("dla_range", last=T - 1)
+    resid = torch.stack([trace[n][0, position] for n in names])  # (R, d)
+    logits = lens_logits(model, resid).double().cpu()  # (R, vocab)
+    own = logits[:, token]  # (R,)
+    probs = torch.softmax(logits, dim=-1)[:, token]  # (R,)
+    ranks = (logits > own[:, None]).sum(-1) + 1  # (R,)
+    return AnswerRow(token, position, [EMBEDDINGS, *range(model.cfg.n_layers)], own.numpy(), probs.numpy(),
+                     ranks.numpy().astype(np.int64))

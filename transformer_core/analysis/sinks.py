@@ -70,7 +70,14 @@ class SinkRemoval:
     weights_after: torch.Tensor  # (Tq, Tk) float32
     block_change: torch.Tensor  # (Tq,) ‖Δ out‖ / ‖out‖ of the attention block's output per position
     layer_change: torch.Tensor  # (Tq,) the same for the layer's output (the residual stream after the layer)
-    effect: Effect
+    effect: Effect  # the next token at the last position, and the loss over the text
+    kl_positions: torch.Tensor  # (T,) float64 KL(intact ‖ removed) of the next-token distribution at every position
+
+    @property
+    def mean_kl(self) -> float:
+        """KL(intact ‖ removed) averaged over every position of the text (the positions the loss is taken over, and
+        the last one), nats."""
+        return float(self.kl_positions.mean())
 
     @property
     def emptied(self) -> torch.Tensor:
@@ -87,7 +94,7 @@ class SinkRemoval:
     def arrays(self) -> dict[str, np.ndarray]:
         return {**self.effect.arrays(), "weights_before": self.weights_before.numpy(),
                 "weights_after": self.weights_after.numpy(), "block_change": self.block_change.numpy(),
-                "layer_change": self.layer_change.numpy()}
+                "layer_change": self.layer_change.numpy(), "kl_positions": self.kl_positions.numpy()}
 
 
 def _relative(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
@@ -95,6 +102,12 @@ def _relative(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
     before, after = before.float(), after.float()
     num, den = (after - before).norm(dim=-1), before.norm(dim=-1)  # (T,), (T,)
     return torch.where(den > 0, num / den.clamp_min(1e-30), num)
+
+
+def kl_rows(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
+    """(T,) KL(p ‖ q) in nats, row by row, of two (T, vocab) logit tensors, in float64."""
+    logp, logq = torch.log_softmax(p_logits.double(), -1), torch.log_softmax(q_logits.double(), -1)  # (T, vocab)
+    return (logp.exp() * (logp - logq)).sum(-1).clamp_min(0.0)  # (T,)
 
 
 def remove_sink(model: Transformer, prep: Prepared, kind: str, layer: int, head: int, *,
@@ -119,5 +132,5 @@ def remove_sink(model: Transformer, prep: Prepared, kind: str, layer: int, head:
         kind, layer, head,
         weights_before=before[weights][0, head].float(), weights_after=after[weights][0, head].float(),
         block_change=_relative(before[out][0], after[out][0]), layer_change=_relative(before[last][0], after[last][0]),
-        effect=effect(intact, edited, sequence(prep, "decoder"), top),
+        effect=effect(intact, edited, sequence(prep, "decoder"), top), kl_positions=kl_rows(intact, edited),
     )

@@ -6,15 +6,22 @@ from .subset import subset_meta
 from .tokenizer import BUNDLED, load_encoding, tokenize
 
 
-def compare_counts(text: str, encoding: str, others: tuple[str, ...] = ("cl100k_base", "r50k_base")) -> dict:
+def compare_counts(text: str, encoding: str, others: tuple[str, ...] = ("cl100k_base", "r50k_base"), *,
+                   max_tokens: int | None = None, by_line: bool | None = None, allow_special: bool = False) -> dict:
     """Why a model's tokenization differs from the reference encodings on one text: each encoding's token count and,
-    for a subset, how many of its base encoding's tokens it does not keep (each spelled in smaller pieces)."""
-    counts = {name: len(tokenize(text, name, by_line=name == encoding).ids) for name in (encoding, *others)}
+    for a subset, how many of its base encoding's tokens it does not keep (each spelled in smaller pieces).
+
+    Counted as `tokenize` counts with these arguments (a page passes what its token lists used, so the sentence
+    cites the counts it shows); by_line None: the model's own encoding one line at a time, as a model reads text."""
+    def ids(name: str) -> list[int]:
+        return tokenize(text, name, allow_special=allow_special, max_tokens=max_tokens,
+                        by_line=name == encoding if by_line is None else by_line).ids
+
+    counts = {name: len(ids(name)) for name in (encoding, *others)}
     meta = subset_meta(BUNDLED, encoding)
     out = {"counts": counts, "subset": meta is not None}
     if meta is not None:
         kept = set(load_encoding(encoding)._mergeable_ranks.values())
-        base_ids = tokenize(text, meta["base"]).ids
         out |= {"base": meta["base"], "size": meta["size"], "base_size": load_encoding(meta["base"]).n_vocab,
-                "not_kept": sum(1 for i in base_ids if i not in kept)}
+                "not_kept": sum(1 for i in ids(meta["base"]) if i not in kept)}
     return out

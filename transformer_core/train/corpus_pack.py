@@ -2,11 +2,11 @@
 
     python -m transformer_core.train.corpus_pack --out .corpora [--only everyday-gpt] [--cache DIR]
 
-The registry archives are large (chinese-poetry alone is 85 MB) and a GPU machine lent for a training run carries
-at most 64 MiB beside the repository and reaches no network; the cleaned train / held-out texts a recipe reads are
-a few MB compressed. `load_corpus(name, folder)` reads `folder/NAME.corpus.xz` when it is there, checks the texts
-against the sha256 the provenance recorded when they were cleaned, and never fetches. Pass the folder as the
-build's --cache. The folder is a cache: never commit it (it is in .gitignore).
+The registry archives are large (chinese-poetry alone is 85 MB), and a GPU machine that runs a training may reach no
+network and take little beside the repository (64 MiB where the default was trained); the cleaned train / held-out texts
+a recipe reads are a few MB compressed. `load_corpus(name, folder)` reads `folder/NAME.corpus.xz` when it is there,
+checks the texts against the sha256 the provenance recorded when they were cleaned, and never fetches. Pass the folder
+as the build's --cache. The folder is a cache: never commit it (it is in .gitignore).
 """
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..analysis.blocks import logits_of
@@ -54,9 +55,75 @@ EMOJI = (
     "生日快乐🎂！晚上见😊",
 )
 GROUPS = {"english": ENGLISH, "chinese": CHINESE, "code": CODE, "emoji": EMOJI}
-PROMPT = "After dinner we sat in the garden and"  # the greedy-continuation check
-# The issue's targets (bits per byte at most, top-1 at least), per group.
+PROMPT = "After dinner we sat in the garden and"  # the greedy-continuation checks
+PROMPTS = {"english": PROMPT, "chinese": "我们明天早上"}
+# The targets per group: bits per byte at most, top-1 at least (top-1 counts the model's own tokens: a whole word is
+# harder to guess than a piece of one).
 TARGETS = {"english": {"bits_per_byte": 1.8, "top1": 0.30}, "chinese": {"bits_per_byte": 2.1, "top1": 0.25}}
+
+# Copying what it has read: each text written twice ("S S"), the second copy read word by word. Written for this
+# project, found in no training text (a test checks); the lists are unrelated words.
+REPEAT_EN = (
+    "My sister bought a red bicycle for her son last week.",
+    "The kitchen light stopped working after the storm on Tuesday.",
+    "We need to leave early because the road to the lake is closed.",
+    "He always drinks a cup of green tea before he starts work.",
+    "Our neighbour plays the piano every evening after dinner.",
+    "The doctor told me to rest for a few days and drink more water.",
+    "I lost my keys somewhere between the bus stop and the office.",
+    "They are planning a small party for their grandmother's birthday.",
+    "The library opens at nine and closes at six on weekdays.",
+    "Could you help me carry these boxes up to the second floor?",
+    "The children built a snowman in the garden this morning.",
+    "She wrote a long letter to her friend who lives in another country.",
+    "The price of fresh fruit went up again this month.",
+    "I usually take the train to work, but today I walked.",
+    "The old bridge over the river was painted blue last summer.",
+    "Remember to turn off the lights when you leave the room.",
+    "A young man was waiting outside the bank with a large dog.",
+    "The teacher asked the students to read the first chapter at home.",
+    "We found a quiet table near the window and ordered soup.",
+    "My phone battery died in the middle of an important call.",
+)
+REPEAT_ZH = (
+    "我妹妹上周给她儿子买了一辆红色的自行车。",
+    "暴风雨过后，厨房的灯就不亮了。",
+    "我们得早点出发，因为去湖边的路封了。",
+    "他每天开始工作以前都要喝一杯绿茶。",
+    "我们的邻居每天晚饭后都弹钢琴。",
+    "医生让我休息几天，多喝水。",
+    "我在公交车站和办公室之间把钥匙弄丢了。",
+    "他们正在为奶奶的生日准备一个小聚会。",
+    "图书馆周一到周五早上九点开门，下午六点关门。",
+    "你能帮我把这些箱子搬到二楼吗？",
+    "孩子们今天早上在院子里堆了一个雪人。",
+    "她给住在国外的朋友写了一封很长的信。",
+    "这个月新鲜水果的价格又涨了。",
+    "我平时坐火车上班，但是今天是走路去的。",
+    "河上那座老桥去年夏天被漆成了蓝色。",
+    "离开房间的时候记得把灯关掉。",
+    "一个年轻人带着一条大狗在银行门口等着。",
+    "老师让学生们回家读第一章。",
+    "我们在窗户旁边找了一张安静的桌子，点了一碗汤。",
+    "打重要电话打到一半，我的手机没电了。",
+)
+LISTS_EN = (
+    "apple, river, chair, doctor, yellow, window, music, basket",
+    "pencil, ocean, garden, ticket, orange, mountain, coffee, shoe",
+    "table, summer, bottle, horse, letter, silver, village, cloud",
+    "carpet, island, button, winter, kitchen, tiger, paper, bridge",
+)
+LISTS_ZH = (
+    "苹果、河流、椅子、医生、黄色、窗户、音乐、篮子",
+    "铅笔、海洋、花园、车票、橙子、高山、咖啡、鞋子",
+    "桌子、夏天、瓶子、马匹、信件、银子、村庄、云彩",
+    "地毯、岛屿、纽扣、冬天、厨房、老虎、纸张、桥梁",
+)
+COPY_GROUPS = {"english sentences": REPEAT_EN, "chinese sentences": REPEAT_ZH, "english lists": LISTS_EN,
+               "chinese lists": LISTS_ZH}
+COPY_TARGETS = {"top1": 0.8, "median_p": 0.5}  # of the words of the second copies
+CAT = ("The cat sat on the mat. The cat sat on the", " mat")  # the classroom's first demonstration
+SHARE_TARGETS = {"english_words_one_token": 0.9, "chinese_characters_whole": 0.9}
 
 
 @dataclass
@@ -145,15 +212,96 @@ def trigram_baselines(train_texts: dict[str, str], encoding: str = "cl100k_base"
 
 def in_training(train_texts: dict[str, str]) -> list[str]:
     """Everyday texts (or their lines) found verbatim in a training text: must be none."""
-    lines = {line.strip() for texts in GROUPS.values() for t in texts for line in t.splitlines() if line.strip()}
+    every = (*GROUPS.values(), *COPY_GROUPS.values())
+    lines = {line.strip() for texts in every for t in texts for line in t.splitlines() if line.strip()}
     return sorted(line for line in lines if any(line in text for text in train_texts.values()))
+
+
+def twice(text: str) -> tuple[str, int]:
+    """A text written twice as a learner types it (a space between English copies, a full stop after a list), and
+    the UTF-8 byte offset where the second copy starts."""
+    joiner = (". " if "," in text else " ") if text[:1].isascii() else ("。" if "、" in text else "")
+    return text + joiner + text, len((text + joiner).encode("utf-8"))
+
+
+def word_starts(model, ids: list[int]) -> list[bool]:
+    """Which tokens start a word: an English token that begins with a letter after a space (or at the start), or
+    holds a Chinese character; not punctuation, not the second piece of a split word."""
+    enc, out = load_encoding(model.cfg.encoding), []
+    for k, real in enumerate(real_ids(model, ids)):
+        text = enc.decode_single_token_bytes(real).decode("utf-8", "replace")
+        han = any("\u4e00" <= c <= "\u9fff" for c in text)
+        out.append(han or (text[:1] == " " or k == 0) and text.strip()[:1].isalpha())
+    return out
+
+
+@torch.no_grad()
+def copy_report(model, groups: dict[str, tuple[str, ...]] = COPY_GROUPS) -> dict:
+    """Per group: the share of the second copies' words whose first token is the model's top guess, the median
+    probability it gives that token, and each text's own share; plus the cat sentence's answer and its rank."""
+    out = {}
+    for name, texts in groups.items():
+        hits, probs, per_text = [], [], []
+        for text in texts:
+            doubled, at = twice(text)
+            prep = prepare(model, doubled)
+            ids = prep.src_ids[0]
+            ends = np.cumsum([len(tok.raw) for tok in prep.src.tokens])
+            second = [k for k, end in enumerate(ends) if end - len(prep.src.tokens[k].raw) >= at]  # the 2nd copy
+            p = torch.softmax(logits_of(model, prep).float(), -1)  # (T, V)
+            starts = word_starts(model, ids.tolist())
+            scored = [k for k in second[1:] if starts[k]]  # its first token cannot be known
+            h = [bool(p[k - 1].argmax() == ids[k]) for k in scored]
+            hits += h
+            probs += [float(p[k - 1, ids[k]]) for k in scored]
+            per_text.append(round(sum(h) / max(len(h), 1), 3))
+        out[name] = {"top1": round(sum(hits) / max(len(hits), 1), 4), "median_p": round(float(np.median(probs)), 4),
+                     "words": len(hits), "texts": len(texts), "per_text": per_text}
+    prompt, answer = CAT
+    prep = prepare(model, prompt)
+    p = torch.softmax(logits_of(model, prep)[-1].float(), -1)  # (V,)
+    want = prepare(model, prompt + answer).src_ids[0][len(prep.src_ids[0])]
+    out["cat"] = {"prompt": prompt, "answer": answer, "p": round(float(p[want]), 4),
+                  "rank": int((p > p[want]).sum()) + 1}
+    return out
+
+
+def vocabulary_shares(encoding: str) -> dict:
+    """How whole the tokens are on everyday text: the share of English words (the tokenizer's own word pieces, a
+    contraction like "'s" counted on its own) that are one token, and of Chinese characters that one token holds
+    whole (alone or with its neighbours), never cut into byte pieces."""
+    import regex
+
+    enc = load_encoding(encoding)
+    english = [*ENGLISH, *REPEAT_EN, *LISTS_EN]
+    words = [w for text in english for w in regex.findall(enc._pat_str, text) if any(c.isalpha() for c in w)]
+    one = sum(len(enc.encode_ordinary(w)) == 1 for w in words)
+    whole = chars = 0
+    for text in (*CHINESE, *REPEAT_ZH, *LISTS_ZH):
+        spans, at = [], 0
+        for tok in enc.encode_ordinary(text):
+            n = len(enc.decode_single_token_bytes(tok))
+            spans.append((at, at + n))
+            at += n
+        at = 0
+        for c in text:
+            n = len(c.encode("utf-8"))
+            if "\u4e00" <= c <= "\u9fff":
+                chars += 1
+                whole += any(a <= at and at + n <= b for a, b in spans)
+            at += n
+    return {"english_words_one_token": round(one / max(len(words), 1), 4), "english_words": len(words),
+            "chinese_characters_whole": round(whole / max(chars, 1), 4), "chinese_characters": chars}
 
 
 def report(model, train_texts: dict[str, str] | None = None) -> dict:
     """The card's `everyday` section: every group's figures, the trigram baselines (when the training text is at
-    hand), the greedy continuation, and the targets."""
-    out = {"groups": read_groups(model), "continuation": continuation(model), "targets": TARGETS,
-           "texts": {k: len(v) for k, v in GROUPS.items()}}
+    hand), the greedy continuations, copying, the vocabulary's shares, and the targets."""
+    out = {"groups": read_groups(model), "continuation": continuation(model),
+           "continuation_zh": continuation(model, PROMPTS["chinese"]), "targets": TARGETS,
+           "texts": {k: len(v) for k, v in GROUPS.items()}, "copy": copy_report(model),
+           "copy_targets": COPY_TARGETS, "vocabulary": vocabulary_shares(model.cfg.encoding),
+           "vocabulary_targets": SHARE_TARGETS}
     if train_texts:
         out["trigram_bits_per_byte"] = trigram_baselines(train_texts)
         out["found_in_training"] = in_training(train_texts)

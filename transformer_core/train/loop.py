@@ -55,6 +55,10 @@ class TrainConfig:
     synthetic_fraction: float = 0.0  # share of rows holding a random span written twice (teaches copying)
     synthetic_first: int = 0  # the first steps use synthetic rows only (the copying circuit forms first)
     synthetic_alphabet: int = 0  # >0: half the spans use only this many tokens (sharpens previous-token heads)
+    repeat_fraction: float = 0.0  # share of rows holding a span of the corpus's own text written twice
+    list_fraction: float = 0.0  # share of rows holding a list of unrelated words written twice
+    init_from: str = ""  # start from a trained model's weights (train/transfer.py: a folder, or git:COMMIT:FOLDER)
+    freeze_embeddings: bool = False  # token embeddings stay at their random start (a name is then any vector)
     warmup: int = 0  # steps of linear learning-rate warm-up
     min_lr_ratio: float = 0.1  # the cosine schedule ends at lr × this
     weight_decay: float | None = None  # None: AdamW's default on every parameter; else on matrices only
@@ -97,7 +101,10 @@ class TrainConfig:
             rng("max_iters", 1, MAX_ITERS), rng("eval_interval", 0, MAX_ITERS), rng("eval_iters", 1, 1000),
             rng("val_fraction", 0.05, 0.5), rng("grad_clip", 0.0, 1e6), rng("synthetic_fraction", 0.0, 1.0),
             rng("warmup", 0, MAX_ITERS), rng("synthetic_first", 0, MAX_ITERS), rng("min_lr_ratio", 0.0, 1.0),
-            rng("synthetic_alphabet", 0, 1024),
+            rng("synthetic_alphabet", 0, 1024), rng("repeat_fraction", 0.0, 1.0), rng("list_fraction", 0.0, 1.0),
+            (self.synthetic_fraction + self.repeat_fraction + self.list_fraction <= 1.0, "train_range",
+             {"field": "synthetic_fraction + repeat_fraction + list_fraction", "lo": 0, "hi": 1,
+              "value": round(self.synthetic_fraction + self.repeat_fraction + self.list_fraction, 4)}),
             rng("embed_std", 0.0, 10.0), rng("budget_s", 0.0, 86_400.0),
             (not self.keep_best or self.eval_interval > 0, "train_keep_best", {}),
             (self.lr_schedule in LR_SCHEDULES, "config_choice", {"field": "lr_schedule",
@@ -166,7 +173,8 @@ def make_data(tc: TrainConfig):
         from .corpus_data import CorpusData
 
         return CorpusData(tc.corpus, tc.context, tc.vocab_k, tc.synthetic_fraction, tc.seed, tc.cache_dir,
-                          tc.encoding, tc.synthetic_first, tc.synthetic_alphabet, tc.corpus_weights)
+                          tc.encoding, tc.synthetic_first, tc.synthetic_alphabet, tc.corpus_weights,
+                          repeat_fraction=tc.repeat_fraction, list_fraction=tc.list_fraction)
     return TextData(tc.text, tc.context, encoding=tc.encoding, val_fraction=tc.val_fraction, seed=tc.seed)
 
 
@@ -217,9 +225,9 @@ def lr_at(tc: TrainConfig, it: int) -> float:
 
 def optimizer(model: Transformer, tc: TrainConfig) -> torch.optim.Optimizer:
     """AdamW: the course's (default weight decay on everything), or a weight decay on matrices only."""
+    params = [p for p in model.parameters() if p.requires_grad]  # each tensor once (a tied matrix too)
     if tc.weight_decay is None:
-        return torch.optim.AdamW(model.parameters(), lr=tc.lr, betas=tc.betas)
-    params = list(model.parameters())  # each tensor once (a tied matrix too)
+        return torch.optim.AdamW(params, lr=tc.lr, betas=tc.betas)
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": tc.weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=tc.lr, betas=tc.betas)
@@ -251,8 +259,14 @@ def train(tc: TrainConfig, callback: Callable[[Progress], None] | None = None,
     device = pick_device(tc.device)
     data = make_data(tc)
     model = build_model(model_config(tc, data), device)  # never a shared model
+    if tc.init_from:
+        from .transfer import warm_start
+
+        warm_start(model, tc.init_from, tc.cache_dir)
+    for emb in (m for m in model.modules() if isinstance(m, torch.nn.Embedding)) if tc.freeze_embeddings else ():
+        emb.weight.requires_grad_(False)  # (tied: the output matrix too)
     opt = optimizer(model, tc)
-    hist, it, tokens, start = History(), 0, 0, time.perf_counter()
+    hist, it, tokens, start, planned = History(), 0, 0, time.perf_counter(), tc.max_iters
     best: tuple[float, int, dict] | None = None  # keep_best: (held-out loss, step, weights)
     with _fork_rng(device):
         torch.manual_seed(tc.seed)
@@ -278,12 +292,17 @@ def train(tc: TrainConfig, callback: Callable[[Progress], None] | None = None,
             if tc.budget_s and it == CALIBRATION_STEPS:
                 now = time.perf_counter()
                 tc = fit_budget(tc, it, now - start, (now - warm) / (CALIBRATION_STEPS - WARM_STEPS))
+                paced = (it, now)
+            elif tc.budget_s and it > CALIBRATION_STEPS and it - paced[0] >= REFIT_STEPS and it < tc.max_iters:
+                now = time.perf_counter()  # a shared CPU's speed drifts: fit the rest again at the recent pace
+                tc = fit_budget(replace(tc, max_iters=planned), it, now - start, (now - paced[1]) / (it - paced[0]))
+                paced = (it, now)
             if callback is not None:
                 callback(Progress(it, tc.max_iters, loss, hist, model))
             if tc.budget_s and time.perf_counter() - start > 1.1 * tc.budget_s:
                 break  # the calibration was off: stop rather than overrun the machine's lease
     stopped, kept = it < tc.max_iters, None
-    if best is not None and not (stop is not None and stop.is_set()):  # a run stopped by hand keeps its last weights
+    if best is not None:  # a run stopped by hand keeps its best weights too
         kept = best[1]
         if best[1] < it:
             losses = estimate_loss(model, data, tc, device)  # the last weights, against the best evaluated before
@@ -299,6 +318,7 @@ def train(tc: TrainConfig, callback: Callable[[Progress], None] | None = None,
 # on a GPU they pay its warm-up (on an H200, 50 steps from the start timed 0.104 s a step, 4.4x the 0.024 s that
 # followed: 2,844 steps of the 12,000 that fitted).
 WARM_STEPS, CALIBRATION_STEPS = 20, 100
+REFIT_STEPS = 200  # then every this many steps the remaining ones are fitted again at the pace since the last fit
 
 
 def fit_budget(tc: TrainConfig, done: int, seconds: float, per_step: float | None = None) -> TrainConfig:
@@ -317,7 +337,7 @@ def _record_eval(hist: History, it: int, losses: dict[str, float]) -> None:
 
 
 def train_text(text: str, **changes) -> TrainResult:
-    """The course's GPT on user text: compacted vocabulary, 80/20 split, context windows, next-token loss."""
+    """The course's GPT on user text: compacted vocabulary, interleaved 80/20 split, windows, next-token loss."""
     return train(TrainConfig(text=text, **changes))
 
 

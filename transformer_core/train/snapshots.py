@@ -84,6 +84,21 @@ def load_snapshot(model: Transformer, folder: Path, step: int) -> Transformer:
     return out.eval()
 
 
+FORMED = 0.9  # the default view opens where the best induction head has reached this share of its final score
+
+
+def default_view(data: dict, share: float = FORMED) -> tuple[int, int, int]:
+    """(step, layer, head) the Learn page opens on: the last layer's head with the best final induction score, at
+    the first snapshot where that head has reached `share` of it (the stripe is there; move back to see it form)."""
+    steps = data["steps"]
+    last = data["measures"][str(steps[-1])]["induction"]
+    layer = len(last) - 1
+    head = int(np.argmax(last[layer]))
+    final = last[layer][head]
+    step = next(s for s in steps if data["measures"][str(s)]["induction"][layer][head] >= share * final)
+    return step, layer, head
+
+
 def phases(data: dict, smooth: int = 25) -> dict:
     """What the curves show, read off them: the step where the training loss falls fastest after its first fall
     from the random start (the phase change; the first `2 · smooth` steps are left out), and

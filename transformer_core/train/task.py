@@ -6,11 +6,15 @@ import random
 from dataclasses import dataclass
 from functools import cached_property
 
+import torch
+
 from ..errors import TaskError
 from ..model.config import TransformerConfig
+from ..model.masks import pad_batch
+from ..model.trace import run
 from ..model.transformer import Transformer
 from ..text.tokenizer import load_encoding
-from .data import Batch, compact_vocab
+from .data import IGNORE, Batch, compact_vocab
 
 ENCODING = "cl100k_base"
 BOS = "="  # a real, visible cl100k token that starts every encoder-decoder answer
@@ -46,6 +50,7 @@ class Task:
     metric: str  # one line: what accuracy() measures
     example: Example
     max_len: int = 32
+    encoding: str = ENCODING  # the tokenizer of its examples
 
     def sample(self, rng: random.Random) -> Example:
         raise NotImplementedError
@@ -86,3 +91,30 @@ class Task:
         base = dict(arch=self.arch, vocab_size=len(self.vocab_map), vocab_map=self.vocab_map, d_model=64,
                     n_heads=4, n_layers=2, d_ffn=256, dropout=0.0, max_len=self.max_len, encoding=ENCODING)
         return TransformerConfig(**{**base, **changes})
+
+
+def _pad_labels(seqs: list[list[int]]) -> torch.Tensor:
+    return pad_batch(seqs, IGNORE)[0]  # (B, T) padded with IGNORE
+
+
+class DecoderTask(Task):
+    """Decoder-only: one text; the loss covers the predictable positions, accuracy a subset of them."""
+
+    arch = "decoder_only"
+
+    def targets(self, ex: Example) -> tuple[list[int], list[bool], list[bool]]:
+        """(model ids, trained[t], scored[t]) where flags are for predicting ids[t + 1] from ids[: t + 1]."""
+        raise NotImplementedError
+
+    def batch(self, examples: list[Example], *, scored: bool = False) -> Batch:
+        rows = [self.targets(e) for e in examples]
+        src, lengths = pad_batch([ids[:-1] for ids, _, _ in rows])  # (B, T), (B,)
+        labels = [[y if k else IGNORE for y, k in zip(ids[1:], sc if scored else tr)] for ids, tr, sc in rows]
+        return Batch(src, _pad_labels(labels), src_lengths=lengths)
+
+    def accuracy(self, model: Transformer, n: int = 256, seed: int = 2024) -> float:
+        """Next-token accuracy (argmax, true prefix) on the scored positions of n fresh examples."""
+        b = self.make_batch(random.Random(seed), n, scored=True)
+        pred = run(model, b.src, src_lengths=b.src_lengths).argmax(-1).cpu()  # (B, T)
+        scored = b.labels != IGNORE
+        return float((pred == b.labels)[scored].float().mean())

@@ -13,15 +13,12 @@ import torch
 from ..analysis.next_token import generate_batch
 from ..errors import TaskError
 from ..model.masks import pad_batch
-from ..model.trace import run
 from ..model.transformer import Transformer
 from ..text.tokenizer import load_encoding
 from .data import IGNORE, Batch
-from .task import BOS, ENCODING, LETTERS, Example, Task, encode, single_token  # noqa: F401 - re-exported
+from .task import BOS, ENCODING, LETTERS, DecoderTask, Example, Task, _pad_labels, encode, single_token  # noqa: F401
 
-
-def _pad_labels(seqs: list[list[int]]) -> torch.Tensor:
-    return pad_batch(seqs, IGNORE)[0]  # (B, T) padded with IGNORE
+# (re-exported)
 
 
 class SeqToSeqTask(Task):
@@ -81,29 +78,6 @@ class SeqToSeqTask(Task):
             raise TaskError("task_length", most=self.max_len - 1, lo=self.lengths[0], hi=self.lengths[1])
         out = self.greedy(model, ids, torch.tensor([ids.size(1)]), ids.size(1))[0]
         return load_encoding(ENCODING).decode([self.vocab_map[i] for i in out.tolist()])
-
-
-class DecoderTask(Task):
-    """Decoder-only: one text; the loss covers the predictable positions, accuracy a subset of them."""
-
-    arch = "decoder_only"
-
-    def targets(self, ex: Example) -> tuple[list[int], list[bool], list[bool]]:
-        """(model ids, trained[t], scored[t]) where flags are for predicting ids[t + 1] from ids[: t + 1]."""
-        raise NotImplementedError
-
-    def batch(self, examples: list[Example], *, scored: bool = False) -> Batch:
-        rows = [self.targets(e) for e in examples]
-        src, lengths = pad_batch([ids[:-1] for ids, _, _ in rows])  # (B, T), (B,)
-        labels = [[y if k else IGNORE for y, k in zip(ids[1:], sc if scored else tr)] for ids, tr, sc in rows]
-        return Batch(src, _pad_labels(labels), src_lengths=lengths)
-
-    def accuracy(self, model: Transformer, n: int = 256, seed: int = 2024) -> float:
-        """Next-token accuracy (argmax, true prefix) on the scored positions of n fresh examples."""
-        b = self.make_batch(random.Random(seed), n, scored=True)
-        pred = run(model, b.src, src_lengths=b.src_lengths).argmax(-1).cpu()  # (B, T)
-        scored = b.labels != IGNORE
-        return float((pred == b.labels)[scored].float().mean())
 
 
 class RepeatTask(DecoderTask):
@@ -180,6 +154,10 @@ TASKS: dict[str, Task] = {
 from .translation import TranslationTask  # noqa: E402 - it builds on Task, defined above
 
 TASKS["dates"] = TranslationTask()
+
+from .ioi import NameMoverTask  # noqa: E402 - registered beside the others
+
+TASKS["ioi"] = NameMoverTask()
 
 
 def get_task(name: str) -> Task:

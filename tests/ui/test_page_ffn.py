@@ -1,0 +1,146 @@
+"""The FFN page's "read a neuron" through the app, in English and Chinese, on the shipped modern-gpt (the default
+model is not pinned here): its top examples shaded token by token with the values of a fresh forward, the activation
+histogram of the held-out tokens, the search by token whose buttons open a neuron, and bad searches answered with a
+message in the page's language."""
+import html
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from harness.apptest import ENGLISH_ONLY, array, figure, harness_language, messages, open_app, shown_texts
+from service import catalog
+from transformer_core.analysis.neurons import (
+    SEARCH_TOP,
+    neurons_for_token,
+    shipped_index,
+    token_search,
+    top_snippets,
+)
+from transformer_core.errors import message
+from ui.i18n import strings
+
+MODEL = "shipped:modern-gpt"
+TEXT = "The king said to his people."
+WAIT = 300  # seconds a run may take on a busy 2-core machine (a neuron's examples are one small forward)
+S = strings()
+
+
+def examples_html(at) -> str:
+    return next(h.proto.body for h in at.get("html") if "nr-examples" in h.proto.body)
+
+
+def shown_values(body: str) -> list[list[float]]:
+    """Per example row, the activation each shaded span's hover gives for each of its tokens."""
+    rows = []
+    for row in body.split("border-bottom")[1:]:
+        titles = [html.unescape(x) for x in re.findall(r"title='([^']*)'", row)]
+        rows.append([float(line.rsplit(": ", 1)[1]) for title in titles for line in title.split("\n")])
+    return rows
+
+
+def fresh(model, index, chunk: int, layer: int, neuron: int) -> np.ndarray:
+    """(T,) the neuron's activation over one held-out chunk, by a plain hook on the FFN's down-projection."""
+    seen = {}
+    hook = model.decoder.layers[layer].ffn.linear2.register_forward_hook(lambda m, i, o: seen.update(h=i[0]))
+    try:
+        with torch.no_grad():
+            model(torch.tensor(index.ids[chunk:chunk + 1], dtype=torch.long))
+    finally:
+        hook.remove()
+    return seen["h"][0, :, neuron].numpy()
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_neuron_reads_as_shaded_examples_and_a_histogram_in_both_languages(lang):
+    layer, neuron = 3, 5
+    with harness_language(lang):
+        at = open_app("ffn", timeout=WAIT, model=MODEL, text=TEXT, nlayer=str(layer), neuron=str(neuron), lang=lang)
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    model, index = catalog.load(MODEL, "cpu")[0], shipped_index("modern-gpt")
+    snippets = top_snippets(model, index, layer, neuron)
+    rows = shown_values(examples_html(at))
+    assert len(rows) == len(snippets) >= 20 and all(len(r) >= 24 for r in rows)
+    for row, s in zip(rows, snippets, strict=True):  # every token's shade is its activation in a fresh forward
+        np.testing.assert_allclose(row, fresh(model, index, s.chunk, layer, neuron)[s.start:s.start + len(row)],
+                                   atol=6e-4)
+    firing = [r[s.fire] for r, s in zip(rows, snippets, strict=True)]
+    assert firing == sorted(firing, reverse=True)
+    hist = figure(at, "nr_histogram")
+    counts = array(hist["data"][0]["y"])
+    assert hist["data"][0]["y"]["dtype"] == "f4" and counts.sum() == index.n_tokens
+    share = (index.positive[layer, neuron] / index.n_tokens)
+    assert f"{share:.1%}" in hist["layout"]["title"]["text"]
+    said = S["nr_examples"][lang].format(n=len(snippets), layer=layer, neuron=neuron,
+                                         top=f"{snippets[0].activation:.3g}")
+    assert said in [m.value for m in at.markdown]
+    if lang == "zh":
+        assert not [s for s in shown_texts(at) if s in ENGLISH_ONLY]
+
+
+def test_a_search_by_token_lists_the_neurons_that_fire_most_and_a_click_opens_one():
+    at = open_app("ffn", timeout=WAIT, model=MODEL, text=TEXT)
+    assert S["nr_find_hint"]["en"] in [c.value for c in at.caption]  # nothing typed yet: what the box does
+    at.text_input(key="nr_find").set_value("king").run()
+    model, index = catalog.load(MODEL, "cpu")[0], shipped_index("modern-gpt")
+    token = token_search(model, index, "king").choices[0]  # the page starts on the most frequent form (" king")
+    assert token.label == " king"
+    hits = neurons_for_token(model, index, token.token, "mean", k=SEARCH_TOP)
+    assert picks(at) == [S["nr_pick"]["en"].format(layer=lay, neuron=n, value=f"{v:.2f}") for lay, n, v in hits]
+    at.radio(key="nr_find_by").set_value("max").run()
+    by_max = neurons_for_token(model, index, token.token, "max", k=SEARCH_TOP)
+    assert picks(at) == [S["nr_pick"]["en"].format(layer=lay, neuron=n, value=f"{v:.2f}") for lay, n, v in by_max]
+    at.button(key="nr_pick_1").click().run()
+    assert not at.exception, at.exception
+    layer, neuron = by_max[1][:2]
+    assert (at.selectbox(key=f"nr_layer_{model.cfg.n_layers}").value,
+            at.number_input(key=f"nr_neuron_{model.cfg.d_ffn}").value) == (layer, neuron)
+    assert (at.query_params["nlayer"], at.query_params["neuron"]) == (str(layer), str(neuron))  # the link follows
+    assert len(shown_values(examples_html(at))) >= 20
+
+
+def picks(at) -> list[str]:
+    """The found neurons' buttons, in rank order (they sit in five columns: the element tree lists them by column)."""
+    found = [b for b in at.button if b.key and b.key.startswith("nr_pick_")]
+    return [b.label for b in sorted(found, key=lambda b: int(b.key.rsplit("_", 1)[1]))]
+
+
+def absent_word(model, index) -> str:
+    """A word that is one token of the model's vocabulary, with and without a space, and never in its held-out text."""
+    from transformer_core.text.tokenizer import load_encoding
+
+    enc, vocab = load_encoding(model.cfg.encoding), model.cfg.vocab_map
+    held = {vocab[i] for i in index.vocab}
+    for real in vocab:
+        word = enc.decode([real]) if real >= 0 else ""
+        if word.isascii() and word.isalpha() and len(word) > 3 and real not in held:
+            spaced = enc.encode(" " + word)
+            if len(spaced) > 1 or spaced[0] not in held:
+                return word
+    raise AssertionError("every word of the vocabulary is in the held-out text")
+
+
+def test_a_word_of_several_tokens_offers_its_pieces():
+    at = open_app("ffn", timeout=WAIT, model=MODEL, text=TEXT)
+    at.text_input(key="nr_find").set_value("Transformers").run()
+    assert not at.exception and not at.error
+    assert any(c.value.startswith("“Transformers” is ") for c in at.caption)
+    radio = next(r for r in at.radio if r.key and r.key.startswith("nr_find_token_"))
+    assert len(radio.options) > 1
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_bad_searches_get_a_message_in_the_pages_language(lang):
+    absent = absent_word(catalog.load(MODEL, "cpu")[0], shipped_index("modern-gpt"))
+    with harness_language(lang):
+        at = open_app("ffn", timeout=WAIT, model=MODEL, text=TEXT, lang=lang)
+        for text, code, params in [("   ", "neuron_search_empty", {}),
+                                   ("x" * 500, "neuron_search_long", {"n": "500", "max": 40}),
+                                   ("<|endoftext|>", "neuron_search_special", {"token": "<|endoftext|>"}),
+                                   (absent, "neuron_search_absent", {"text": absent})]:
+            at.text_input(key="nr_find").set_value(text).run()
+            assert not at.exception, (text, at.exception)
+            assert message(code, lang, **params) in messages(at), (text, messages(at))
+            assert not picks(at)

@@ -1,0 +1,83 @@
+"""The answer pickers of the analysis pages: the model's top tokens as quick picks, or any text, encoded with the
+model's own tokenizer (transformer_core.analysis.answers), with how it was split."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import streamlit as st
+
+from transformer_core.analysis.answers import Answer, answer_of_ids, answer_of_text, with_space
+from transformer_core.errors import InputError
+from transformer_core.text.inputs import token_labels
+
+from .errors import show_error
+from .figures import visible
+from .i18n import t
+
+ss = st.session_state
+OTHER = -1  # the quick picks' last option: "any text…"
+
+
+@dataclass(frozen=True)
+class Picked:
+    """An answer and how a notebook writes it (the text typed, or the model id picked)."""
+
+    answer: Answer
+    typed: bool
+
+    @property
+    def spec(self):
+        """What the notebook snippet passes: the text typed (read as plain text), else the model ids."""
+        if self.typed and not self.answer.special_as_text:
+            return self.answer.text
+        return self.answer.first if len(self.answer) == 1 else list(self.answer.ids)
+
+
+def spelled(answer: Answer) -> str:
+    """‘ John’ = 1 token (␣John); ‘Johnathan’ = 4 tokens (J | ohn | ath | an)."""
+    pieces = " | ".join(visible(x) for x in answer.labels)
+    return t("ans_spelled_one" if len(answer) == 1 else "ans_spelled", text=visible(answer.text), n=len(answer),
+             pieces=pieces)
+
+
+def preset_answer(key: str, text: str) -> None:
+    """Start a picker (before it is drawn, until the learner changes it) on `text` typed as the answer."""
+    if key not in ss:
+        ss[key] = OTHER
+        ss[f"{key}_text"] = text
+
+
+def answer_picker(label: str, key: str, model, top_ids: list[int], *, index: int = 0, context=None,
+                  disabled: bool = False, container=None) -> Picked | None:
+    """A quick pick among `top_ids` (model ids, the model's top next tokens) or any text typed; the answer, or None
+    after a message in the learner's language (an empty answer, one the model's vocabulary cannot write...)."""
+    box = container or st
+    names = {i: f"‘{visible(x)}’" for i, x in zip(top_ids, token_labels(model, top_ids, context), strict=True)}
+    names[OTHER] = t("ans_other")
+    options = [*top_ids, OTHER]
+    index = 0 if key in ss else min(index, len(options) - 1)  # a value already set (a default answer) wins
+    pick = box.selectbox(label, options, index=index, key=key, format_func=names.get, disabled=disabled)
+    if disabled:
+        return None
+    if pick != OTHER:
+        return Picked(answer_of_ids(model, [int(pick)]), False)
+    text = box.text_input(t("ans_text"), key=f"{key}_text", placeholder=t("ans_placeholder"), help=t("ans_help"))
+    if text == "":
+        box.info(t("ans_type"), icon="✍️")
+        return None
+    try:
+        answer = answer_of_text(model, text, allow_special=bool(ss.get("allow_special")))
+    except InputError as exc:
+        with box.container():
+            show_error(exc)
+        return None
+    notes = [spelled(answer)]
+    spaced = with_space(model, answer)
+    if spaced is not None:
+        notes.append(t("ans_space", spelled=spelled(spaced)))
+    if answer.cleaned:
+        notes.append(t("ans_cleaned"))
+    if answer.special_as_text:
+        notes.append(t("ans_special"))
+    box.caption(" ".join(notes))
+    return Picked(answer, True)
