@@ -132,7 +132,9 @@ def test_head_scores_on_the_card_are_recomputed_on_the_shipped_sample(shipped):
 
 
 PREVIOUS_TOKEN_FLOOR = 0.35  # kjv-tang-gpt on cl100k_8k: 0.38 (layer 0 head 3); 0.525 on its old vocabulary
-CARDS_WITH_HEADS = sorted(p.parent.name for p in ASSETS.glob("*/card.json") if '"heads"' in p.read_text("utf-8"))
+# the cards whose heads table holds the four scores (the name-mover demo's holds its circuit instead)
+CARDS_WITH_HEADS = sorted(p.parent.name for p in ASSETS.glob("*/card.json")
+                          if '"heads"' in (text := p.read_text("utf-8")) and '"circuit"' not in text)
 
 
 @pytest.mark.parametrize("name", CARDS_WITH_HEADS)

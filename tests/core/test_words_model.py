@@ -215,7 +215,7 @@ def test_the_name_movers_card_is_what_its_weights_give():
             io, s = task.first_ids(ex)
             logits = run(model, ids)[0, -1]
             clean.append(float(logits[io] - logits[s]))
-            with intervene({act_name("z", layer=layer, block="decoder"): edit}):
+            with intervene({act_name("z", layer=layer, block="dec_self"): edit}):
                 logits = run(model, ids)[0, -1]
             knocked.append(float(logits[io] - logits[s]))
         removes[lang] = 1 - np.mean(knocked) / np.mean(clean)
