@@ -31,9 +31,9 @@ def shipped():
 def test_every_task_model_is_shipped_as_a_folder_with_weights_config_and_card():
     for name in NAMES:
         assert sorted(p.name for p in (ASSETS / name).iterdir()) == ["card.json", "config.json", "model.safetensors"]
-    # every shipped file together (each model's weights ≤ 25 MB): the two everyday-sized language models (10 MB each),
-    # the 40 training snapshots of induction-steps (8.5 MB), the rest small
-    assert sum(p.stat().st_size for p in ASSETS.rglob("*") if p.is_file()) < 56 * 2**20
+    # every shipped file together (each model's weights ≤ 25 MB): the default (24 MB: its 12,288-token embedding),
+    # modern-gpt (10 MB), the 40 training snapshots of induction-steps (8.5 MB), the rest small
+    assert sum(p.stat().st_size for p in ASSETS.rglob("*") if p.is_file()) < 68 * 2**20
     assert all(p.stat().st_size <= 25 * 2**20 for p in ASSETS.rglob("*.safetensors"))
 
 

@@ -275,8 +275,9 @@ def test_residual_patching_grid_equals_one_patch_at_a_time_by_hooks(key):
     T = a.src_ids.size(1)
     L = model.cfg.n_layers
     for row, pos in [(1, 10), (L - 1, T - 1), (L, T - 1), (2, 3), (0, 5), (0, T - 1)]:
-        assert res.grid[row, pos] == pytest.approx(prob_with(row, pos) - intact, abs=1e-6)
-    assert res.grid[-1, -1] == pytest.approx(res.source - res.intact, abs=1e-6)  # the whole difference
+        # float32: the grid's batched forwards against one patched run each
+        assert res.grid[row, pos] == pytest.approx(prob_with(row, pos) - intact, abs=1e-5)
+    assert res.grid[-1, -1] == pytest.approx(res.source - res.intact, abs=1e-5)  # the whole difference
 
 
 def test_intervene_page_draws_the_residual_patching_grid_on_request():

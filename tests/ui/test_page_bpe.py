@@ -19,7 +19,10 @@ from harness.apptest import (
     shown_texts,
 )
 from transformer_core import load_encoding
+from transformer_core.train.defaults import SHIPPED_LMS
 from ui.figures import visible
+
+DEFAULT_ENCODING = SHIPPED_LMS["everyday-gpt"]["subset"]["name"]  # the default model's vocabulary
 
 PAGE = "bpe"
 COURSE = "同志们!我踩着地雷了"
@@ -139,7 +142,7 @@ def test_what_to_look_for_is_built_by_the_model_s_own_encoding(model):
     tiktoken's own encoder and ranks."""
     at = open_app(PAGE, model=model, lang="en")
     assert_clean(at)
-    encoding = at.session_state["enc"] if model.startswith("preset") else "cl100k_2k"
+    encoding = at.session_state["enc"] if model.startswith("preset") else DEFAULT_ENCODING
     enc = load_encoding(encoding)
     ranks = enc._mergeable_ranks
     text = look_caption(at)
@@ -159,7 +162,7 @@ def test_what_to_look_for_is_built_by_the_model_s_own_encoding(model):
             assert f"at rank {first} first" in text
     common = next(c for c in "的是人我中" if len(enc.encode_ordinary(c)) == 1)
     assert f"such as {common} is 3 bytes and one token after 2 merges" in text
-    if model == "shipped:everyday-gpt":
-        assert "24748" not in text and "‘␣h’ · ‘el’ · ‘lo’" in text
+    if len(enc.encode_ordinary(" hello")) > 1:  # a vocabulary without the token never cites its rank
+        assert "24748" not in text
     else:
         assert "rank 24748 last" in text

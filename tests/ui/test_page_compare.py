@@ -150,13 +150,13 @@ def test_the_try_buttons_load_the_experiments_their_caption_describes():
     assert at.text_area(key="cmp_text_b").value == "b c a d"
 
 
-IOI_A = "When Mary and John went to the store, John gave a drink to"
-IOI_B = "When Mary and John went to the store, Mary gave a drink to"
+IOI_A = "When Mabel and John went to the store, John gave a drink to"
+IOI_B = "When Mabel and John went to the store, Mabel gave a drink to"
 
 
 def test_tokens_are_compared_as_multisets_and_a_picked_pair_is_scored_after_both_texts():
-    """B has ' Mary' twice and ' John' once, A the reverse: the page said "A and B use the same tokens (perhaps in
-    another order)". It now counts them; and the learner's own pair (' Mary', ' John') is scored after A and B by
+    """B has ' Mabel' twice and ' John' once, A the reverse: the page said "A and B use the same tokens (perhaps in
+    another order)". It now counts them; and the learner's own pair (' Mabel', ' John') is scored after A and B by
     log p, recomputed here from the model's logits."""
     at = open_app(PAGE, model="shipped:everyday-gpt", text=IOI_A, lang="en")
     at.text_area(key="cmp_text_b").set_value(IOI_B).run()
@@ -179,12 +179,12 @@ def test_tokens_are_compared_as_multisets_and_a_picked_pair_is_scored_after_both
         seen[i] += 1
         if seen[i] > count["A"][i]:
             beyond.append(visible(labels[i]))
-    assert marked_b == beyond and beyond  # the second ' Mary' of B (its pieces), beyond A's one
+    assert marked_b == beyond and beyond  # the second ' Mabel' of B (its pieces), beyond A's one
     x = next(s for s in at.selectbox if s.key.startswith("cmp_x_"))
     y = next(s for s in at.selectbox if s.key.startswith("cmp_y_"))
     x.set_value(-1).run()
     y.set_value(-1).run()
-    at.text_input(key=f"{x.key}_text").input(" Mary").run()
+    at.text_input(key=f"{x.key}_text").input(" Mabel").run()
     at.text_input(key=f"{y.key}_text").input(" John").run()
     assert_clean(at)
 
@@ -194,11 +194,11 @@ def test_tokens_are_compared_as_multisets_and_a_picked_pair_is_scored_after_both
         lp = torch.log_softmax(run(model, full)[0].double(), -1)  # (T + n - 1, vocab)
         return float(sum(lp[len(base) - 1 + k, int(a)] for k, a in enumerate(ans)))
 
-    margins = [logp(t_, " Mary") - logp(t_, " John") for t_ in (IOI_A, IOI_B)]
+    margins = [logp(t_, " Mabel") - logp(t_, " John") for t_ in (IOI_A, IOI_B)]
     assert metric(at, EN["cmp_pair_margin_a"]) == pytest.approx(margins[0], abs=1e-3)
     assert metric(at, EN["cmp_pair_margin_b"]) == pytest.approx(margins[1], abs=1e-3)
     sentence = next(m.value for m in at.markdown if m.value.startswith("After A"))
-    win = "␣Mary" if margins[0] > 0 else "␣John"
+    win = "␣Mabel" if margins[0] > 0 else "␣John"
     assert f"prefers ‘{win}’" in sentence and f"by {abs(margins[0]):.3f} nats" in sentence
     assert f"by {margins[1] - margins[0]:+.3f} nats" in sentence
-    assert EN["cmp_pair_multi"] in [c.value for c in at.caption]  # ' Mary' is two tokens here: ␣M | ary
+    assert EN["cmp_pair_multi"] in [c.value for c in at.caption]  # ' Mabel' is two tokens here: ␣M | abel

@@ -7,6 +7,9 @@ import pytest
 from harness.apptest import SMALL, array, figure, messages, open_app
 from service import catalog
 from transformer_core.model.positional import sinusoid_table
+from transformer_core.train.defaults import SHIPPED_LMS
+
+DEFAULT_ENCODING = SHIPPED_LMS["everyday-gpt"]["subset"]["name"]  # the default model's vocabulary
 
 PAGE = "embeddings"
 BASE = "preset:course-base@cl100k_base"
@@ -104,11 +107,11 @@ def test_chinese_headings():
     assert all(re.search(r"[\u4e00-\u9fff]", h) for h in heads)
 
 
-@pytest.mark.parametrize("lang, said", [("en", r"is token (\d+) of cl100k_2k and row (\d+) "),
+@pytest.mark.parametrize("lang, said", [("en", rf"is token (\d+) of {DEFAULT_ENCODING} and row (\d+) "),
                                         ("zh", r"的第 (\d+) 号词元，是这个模型嵌入矩阵 E 的第 (\d+) 行")])
 def test_a_compacted_vocabulary_says_which_row_a_token_id_selects(lang, said):
-    """The default keeps 2,053 tokens of cl100k_2k, numbered by the model: the Tokenizer's id 6693 is not row 6693
-    of a 2,053-row matrix. The caption's example is recomputed through the model's own map and embedding."""
+    """The default keeps the tokens of its own vocabulary, numbered by the model: the Tokenizer's id is not the row
+    of its embedding matrix. The caption's example is recomputed through the model's own map and embedding."""
     import re
 
     import torch

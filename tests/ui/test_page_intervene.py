@@ -171,7 +171,7 @@ def test_picked_heads_have_short_names_that_fit_their_chips():
     assert any("L = layer, H = head" in c.value for c in at.caption)
 
 
-IOI_JACK = "When Mary and Jack went to the store, Jack gave a drink to"  # " M|ary", " J|ack": two tokens each here
+IOI_NAMES = "When Mabel and Amos went to the store, Amos gave a drink to"  # " M|abel", " Am|os": two tokens each here
 GPT = "shipped:everyday-gpt"
 
 
@@ -186,51 +186,51 @@ def test_answers_typed_outside_the_top_10_give_the_cores_numbers_on_every_sweep(
     from transformer_core.analysis.corruptions import ioi_corruption
     from transformer_core.analysis.head_effects import head_effects, head_patching, residual_effects
 
-    at = open_app(PAGE, model=GPT, text=IOI_JACK, lang="en")
+    at = open_app(PAGE, model=GPT, text=IOI_NAMES, lang="en")
     assert_clean(at)
     model, _ = load_model("everyday-gpt")
     quick = at.selectbox(key=f"he_a_{GPT}").options
-    assert "‘␣Mary’" not in quick and "‘␣Jack’" not in quick  # neither name is a quick pick
-    assert [at.text_input(key=f"he_{w}_{GPT}_text").value for w in "ab"] == [" Mary", " Jack"]  # IOI's answers
-    assert EN["ans_ioi_default"].format(io="Mary", s="Jack") in [c.value for c in at.caption]
-    clean = prepare(model, IOI_JACK)
-    for typed in (" Johnathan", " Mary"):  # typed, as a learner does
+    assert "‘␣Mabel’" not in quick and "‘␣Amos’" not in quick  # neither name is a quick pick
+    assert [at.text_input(key=f"he_{w}_{GPT}_text").value for w in "ab"] == [" Mabel", " Amos"]  # IOI's answers
+    assert EN["ans_ioi_default"].format(io="Mabel", s="Amos") in [c.value for c in at.caption]
+    clean = prepare(model, IOI_NAMES)
+    for typed in (" Johnathan", " Mabel"):  # typed, as a learner does
         type_answer(at, "a", typed)
         assert_clean(at)
         captions = [c.value for c in at.caption]
         assert EN["ans_multi_note"] in captions
         scores = next(d.value for d in at.dataframe if EN["ans_col_sum"] in d.value.columns)
-        a, jack = score_answer(model, clean, typed), score_answer(model, clean, " Jack")
+        a, jack = score_answer(model, clean, typed), score_answer(model, clean, " Amos")
         np.testing.assert_allclose(scores[EN["ans_col_sum"]], [a.total, jack.total], atol=1e-5)
-        effects = head_effects(model, clean, "logit_diff", typed, " Jack")
+        effects = head_effects(model, clean, "logit_diff", typed, " Amos")
         assert effects.intact == pytest.approx(a.total - jack.total, abs=1e-5)
         said = next(m.value for m in at.markdown if m.value.startswith("Intact, log p(A) − log p(B) is"))
         assert f"**{effects.intact:.4f}**" in said
         grid_spec = next(json.loads(f.proto.spec) for f in at.get("plotly_chart") if "he_grid" in f.proto.id)
         z = array(grid_spec["data"][0]["z"]).astype(float)
         np.testing.assert_allclose(z[:, :-1], effects.heads["dec_self"], atol=1e-5)
-    assert "‘␣Mary’ = 2 tokens (␣M | ary)." in captions
+    assert "‘␣Mabel’ = 2 tokens (␣M | abel)." in captions
 
     # text B: the IOI corruption by default, of the same length, so both sweeps run on request
-    corrupted = ioi_corruption(IOI_JACK)
+    corrupted = ioi_corruption(IOI_NAMES)
     assert at.radio(key="iv_b_preset").value == "swap" and at.text_area(key="iv_text_b").value == corrupted
     at.toggle(key="rp_run").set_value(True).run()
     assert_clean(at)
     bad = prepare(model, corrupted)
-    grid = residual_effects(model, bad, clean, "logit_diff", " Mary", " Jack")
+    grid = residual_effects(model, bad, clean, "logit_diff", " Mabel", " Amos")
     spec = figure(at, "rp_grid")["data"][0]
     np.testing.assert_allclose(array(spec["z"]).astype(float), grid.normalised(), atol=1e-4)
     np.testing.assert_allclose(np.array(spec["customdata"])[..., 0], grid.patched, atol=1e-4)  # raw on hover
-    heads = head_patching(model, bad, clean, "logit_diff", " Mary", " Jack")
+    heads = head_patching(model, bad, clean, "logit_diff", " Mabel", " Amos")
     np.testing.assert_allclose(array(figure(at, "hp_grid")["data"][0]["z"]).astype(float), heads.normalised(),
                                atol=1e-4)
     assert any(f"**{grid.source:.4f}** on the clean text A" in m.value for m in at.markdown)
     code = [c.value for c in open_export(at, "head_patch").code if "head_patching(" in c.value][0]
-    assert "' Mary'" in code and "' Jack'" in code
+    assert "' Mabel'" in code and "' Amos'" in code
     scope: dict = {}
     exec(code, scope)  # the notebook code recomputes the grid shown
     np.testing.assert_allclose(scope["arrays"]["normalised"], heads.normalised(), atol=1e-5)
-    assert len(answer_of_text(model, " Mary")) == 2
+    assert len(answer_of_text(model, " Mabel")) == 2
 
 
 def test_bad_answers_give_messages_in_the_learners_language():
@@ -238,7 +238,7 @@ def test_bad_answers_give_messages_in_the_learners_language():
     at.selectbox(key=f"he_a_{GPT}").set_value(-1).run()
     assert not at.exception and EN["ans_type"] in messages(at)
     for text, shown in [("   ", EN["err.answer_blank"]), ("x" * 2000, EN["err.answer_long"].format(n="2,000", max=200)),
-                        (" Mary", None)]:
+                        (" Mabel", None)]:
         at.text_input(key=f"he_a_{GPT}_text").input(text).run()
         assert not at.exception
         assert shown is None or shown in messages(at), messages(at)
@@ -253,16 +253,16 @@ def test_bad_answers_give_messages_in_the_learners_language():
 
 
 def test_a_swap_of_names_of_different_lengths_says_what_still_works():
-    at = open_app(PAGE, model=GPT, text="When Mary and John went to the store, John gave a drink to", lang="en")
+    at = open_app(PAGE, model=GPT, text="When Mabel and John went to the store, John gave a drink to", lang="en")
     assert_clean(at)
-    assert at.text_area(key="iv_text_b").value == "When Mary and John went to the store, Mary gave a drink to"
-    note = [m for m in messages(at) if m.startswith("Text A has 18 tokens and text B has 19")]
-    assert note and "‘␣John’ = 1 token" in note[0] and "‘␣Mary’ = 2 tokens" in note[0]
+    assert at.text_area(key="iv_text_b").value == "When Mabel and John went to the store, Mabel gave a drink to"
+    note = [m for m in messages(at) if m.startswith("Text A has 15 tokens and text B has 16")]
+    assert note and "‘␣John’ = 1 token" in note[0] and "‘␣Mabel’ = 2 tokens" in note[0]
     assert not [f for f in at.get("plotly_chart") if "rp_grid" in f.proto.id]
     at.radio(key="iv_b_preset").set_value("random").run()  # random tokens: always the same length
     assert_clean(at)
     random_b = at.text_area(key="iv_text_b").value
     model, _ = load_model("everyday-gpt")
-    assert prepare(model, random_b).src_ids.size(1) == 18
+    assert prepare(model, random_b).src_ids.size(1) == 15
     at.text_area(key="iv_text_b").input("my own text").run()  # editing text B makes it the learner's own
     assert at.radio(key="iv_b_preset").value == "hand" and at.text_area(key="iv_text_b").value == "my own text"

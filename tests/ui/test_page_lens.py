@@ -174,17 +174,17 @@ def test_an_answer_typed_outside_the_top_10_is_followed_by_its_first_token_in_th
     from transformer_core.analysis.attribution import direct_logit_attribution
     from transformer_core.analysis.logit_lens import answer_row
 
-    text = "When Mary and Jack went to the store, Jack gave a drink to"
+    text = "When Mabel and Amos went to the store, Amos gave a drink to"
     at = open_app(PAGE, model="shipped:everyday-gpt", text=text, lang="en")
-    assert "‘␣Mary’" not in at.selectbox(key="lens_answer").options
+    assert "‘␣Mabel’" not in at.selectbox(key="lens_answer").options
     at.selectbox(key="lens_answer").set_value(-1).run()
-    at.text_input(key="lens_answer_text").input(" Mary").run()
+    at.text_input(key="lens_answer_text").input(" Mabel").run()
     assert_clean(at)
     model, _ = load_model("everyday-gpt")
     _, trace = trace_text(model, text)
     pos = trace.decoder_ids.numel() - 1
-    row = answer_row(model, trace, pos, " Mary")
-    assert row.token == answer_of_text(model, " Mary").first  # ' M', its first of two tokens
+    row = answer_row(model, trace, pos, " Mabel")
+    assert row.token == answer_of_text(model, " Mabel").first  # ' M', its first of two tokens
     df = next(d.value for d in at.dataframe if EN["lens_answer_col_logit"] in d.value.columns)
     np.testing.assert_allclose(df[EN["lens_answer_col_prob"]], row.probs, rtol=1e-4, atol=1e-7)
     assert df[EN["lens_answer_col_rank"]].tolist() == row.ranks.tolist()

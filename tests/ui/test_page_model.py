@@ -187,7 +187,10 @@ def test_the_card_s_heads_table_labels_by_the_pages_rule_and_names_its_scores():
         assert float(row[EN["card_head_score"]]) == max(scores.values())
     induction = df[df[EN["head_kind_induction"]] > 0.9]
     assert len(induction) >= 4 and set(induction[EN["card_head_kind"]]) == {EN["head_kind_induction"]}
-    att = open_app("attention", model="shipped:everyday-gpt", text="The cat sat on the mat.", layer="2", lang="en")
+    # a text with a repeat, where the heads do what the probe measures (on one that repeats nothing they attend to
+    # the first token, and the page labels them by what they do there)
+    text = "The cat sat on the mat. The cat sat on the mat."
+    att = open_app("attention", model="shipped:everyday-gpt", text=text, layer="2", lang="en")
     table = next(d.value for d in att.dataframe if EN["card_head_kind"] in d.value.columns)
     for h in induction[EN["hd_col_head"]]:
         assert table.set_index(EN["att_head"]).loc[int(h), EN["card_head_kind"]] == EN["head_kind_induction"]

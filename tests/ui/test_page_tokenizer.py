@@ -6,7 +6,10 @@ import pytest
 
 from harness.apptest import EN, ENGLISH_ONLY, SMALL, harness_language, open_app, shown_texts
 from transformer_core.text.tokenizer import tokenize
+from transformer_core.train.defaults import SHIPPED_LMS
 from ui.figures import visible
+
+DEFAULT_ENCODING = SHIPPED_LMS["everyday-gpt"]["subset"]["name"]  # the default model's vocabulary
 
 
 def test_token_counts_are_singular_for_one_token_and_plural_otherwise():
@@ -49,7 +52,7 @@ def test_the_r50k_sentence_follows_the_counts_it_cites(model, text):
     and code (14 here)": the sentence now says more, as many or fewer from the two counts."""
     at = open_app("tokenizer", model=model, text=text, lang="en")
     assert not at.exception
-    enc = "cl100k_2k" if model.startswith("shipped") else "cl100k_base"
+    enc = DEFAULT_ENCODING if model.startswith("shipped") else "cl100k_base"
     ref = "cl100k_base"
     cut = {"shipped:everyday-gpt": 128, SMALL: 16}[model]  # the model's max_len: every column is cut to it
     c, b = (len(tokenize(text, e, max_tokens=cut).ids) for e in ("r50k_base", ref))  # as the columns count them
@@ -62,7 +65,7 @@ def test_the_r50k_sentence_follows_the_counts_it_cites(model, text):
         assert f"uses as many tokens here as {ref} ({c})" in why and "spends more" not in why
     else:
         assert f"uses fewer tokens on this text ({c}, against {b} in {ref})" in why
-    if enc == "cl100k_2k":
+    if enc == DEFAULT_ENCODING:
         a = len(tokenize(text, enc, max_tokens=cut).ids)
         assert f"**{enc}** · {a} tokens" in shown
         assert f"({a} tokens instead of {b})" in why or f"both use {a} tokens here" in why

@@ -126,7 +126,6 @@ def whole_units(tc, spec: dict, cache: str) -> tuple[list[str], list[bytes], dic
         from .ioi import NAMES_EN, NAMES_ZH
 
         kept += [f" {n}" for n in NAMES_EN] + list(NAMES_EN)
-    kept += list(spec.get("demo_words", ()))  # the classic demonstrations' words (" mat"), whole too
     top = [c for c, _ in chars.most_common(spec["chars"])]
     if spec.get("names"):
         top += [c for n in NAMES_ZH for c in n if c not in top]

@@ -110,7 +110,9 @@ EVERYDAY_GPU = replace(EVERYDAY, corpus_weights=(0.56, 0.18, 0.18, 0.04, 0.04), 
 # it is read from git at its commit, not shipped twice; a word's new embedding starts as the mean of its old
 # pieces'), and training goes on here on a CPU for a time budget, with the copying taught on text: a fifth of the
 # rows begin with the corpus's own text written twice and a twentieth with a list of unrelated words written twice
-# (corpus_data.py says why), and a twentieth still a random span written twice.
+# (corpus_data.py says why), and a twentieth still a random span written twice. Built 2026-11-28 on a 2-core x86
+# CPU beside other jobs: the 4,800 s budget fitted 1,852 steps of 32 × 128 (7.4 M tokens; the weights of step 1,750
+# kept), 4,979 s for the command.
 EVERYDAY_WORDS = replace(EVERYDAY_GPU, encoding="cl100k_words", init_from="git:cfcda73:assets/models/everyday-gpt",
                          device=None, amp=False, batch_size=32, max_iters=8000, budget_s=4800.0, lr=1e-3, warmup=100,
                          min_lr_ratio=0.1, dropout=0.1, eval_interval=250, eval_iters=8, keep_best=True,
