@@ -64,7 +64,13 @@ def main() -> None:
     print_table(("texts", "words", "top-1", "median p"), [(g, f["words"], f"{f['top1']:.1%}", f"{f['median_p']:.3f}")
                                                        for g, f in copy.items() if g != "cat"])
     cat = copy["cat"]
-    print(f"{cat['prompt']!r} -> {cat['answer']!r}: rank {cat['rank']}, p {cat['p']:.3f}")
+    from transformer_core.text.tokenizer import load_encoding
+
+    enc = load_encoding(model.cfg.encoding)
+    pieces = [enc.decode([i]) for i in enc.encode(cat["answer"])]  # the report ranks the answer's first token
+    first = pieces[0] if len(pieces) > 1 else cat["answer"]
+    print(f"{cat['prompt']!r} -> {cat['answer']!r} ({' | '.join(map(repr, pieces))}): {first!r} rank {cat['rank']}, "
+          f"p {cat['p']:.3f}")
     heads = card.get("heads", [])
     best = {k: max((h[k] for h in heads), default=0.0) for k in ("previous_token", "induction")}
     figures = [figure("unknown tokens, all everyday text", sum(f["unknown"] for f in rep["groups"].values()),
@@ -89,7 +95,10 @@ def main() -> None:
         if g != "cat":
             figures += [figure(f"copy, {g}: top-1", f["top1"], "", rep["copy_targets"]["top1"], ">="),
                         figure(f"copy, {g}: median p", f["median_p"], "", rep["copy_targets"]["median_p"], ">=")]
-    figures.append(figure("the cat sentence: rank of ' mat'", cat["rank"], "", 1, "<="))
+    figures.append(figure(f"the cat sentence: rank of {first!r}" + (f", the first of {len(pieces)} tokens of "
+                          f"{cat['answer']!r}" if len(pieces) > 1 else ""), cat["rank"], "", 1, "<="))
+    if len(pieces) > 1:
+        figures.append(figure(f"the cat sentence: {cat['answer']!r} is one token", len(pieces), "", 1, "<="))
     if not args.no_names:
         figures += names_figures()
     if train:
