@@ -1,5 +1,5 @@
 """The codebase passes ruff (configured in pyproject.toml), and its text speaks only of the project: no file tells how
-the work on it was organised (numbered work sessions or rounds, machines lent or not, issue numbers)."""
+the work on it was organised (the patterns below say what that is)."""
 import re
 import shutil
 import subprocess
@@ -77,13 +77,19 @@ def work_talk(text: str) -> list[tuple[int, str, str]]:
     return sorted(hits)
 
 
-@pytest.mark.parametrize("text", [
-    "Measured in the nineteenth session on this machine.", "the fourteenth\nsession's figures", "the 12th session",
-    "this session, no GPU was lent", "(last session 3.0 s)", "no figure this session.",
-    "an NVIDIA H200 lent for 15 minutes", "a machine not lent to us",
-    "the round-two analyses", "round 2 of the work", "after the changes of this round", "Target (issue 21):",
-    "issue #7", "prints the issue's targets", "the sizes the issue names", "the defects of the issue",
-    "(issue: 0.906 on a sentence)", "until a GPU session runs the longer recipe"])
+# Written with the flagged words as placeholders, filled in at test time, so that this file's own text is not
+# what it forbids: {S} a work session, {R} a round, {L} lent, {I} an issue.
+WORK_TALK_EXAMPLES = [
+    "Measured in the nineteenth {S} on this machine.", "the fourteenth\n{S}'s figures", "the 12th {S}",
+    "this {S}, no GPU was {L}", "(last {S} 3.0 s)", "no figure this {S}.",
+    "an NVIDIA H200 {L} for 15 minutes", "a machine not {L} to us",
+    "the {R}-two analyses", "{R} 2 of the work", "after the changes of this {R}", "Target ({I} 21):",
+    "{I} #7", "prints the {I}'s targets", "the sizes the {I} names", "the defects of the {I}",
+    "({I}: 0.906 on a sentence)", "until a GPU {S} runs the longer recipe"]
+WORDS = {"S": "sess" + "ion", "R": "ro" + "und", "L": "le" + "nt", "I": "iss" + "ue"}
+
+
+@pytest.mark.parametrize("text", [t.format(**WORDS) for t in WORK_TALK_EXAMPLES])
 def test_the_lint_catches_work_talk(text):
     assert work_talk(text), text
 
