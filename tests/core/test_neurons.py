@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from harness.neurons import absent_word
 from transformer_core import build_model, preset
 from transformer_core.analysis.neurons import (
     AFTER,
@@ -224,19 +225,6 @@ def test_token_search_offers_the_word_after_a_space_and_its_pieces(shipped):
 BAD = [("", "neuron_search_empty"), ("   ", "neuron_search_empty"), ("x" * 500, "neuron_search_long"),
        ("<|endoftext|>", "neuron_search_special"), ("the<|endoftext|>", "neuron_search_special"),
        (None, "neuron_search_absent")]
-
-
-def absent_word(model, index) -> str:
-    """A word that is one token of the model's vocabulary, with and without a space, and never in its held-out text."""
-    enc, vocab = load_encoding(model.cfg.encoding), model.cfg.vocab_map
-    held = {vocab[i] for i in index.vocab}
-    for real in vocab:
-        word = enc.decode([real]) if real >= 0 else ""
-        if word.isascii() and word.isalpha() and len(word) > 3 and real not in held:
-            spaced = enc.encode(" " + word)
-            if len(spaced) > 1 or spaced[0] not in held:
-                return word
-    raise AssertionError("every word of the vocabulary is in the held-out text")
 
 
 @pytest.mark.parametrize(("text", "code"), BAD)

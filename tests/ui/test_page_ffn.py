@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from harness.apptest import ENGLISH_ONLY, array, figure, harness_language, messages, open_app, shown_texts
+from harness.neurons import absent_word
 from service import catalog
 from transformer_core.analysis.neurons import (
     SEARCH_TOP,
@@ -105,21 +106,6 @@ def picks(at) -> list[str]:
     """The found neurons' buttons, in rank order (they sit in five columns: the element tree lists them by column)."""
     found = [b for b in at.button if b.key and b.key.startswith("nr_pick_")]
     return [b.label for b in sorted(found, key=lambda b: int(b.key.rsplit("_", 1)[1]))]
-
-
-def absent_word(model, index) -> str:
-    """A word that is one token of the model's vocabulary, with and without a space, and never in its held-out text."""
-    from transformer_core.text.tokenizer import load_encoding
-
-    enc, vocab = load_encoding(model.cfg.encoding), model.cfg.vocab_map
-    held = {vocab[i] for i in index.vocab}
-    for real in vocab:
-        word = enc.decode([real]) if real >= 0 else ""
-        if word.isascii() and word.isalpha() and len(word) > 3 and real not in held:
-            spaced = enc.encode(" " + word)
-            if len(spaced) > 1 or spaced[0] not in held:
-                return word
-    raise AssertionError("every word of the vocabulary is in the held-out text")
 
 
 def test_a_word_of_several_tokens_offers_its_pieces():
