@@ -99,6 +99,13 @@ def main() -> None:
                           f"{cat['answer']!r}" if len(pieces) > 1 else ""), cat["rank"], "", 1, "<="))
     if len(pieces) > 1:
         figures.append(figure(f"the cat sentence: {cat['answer']!r} is one token", len(pieces), "", 1, "<="))
+    from transformer_core import prepare
+    from transformer_core.analysis.next_word import next_words
+
+    words = next_words(model, prepare(model, cat["prompt"]).src_ids[0].tolist(), top=5)  # the Logits page's table
+    print(f"next words (the Logits page): {', '.join(f'{w.text!r} {w.prob:.3f}' for w in words)}")
+    figures.append(figure(f"the cat sentence: rank of the word {cat['answer']!r} among the next words (pieces joined)",
+                          next((k + 1 for k, w in enumerate(words) if w.text == cat["answer"]), 99), "", 1, "<="))
     if not args.no_names:
         figures += names_figures()
     if train:

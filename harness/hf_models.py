@@ -1,5 +1,5 @@
 """Tiny Hugging Face decoders for the loader's tests and the benches: byte-level BPE tokenizers trained on mixed text
-with each family's own pre-tokenizer, and random Llama / Qwen2 models written by save_pretrained.
+with each family's own pre-tokenizer, and random Llama / Qwen2 / Qwen3 models written by save_pretrained.
 
 Needs `tokenizers` (and `transformers` to write a model); a test that uses it skips without them first
 (pytest.importorskip). Used by tests/core/test_hf_decoder.py, tests/service/test_gpt2_download.py and bench/modern.py.
@@ -61,11 +61,12 @@ def trained_tokenizer(family: str):
 
 
 def hf_classes(family: str):
-    """(config class, model class) of transformers for a family ("llama" or "qwen2")."""
+    """(config class, model class) of transformers for a family ("llama", "qwen2" or "qwen3")."""
     import transformers
 
     return {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
-            "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM)}[family]
+            "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+            "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM)}[family]
 
 
 TINY = dict(vocab_size=1200, hidden_size=32, intermediate_size=56, num_hidden_layers=2, num_attention_heads=4,
@@ -78,6 +79,10 @@ CONFIGS = {
     "qwen2-gqa-tied": ("qwen2", dict(num_key_value_heads=2, tie_word_embeddings=True, rope_theta=1e6,
                                      rms_norm_eps=1e-6)),
     "qwen2-untied": ("qwen2", dict(num_key_value_heads=4, tie_word_embeddings=False)),
+    # Qwen3: QK-norm, and a head width of its own (4 heads of 16 on a width of 32, as Qwen3-0.6B's 16 of 128 on 1024)
+    "qwen3-gqa-tied-wide-heads": ("qwen3", dict(num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
+                                                rope_theta=1e6, rms_norm_eps=1e-6)),
+    "qwen3-untied": ("qwen3", dict(num_key_value_heads=4, head_dim=8, tie_word_embeddings=False)),
 }
 
 
@@ -95,7 +100,7 @@ def save_tiny(tmp_path, name: str):
             if n.endswith("norm.weight") or n.endswith(".bias"):
                 p.copy_(1 + 0.3 * torch.randn_like(p) if n.endswith("weight") else 0.3 * torch.randn_like(p))
     hf.save_pretrained(tmp_path)
-    tok = trained_tokenizer("qwen2" if family == "qwen2" else "smollm2")
+    tok = trained_tokenizer("qwen2" if family.startswith("qwen") else "smollm2")
     tok.save(str(tmp_path / "tokenizer.json"))
     return hf
 

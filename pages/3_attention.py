@@ -10,6 +10,9 @@ from transformer_core.analysis.all_heads import head_view as all_heads_view
 from transformer_core.analysis.all_heads import model_view
 from transformer_core.analysis.attention_steps import query_steps, row_sums
 from transformer_core.analysis.heads import PROBE_PATTERNS, default_length, label_block, probe_count
+from transformer_core.analysis.qk_attribution import qk_attribution
+from transformer_core.analysis.qk_norm import qk_norm_effect
+from transformer_core.errors import InputError
 from transformer_core.model.masks import MASK_MODES
 from transformer_core.model.memory import KEEP_ALL
 from transformer_core.model.transformer import DEFAULT_MASKS
@@ -32,6 +35,7 @@ from ui.head_view import head_view, model_view_figure
 from ui.i18n import t
 from ui.model_choice import load_selected_model
 from ui.panels import panel_heatmaps, thumbnails
+from ui.plain_figures import figure
 from ui.session import page_context, through_app
 from ui.state import generated, keep_view_in_model
 from ui.tools import export_panel, inputs, prep_for, reserve
@@ -145,6 +149,45 @@ def main_map(stages, head: int, q_lab, k_lab) -> tuple[int, int] | None:
         chart(fig, "att_main")
         st.caption(t("att_zoom_hint", n=max(n_q, n_k)))
     return ss.get("att_cell")
+
+
+def part_name(part: tuple) -> str:
+    """A part of the residual stream as the QK view names it ("L1 H5", "FFN 0", "embeddings", "biases")."""
+    kind = part[0]
+    if kind == "head":
+        return t("att_qka_head", layer=part[1], head=part[2])
+    return t(f"att_qka_{kind}", layer=part[1] if len(part) > 1 else "")
+
+
+def why_here(ctx, head: int, query: int, key: int, q_lab, k_lab) -> None:
+    """The clicked score split by where q and k came from (query part × key part), with what sums it."""
+    st.subheader(t("att_qka_title", q=q_lab[query], k=k_lab[key]))
+    try:
+        a = ctx.trace.memo(("qk_attribution", ss.layer, head, query, key),
+                           lambda: qk_attribution(ctx.model, ctx.trace, ss.layer, head, query, key))
+    except InputError:
+        st.caption(t("att_qka_post_norm"))
+        return
+    names = [part_name(p) for p in a.parts]
+    varying = a.matrix[:, :-1]  # the last column, the key side's biases, is the same for every key: left out below
+    lim = float(np.abs(varying).max()) if varying.size else 0.0
+    lim = lim or 1.0  # one colour scale for the columns that decide where the head looks (the biases' saturate)
+    fig = token_heatmap(a.matrix, names, names, title=t("att_qka_map"), colorscale=DIVERGING, zmin=-lim, zmax=lim,
+                        zmid=0, x_title=t("att_qka_key_side"), y_title=t("att_qka_query_side"),
+                        categories=(names, names),
+                        hovertemplate=f"{t('att_qka_query_side')}: %{{y}}<br>{t('att_qka_key_side')}: %{{x}}<br>"
+                                      "%{z:.4f}<extra></extra>")
+    chart(fig, "att_qka")
+    order = np.argsort(-np.abs(varying), axis=None)[:10]
+    rows, cols = np.unravel_index(order, varying.shape)
+    table(pd.DataFrame({t("att_qka_query_side"): [names[i] for i in rows],
+                        t("att_qka_key_side"): [names[j] for j in cols],
+                        t("att_qka_share"): [float(a.matrix[i, j]) for i, j in zip(rows, cols, strict=True)]}),
+          f"att_qka_{ss.layer}_{head}_{query}_{key}", formats={t("att_qka_share"): "%.4f"})
+    key_const = float(a.matrix[:, -1].sum())  # the key side's biases: the same for every key of this query
+    st.markdown(t("att_qka_text", score=a.score, total=a.total, residue=a.residue, const=key_const,
+                  n=len(a.parts)))
+    export_panel(a, "qk_attribution", ctx, layer=ss.layer, head=head, query=query, key=key)
 
 
 def mark_generated(fig, n_q: int, n_k: int, n_gen: int) -> None:
@@ -374,6 +417,37 @@ def qkv(stages, head, q_lab, k_lab) -> None:
                 table(df, f"attention_{s}", formats=four_decimals(df))
 
 
+def qk_norm_view(model, stages, head: int, q_lab, k_lab) -> None:
+    """Qwen3's QK-norm on this head: q's and k's lengths before and after, and the weights with and without it."""
+    fx = qk_norm_effect(model, stages, head)
+    if fx is None:
+        return
+    st.subheader(t("att_qkn_title"))
+    spread_without, spread_with = fx.spread
+    st.markdown(t("att_qkn_text", d_k=fx.gain_q.size, qlo=float(fx.q_before.min()), qhi=float(fx.q_before.max()),
+                  klo=float(fx.k_before.min()), khi=float(fx.k_before.max()), qalo=float(fx.q_after.min()),
+                  qahi=float(fx.q_after.max()), kalo=float(fx.k_after.min()), kahi=float(fx.k_after.max()),
+                  without=spread_without, with_=spread_with))
+    lengths = figure([dict(type="scatter", x=list(range(len(labels))), y=ys.tolist(), mode="lines+markers",
+                           name=name, customdata=list(labels),
+                           hovertemplate="%{customdata}: %{y:.3f}<extra>" + name + "</extra>")
+                      for labels, ys, name in ((q_lab, fx.q_before, t("att_qkn_q_before")),
+                                               (q_lab, fx.q_after, t("att_qkn_q_after")),
+                                               (k_lab, fx.k_before, t("att_qkn_k_before")),
+                                               (k_lab, fx.k_after, t("att_qkn_k_after")))],
+                     {"height": 300, "margin": dict(l=10, r=10, t=30, b=10), "xaxis": {"title": t("col_position")},
+                      "yaxis": {"title": t("att_qkn_length"), "type": "log"}})
+    chart(lengths, "att_qkn_lengths")
+    n = min(len(q_lab), SIDE_CAP)
+    value = f"{t('attn_queries')}: %{{y}}<br>{t('attn_keys')}: %{{x}}<br>%{{z:.4f}}<extra></extra>"
+    kw = {"zmin": 0.0, "zmax": 1.0, "px_per_token": 12, "max_height": 900, "width_px": COLUMN_PX,
+          "fixed_margins": True, "categories": (list(q_lab[:n]), list(k_lab[:n])), "hovertemplate": value}
+    for col, w, key in zip(st.columns(2), (fx.weights_with, fx.weights_without), ("with", "without"), strict=True):
+        with col:
+            chart(token_heatmap(w[:n, :n], q_lab[:n], k_lab[:n], title=t(f"att_qkn_{key}"), **kw), f"att_qkn_{key}")
+    st.caption(t("att_qkn_note"))
+
+
 def date_alignment_view(ctx, stages, head: int, q_lab, k_lab) -> None:
     """Dates model, cross-attention: which source token each output year / month / day token attends to most."""
     if ctx.prep.tgt is None:
@@ -433,6 +507,9 @@ try:
     cell = main_map(stages, head, list(q_lab), list(k_lab))
     if cell is not None:
         explain_cell(stages, head, list(q_lab), list(k_lab), cell)
+        query, key = min(cell[0], stages.weights.size(-2) - 1), min(cell[1], stages.weights.size(-1) - 1)
+        if kind == "dec_self" and key <= query:  # a key the query may see
+            why_here(ctx, head, query, key, list(q_lab), list(k_lab))
     if kind == "cross" and ctx.card.get("task") == "dates":
         date_alignment_view(ctx, stages, head, list(q_lab), list(k_lab))
     sums_and_pitfalls(stages, kind, ss.mask_mode)
@@ -445,5 +522,6 @@ try:
     side_by_side(stages, head, q_lab, k_lab)
     one_query(stages, head, list(q_lab), list(k_lab))
     qkv(stages, head, list(q_lab), list(k_lab))
+    qk_norm_view(model, stages, head, q_lab, k_lab)
 except Exception as exc:  # noqa: BLE001 - shown as a message, never a traceback
     show_error(exc)

@@ -26,6 +26,7 @@ from ui.errors import show_error
 from ui.figures import axis_labels, bars, token_heatmap, visible
 from ui.guidance import look_for
 from ui.i18n import t
+from ui.parts import parts_table
 from ui.plain_figures import figure
 from ui.session import page_context, through_app
 from ui.tools import export_panel
@@ -53,6 +54,8 @@ ctx = page_context()
 model, cfg, trace = ctx.model, ctx.model.cfg, ctx.trace
 gated = cfg.ffn == "gated"
 explain("ffn_intro", formula(cfg))
+with st.expander(t("ffn_parts")):
+    parts_table(cfg, ("norm", "ffn"))
 side = "decoder"
 if model.is_encoder_decoder:
     side = st.radio(t("ffn_side"), ["encoder", "decoder"], horizontal=True, key="ffn_side",

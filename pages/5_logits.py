@@ -6,6 +6,7 @@ import streamlit as st
 
 from transformer_core.analysis.kv_steps import cache_layout, cache_report
 from transformer_core.analysis.next_token import GREEDY, Sampling, distribution, generate
+from transformer_core.analysis.next_word import FIRST_TOKENS, MAX_PIECES, next_words
 from transformer_core.errors import SamplingError
 from transformer_core.text.inputs import end_of_text_id, real_ids, sequence_labels, token_labels, unknown_id
 from transformer_core.text.tokenizer import tokens_of
@@ -65,6 +66,22 @@ except Exception as exc:  # noqa: BLE001 - never a traceback
     show_error(exc)
     dist = None
 
+def next_word_table(prefix: list[int], src_ids: list[int] | None, top: int) -> None:
+    """The next word, pieces joined (" m" + "at" = " mat"), with the probability of writing it."""
+    st.subheader(t("log_words_title"))
+    try:
+        words = ctx.trace.memo(("next_words", len(prefix), top), lambda: next_words(model, prefix, src_ids, top))
+    except Exception as exc:  # noqa: BLE001 - never a traceback
+        show_error(exc)
+        return
+    table(pd.DataFrame({
+        t("col_word"): [visible(w.text) + ("" if w.complete else " …") for w in words],
+        t("col_pieces"): [" + ".join(f"‘{visible(x)}’" for x in token_labels(model, w.pieces[0], dec)) for w in words],
+        t("col_prob"): [w.prob for w in words],
+    }), "log_words", formats={t("col_prob"): "%.4g"})
+    st.caption(t("log_words_caption", n=FIRST_TOKENS, k=MAX_PIECES))
+
+
 if dist is not None:
     m1, m2, m3 = st.columns(3)
     m1.metric(t("log_entropy"), f"{dist.entropy:.4f}")
@@ -84,6 +101,7 @@ if dist is not None:
         t("col_prob"): dist.probs,
         t("col_prob_raw"): dist.raw,
     }), "log_top", formats={t("col_logit"): "%.4f", t("col_prob"): "%.4g", t("col_prob_raw"): "%.4g"})
+    next_word_table(dec[: pos + 1], src if model.is_encoder_decoder else None, len(names))
 
 
 def _append(model, src: list[int], dec: list[int], steps: int, s: Sampling, seed: int) -> None:

@@ -4,14 +4,14 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
-from transformer_core.analysis.architecture import NORM_NAMES, architecture_rows
+from transformer_core.analysis.architecture import NORM_NAMES
 from transformer_core.model.transformer import COMPONENTS, param_counts
 from ui import cache
 from ui.cards import show_card
 from ui.errors import show_error
 from ui.figures import bars
 from ui.i18n import t
-from ui.nav import link
+from ui.parts import parts_table
 from ui.session import page_context, through_app
 from ui.widgets import chart, explain, file_stem, preformatted, table
 
@@ -49,17 +49,7 @@ preformatted(t(f"mdl_arch_{arch}", n=cfg.n_layers, h=cfg.n_heads, hd=hd, d=cfg.d
 
 st.subheader(t("mdl_vs_course"))
 st.markdown(t("mdl_vs_course_text"))
-head = st.columns([2, 3, 3, 2])
-for col, key in zip(head, ("mdl_vs_part", "mdl_vs_course_col", "mdl_vs_this", "mdl_vs_where"), strict=True):
-    col.markdown(f"**{t(key)}**")
-for row in architecture_rows(cfg):
-    cols = st.columns([2, 3, 3, 2])
-    cols[0].markdown(t(f"mdl_row_{row.part}"))
-    course, this = t(row.course[0], **row.course[1]), t(row.this[0], **row.this[1])
-    cols[1].markdown(course)
-    cols[2].markdown(f"**{this}**" if row.changed else this)
-    with cols[3]:
-        link(row.page)
+parts_table(cfg)
 
 st.subheader(t("mdl_config"))
 fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}

@@ -7,7 +7,9 @@ import streamlit as st
 from transformer_core.analysis.architecture import NORM_NAMES
 from transformer_core.analysis.attribution import direct_logit_attribution
 from transformer_core.analysis.logit_lens import EMBEDDINGS, answer_row, lens_from_trace
+from transformer_core.analysis.tuned_lens import tuned_lens_from_trace
 from transformer_core.text.inputs import token_labels
+from ui import cache
 from ui.answers import answer_picker
 from ui.chart_theme import HEAD_COLOURS
 from ui.errors import show_error
@@ -113,12 +115,18 @@ if model.is_encoder_decoder:
     st.caption(t("lens_decoder_note"))
 c1, c2 = st.columns([1, 3])
 k = int(c1.slider(t("lens_k"), 1, 10, 5, key="lens_k"))
+translators = cache.tuned_lens(ctx.key, ctx.device)  # shipped beside the model, or None
+tuned = translators is not None and st.radio(
+    t("lens_which"), ["logit", "tuned"], horizontal=True, key="lens_which",
+    format_func=lambda w: t(f"lens_which_{w}"), help=t("lens_which_help")) == "tuned"
 try:
     with st.spinner(t("lens_running", n=model.cfg.n_layers + 1, vocab=f"{model.cfg.vocab_size:,}")):
-        lens = lens_from_trace(model, ctx.trace, k=k)
+        logit = lens_from_trace(model, ctx.trace, k=k)
+        other = tuned_lens_from_trace(model, ctx.trace, translators, k=k) if translators is not None else None
 except Exception as exc:  # noqa: BLE001 - shown as a message, never a traceback
     show_error(exc)
     st.stop()
+lens = other if tuned else logit
 
 n = len(lens.labels)
 pos_labels = axis_labels(lens.labels)
@@ -163,9 +171,16 @@ with c_rank:  # how each layer's reading ranks the answer followed, and how far 
                 x_title=t("lens_col_layer"), y_title=t("lens_rank_axis"), height=280,
                 y_axis={"type": "log", "autorange": "reversed", "tickmode": "array", "tickvals": ticks,
                         "ticktext": [f"{v:,}" for v in ticks]}), "lens_rank")
-with c_kl:
-    chart(lines(rows, {"KL": lens.kl[:, pos].tolist()}, title=t("lens_kl_title"), x_title=t("lens_col_layer"),
-                y_title=t("lens_kl_axis"), height=280), "lens_kl")
+with c_kl:  # both lenses' KL to the final distribution when the model ships a tuned lens
+    kl = {t("lens_which_logit"): logit.kl[:, pos].tolist()}
+    if other is not None:
+        kl[t("lens_which_tuned")] = other.kl[:, pos].tolist()
+    chart(lines(rows, kl, title=t("lens_kl_title"), x_title=t("lens_col_layer"), y_title=t("lens_kl_axis"),
+                height=280), "lens_kl")
+if other is not None and (entry := ctx.card.get("tuned_lens")):
+    st.caption(t("lens_tuned_card", steps=entry["steps"], seconds=entry["seconds"],
+                 logit=" · ".join(f"{x:.2f}" for x in entry["heldout_kl_logit_lens"]),
+                 tuned=" · ".join(f"{x:.2f}" for x in entry["heldout_kl_tuned_lens"])))
 
 attribution_section(pos, int(lens.ids[-1, pos, 0]) if followed is None else followed.token)
 
@@ -186,4 +201,4 @@ with st.expander(t("lens_all_title")):
         t("lens_col_prob"): [float(lens.probs[r, p, 0]) for r in range(len(rows)) for p in range(n)],
         t("lens_col_final"): [float(lens.final_prob[r, p]) for r in range(len(rows)) for p in range(n)],
     }), "logit_lens_top1", formats={t("lens_col_prob"): "%.4f", t("lens_col_final"): "%.4f"})
-export_panel(lens, "logit_lens", ctx, k=k)
+export_panel(lens, "tuned_lens" if tuned else "logit_lens", ctx, k=k)

@@ -208,6 +208,15 @@ def neuron_index(key: str):
     return None if folder is None else load_index(folder)
 
 
+@st.cache_resource(show_spinner=False, max_entries=8)
+def tuned_lens(key: str, device: str):
+    """The tuned lens's translators shipped beside a model (read once per server), or None."""
+    from transformer_core.analysis.tuned_lens import load
+
+    folder = catalog.shipped_folder(key)
+    return None if folder is None else load(folder, get_model(key, device)[0])
+
+
 # a neuron's top examples with every window token's activation: a few KB each, computed once per server
 EXAMPLES = BoundedCache(16 * 2**20, lambda value: 512 + sum(s.acts.nbytes + 64 * len(s.tokens) for s in value))
 

@@ -17,8 +17,12 @@ from transformer_core.analysis.heads import detect_heads
 from transformer_core.analysis.interventions import ablate, patch
 from transformer_core.analysis.logit_lens import answer_row, logit_lens
 from transformer_core.analysis.neurons import read_neuron, shipped_index
+from transformer_core.analysis.qk_attribution import qk_attribution
 from transformer_core.analysis.sinks import find_sinks, remove_sink
 from transformer_core.analysis.surprise import surprise
+from transformer_core.analysis.tuned_lens import load as load_translators
+from transformer_core.analysis.tuned_lens import shipped_folder as tuned_folder
+from transformer_core.analysis.tuned_lens import tuned_lens_from_trace
 
 GPT = "preset:tiny-gpt"
 TEXT = 'He said "don\'t" \\ twice\nand left {braces}'
@@ -63,6 +67,16 @@ def direct(view: str):
         model, _ = load_model("everyday-gpt")
         return ({"model": "everyday-gpt", "text": TEXT, "target": None, "position": 2, "token": 11},
                 direct_logit_attribution(model, trace_text(model, TEXT)[1], 2, 11))
+    if view == "qk_attribution":  # a pre-norm decoder (the default model)
+        model, _ = load_model("everyday-gpt")
+        return ({"model": "everyday-gpt", "text": TEXT, "target": None, "layer": 2, "head": 7, "query": 9, "key": 3},
+                qk_attribution(model, trace_text(model, TEXT)[1], 2, 7, 9, 3))
+    if view == "tuned_lens":  # the default ships its translators
+        model, _ = load_model("everyday-gpt")
+        translators = load_translators(tuned_folder("everyday-gpt"), model)
+        assert translators is not None
+        return ({"model": "everyday-gpt", "text": TEXT, "target": None, "k": 4},
+                tuned_lens_from_trace(model, trace_text(model, TEXT)[1], translators, k=4))
     if view == "residual_patch":
         model, _ = load_model("everyday-gpt")
         a, b = "When Mary and Jack went out, Jack gave a book to", "When Mary and Jack went out, Mary gave a book to"

@@ -256,3 +256,14 @@ def test_text_around_a_token_reads_whole_characters_and_drops_those_cut_by_the_w
     assert tokmod.text_around(raws, 2) == (" a", "好x")  # 福's other piece goes with the token, not "after"
     assert tokmod.text_around(raws, 3) == (" a", "好x")
     assert tokmod.text_around(raws, 4) == (" a福", "")  # any text cut anywhere: tests/core/test_properties.py
+
+
+def test_an_id_with_no_token_decodes_as_its_number_not_an_error():
+    """A hub model's output layer may be wider than its tokenizer (Qwen: 151,936 rows, 151,669 tokens); a prediction
+    of an id in that gap once raised KeyError on the Lens, Ablation and Compare pages (read as their answer)."""
+    from transformer_core.text.tokenizer import decode, load_encoding
+
+    enc = load_encoding("cl100k_base")
+    hole = 100_261  # between cl100k_base's special tokens (100,257-100,260 and 100,276): no token
+    assert decode([9906, hole, 0], "cl100k_base") == f"Hello<{hole}>!"
+    assert decode([9906, 0], "cl100k_base") == "Hello!" == enc.decode([9906, 0])

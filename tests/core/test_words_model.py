@@ -138,10 +138,12 @@ def test_name_sentences_keep_held_out_names_and_templates_apart():
         train_names, held_names = set(ioi.names(lang, False)), set(ioi.names(lang, True))
         assert train_names and held_names and not train_names & held_names
         assert not set(ioi.templates(lang, False)) & set(ioi.templates(lang, True))
-        stand_ins = set(task.symbols[lang == "zh"])  # training words that stand in for names
+        stand_ins = set(task.symbols[lang == "zh"])  # training words (Chinese: characters) that stand in for names
         assert not stand_ins & (train_names | held_names)
+        assert not stand_ins & {c for n in train_names | held_names for c in n}  # not a name's character either
         for ex in task.held_out(60, 5, lang, held=False):
-            assert {ex.io, ex.s} <= train_names | stand_ins and ex.io != ex.s
+            assert ex.io != ex.s and all(n in train_names or n in stand_ins or  # Chinese: two stand-in characters
+                                         (lang == "zh" and len(n) == 2 and set(n) <= stand_ins) for n in (ex.io, ex.s))
             assert ex.prompt.count(ex.s) == 2 and ex.prompt.count(ex.io) == 1  # the subject comes back
             ids, trained, scored = task.targets(ex)
             k = scored.index(True)

@@ -84,10 +84,10 @@ def hub():
     server.shutdown()
 
 
-def run_python(code: str, env: dict) -> dict:
+def run_python(code: str, env: dict, *args: str) -> dict:
     """Run code in a fresh interpreter (huggingface_hub reads HF_ENDPOINT / HF_HOME once, at import)."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("HF_")} | env
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=full, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=full, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -142,51 +142,57 @@ def test_a_failed_download_is_a_clear_message(hub, tmp_path):
 
 
 HF_DOWNLOAD = """
-import json
+import json, sys
 from service import catalog, downloads
 from transformer_core.errors import ModelSourceError
+key = sys.argv[1] if len(sys.argv) > 1 else "hf:qwen2.5-0.5b"
 try:
-    catalog.load("hf:qwen2.5-0.5b", "cpu")
+    catalog.load(key, "cpu")
     before = "loaded"
 except ModelSourceError as exc:
     before = exc.code
-dl = downloads.start("hf:qwen2.5-0.5b")
+dl = downloads.start(key)
 dl.wait()
 print(json.dumps({"before": before, "status": dl.status, "error": str(dl.error), "fraction": dl.fraction}))
 """
 
 HF_OFFLINE = """
-import json
+import json, sys
 from service import catalog
 from transformer_core import trace_text, next_tokens
 from transformer_core.text.tokenizer import tokenize
-model, card = catalog.load("hf:qwen2.5-0.5b", "cpu")
+model, card = catalog.load(sys.argv[1] if len(sys.argv) > 1 else "hf:qwen2.5-0.5b", "cpu")
 prep, trace = trace_text(model, "我今天去超市 and the park 123")
 stages = trace.attention("dec_self", 0)
 print(json.dumps({"kv": model.cfg.kv_heads, "heads": model.cfg.n_heads, "encoding": card["encoding"],
                   "weights": list(stages.weights.shape), "k": list(stages.k.shape),
+                  "q_normed": None if stages.q_normed is None else list(stages.q_normed.shape),
                   "ids": prep.src_ids[0].tolist()[:4], "top": len(next_tokens(model, "我", top=3))}))
 """
 
 
-def test_a_modern_hub_model_downloads_with_progress_then_loads_offline_from_the_cache(hub, tmp_path):
-    """Qwen2.5-0.5B's repository stood in for by a tiny random Qwen2 with a trained byte-level tokenizer."""
+@pytest.mark.parametrize("ref, repo, tiny", [("qwen2.5-0.5b", "Qwen/Qwen2.5-0.5B", "qwen2-gqa-tied"),
+                                              ("qwen3-0.6b", "Qwen/Qwen3-0.6B", "qwen3-gqa-tied-wide-heads")])
+def test_a_modern_hub_model_downloads_with_progress_then_loads_offline_from_the_cache(hub, tmp_path, ref, repo, tiny):
+    """Qwen2.5-0.5B's and Qwen3-0.6B's repositories stood in for by a tiny random model of the family with a
+    trained byte-level tokenizer."""
     pytest.importorskip("transformers")
     pytest.importorskip("tokenizers")
     from harness.hf_models import save_tiny
 
-    save_tiny(tmp_path / "tiny", "qwen2-gqa-tied")
-    FakeHub.repos = {"Qwen/Qwen2.5-0.5B": {f: (tmp_path / "tiny" / f).read_bytes()
-                                           for f in ("config.json", "model.safetensors", "tokenizer.json")}}
+    save_tiny(tmp_path / "tiny", tiny)
+    FakeHub.repos = {repo: {f: (tmp_path / "tiny" / f).read_bytes()
+                            for f in ("config.json", "model.safetensors", "tokenizer.json")}}
     env = {"HF_ENDPOINT": hub, "HF_HOME": str(tmp_path / "hf")}
-    got = run_python(HF_DOWNLOAD, env)
+    got = run_python(HF_DOWNLOAD, env, f"hf:{ref}")
     assert got == {"before": "hf_not_downloaded", "status": "done", "error": "None", "fraction": 1.0}, got
-    assert "GET /Qwen/Qwen2.5-0.5B/resolve/main/tokenizer.json" in FakeHub.requests
+    assert f"GET /{repo}/resolve/main/tokenizer.json" in FakeHub.requests
     FakeHub.requests.clear()
-    got = run_python(HF_OFFLINE, env | {"HF_HUB_OFFLINE": "1"})
+    got = run_python(HF_OFFLINE, env | {"HF_HUB_OFFLINE": "1"}, f"hf:{ref}")
     T = got["weights"][-1]
-    assert got["encoding"] == "hf-qwen2.5-0.5b" and got["top"] == 3 and (got["kv"], got["heads"]) == (2, 4)
+    assert got["encoding"] == f"hf-{ref}" and got["top"] == 3 and (got["kv"], got["heads"]) == (2, 4)
     assert got["weights"] == [1, 4, T, T] and got["k"][:2] == [1, 2]
+    assert got["q_normed"] == (None if ref.startswith("qwen2") else [1, 4, T, 16])  # Qwen3: 4 heads of 16 on 32
     assert FakeHub.requests == []
 
 

@@ -263,7 +263,9 @@ def test_architecture_rows_for_any_head_count():
                             linear_bias=False, norm_first=True, final_norm=True, tie_embeddings=True)
     rows = {r.part: r for r in architecture_rows(cfg)}
     assert rows["attention"].this == ("arch_attn_gqa", {"h": 9, "kv": 3}) and rows["attention"].changed
-    assert all(r.changed for r in rows.values())
+    assert all(r.changed for p, r in rows.items() if p not in ("head_width", "qk_norm"))  # Qwen3's two: not Llama's
+    assert not rows["head_width"].changed and not rows["qk_norm"].changed
+    assert rows["head_width"].this == ("arch_hd_split", {"hd": 64, "d": 576, "h": 9, "w": 576})
 
 
 def _decodes(raw: bytes) -> bool:
@@ -316,3 +318,56 @@ def test_the_tokens_a_neuron_writes_towards_and_against_explain_their_byte_piece
             assert f"`{visible(label)}` begins one of {len(chars):,} characters, {chars[0]} to {chars[-1]}" in note
         checked += 1
     assert checked >= 2
+
+
+QWEN3 = "preset:course-gpt-qwen3@cl100k_base"
+
+
+@pytest.mark.parametrize("page, lang", [*((p, "en") for p in page_names() if p != "train"),
+                                        ("attention", "zh"), ("model", "zh"), ("ffn", "zh")])
+def test_every_page_renders_for_the_qwen3_decoder(page, lang):
+    """QK-norm and heads wider than d_model / n_heads (4 of 32 on 64) on every page."""
+    with harness_language(lang):
+        at = open_app(page, model=QWEN3, text=TEXT, lang=lang)
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+
+
+def test_attention_page_shows_what_qk_norm_does_with_numbers_from_the_hooks():
+    from transformer_core import trace_text
+    from transformer_core.model.positional import RotaryEmbedding
+
+    at = open_app("attention", model=QWEN3, text=TEXT)
+    model = catalog.load(QWEN3, "cpu")[0]
+    _, trace = trace_text(model, TEXT)
+    stages = trace.attention("dec_self", 0)  # the page's default view: layer 0, head 0
+    q, k = stages.q[0, 0], stages.k[0, 0]  # (T, 32) before the norms: head 0 reads K/V head 0
+    lengths = {c["name"]: array(c["y"]) for c in figure(at, "att_qkn_lengths")["data"]}
+    assert np.abs(lengths["|q| before"] - q.norm(dim=-1).numpy()).max() < 1e-4
+    assert np.abs(lengths["|k| after"] - stages.k_normed[0, 0].norm(dim=-1).numpy()).max() < 1e-4
+    # without the norms, by hand: RoPE on the raw q and k, q·k/√32, the causal mask, a softmax
+    rope = RotaryEmbedding(32, model.cfg.rope_theta)
+    s = rope(q[None, None])[0, 0] @ rope(k[None, None])[0, 0].T / 32 ** 0.5
+    s = s.masked_fill(~torch.ones_like(s, dtype=torch.bool).tril(), float("-inf")).softmax(-1)
+    assert np.abs(array(figure(at, "att_qkn_without")["data"][0]["z"]) - s.numpy()).max() < 1e-4
+    with_ = array(figure(at, "att_qkn_with")["data"][0]["z"])
+    assert np.abs(with_ - stages.weights[0, 0].numpy()).max() < 1e-4
+    said = next(m.value for m in at.markdown if m.value.startswith("Before q·k, this model"))
+    norms = q.norm(dim=-1)
+    assert f"from {float(norms.min()):.2f} to {float(norms.max()):.2f}" in said
+    # the course's preset has no QK-norm: no such section
+    plain = open_app("attention", model=MODERN, text=TEXT)
+    assert not any(m.value.startswith("Before q·k, this model") for m in plain.markdown)
+
+
+def test_model_page_puts_qwen3_beside_qwen25_and_the_course():
+    at = open_app("model", model=QWEN3, text=TEXT)
+    cells = [m.value for m in at.markdown]
+    assert "**Qwen2.5-0.5B**" in cells and "**Qwen3-0.6B**" in cells
+    assert "128, set on its own: 16 × 128 = 2048, not d_model 1024" in cells  # Qwen3-0.6B's published heads
+    assert "d_model ÷ heads = 64" in cells  # Qwen2.5-0.5B: 896 / 14
+    assert "**32, set on its own: 4 × 32 = 128, not d_model 64**" in cells  # this model, bold: not the course's
+    assert cells.count("RMSNorm over each head's q and k first (QK-norm)") == 1  # Qwen3's column; this one's is bold
+    assert "**RMSNorm over each head's q and k first (QK-norm)**" in cells
+    ffn = open_app("ffn", model=QWEN3, text=TEXT)
+    assert "**Qwen3-0.6B**" in [m.value for m in ffn.markdown]

@@ -514,3 +514,26 @@ def test_the_translator_s_target_follows_its_text_and_every_verdict_is_recompute
     assert at.session_state["tgt"] == "=2026年1月2日"
     at.sidebar.text_area(key="text").set_value("5 May 2031").run()  # until the text changes
     assert at.session_state["tgt"] == "=" + translate(model, "5 May 2031")
+
+
+def test_a_chosen_cell_of_the_induction_head_is_split_by_where_q_and_k_came_from():
+    from transformer_core import load_model, trace_text
+    from transformer_core.analysis.qk_attribution import qk_attribution
+
+    text = "The cat sat on the mat. The cat sat on the"
+    at = open_app(PAGE, model="shipped:everyday-gpt", lang="en", text=text)
+    at.selectbox(key="layer").set_value(2).run()
+    at.selectbox(key="head").set_value(7).run()
+    at.session_state["att_cell"] = (12, 5)  # the last " the" → " m": the induction head's copy
+    at.run()
+    assert_clean(at)
+    assert any(s.value.startswith("Why 12 ‘") and "5 ‘" in s.value for s in at.subheader)
+    model, _ = load_model("everyday-gpt")
+    _, trace = trace_text(model, text)
+    a = qk_attribution(model, trace, 2, 7, 12, 5)
+    from harness.apptest import array
+
+    shown = array(figure(at, "att_qka")["data"][0]["z"])
+    np.testing.assert_allclose(shown, a.matrix, atol=1e-5)
+    said = " ".join(m.value for m in at.markdown)
+    assert f"against the model's own {a.score:.4f}" in said and "the softmax ignores it" in said

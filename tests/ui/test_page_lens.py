@@ -193,3 +193,33 @@ def test_an_answer_typed_outside_the_top_10_is_followed_by_its_first_token_in_th
     bars = figure(at, "dla_bars")["data"]
     total = sum(np.sum(b["y"]) for b in bars if b["type"] == "bar")
     assert total == pytest.approx(direct_logit_attribution(model, trace, pos, row.token).logit, abs=1e-3)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_tuned_lens_sits_beside_the_logit_lens_with_both_kl_lines(lang):
+    """The default ships a tuned lens: the KL chart draws both lenses (each recomputed here), and picking the tuned
+    lens redraws the heatmap from the translated rows; the card's held-out figures are quoted."""
+    from transformer_core.analysis.logit_lens import lens_from_trace
+    from transformer_core.analysis.tuned_lens import load, shipped_folder, tuned_lens_from_trace
+    from transformer_core.text.inputs import trace_text
+    from ui.i18n import strings
+
+    text = "The children walked to school in the rain. 孩子们冒雨走到学校。"
+    with harness_language(lang):
+        at = open_app(PAGE, model="shipped:everyday-gpt", text=text, lang=lang)
+    assert_clean(at)
+    model, _ = load_model("everyday-gpt")
+    _, trace = trace_text(model, text)
+    plain = lens_from_trace(model, trace, 5)
+    tuned = tuned_lens_from_trace(model, trace, load(shipped_folder("everyday-gpt"), model), 5)
+    pos = trace.src_ids.size(1) - 1
+    lines = {d["name"]: array(d["y"]) for d in figure(at, "lens_kl")["data"]}
+    names = strings()
+    assert np.abs(lines[names["lens_which_logit"][lang]] - plain.kl[:, pos].numpy()).max() < 1e-4
+    assert np.abs(lines[names["lens_which_tuned"][lang]] - tuned.kl[:, pos].numpy()).max() < 1e-4
+    assert any(("tuned lens" if lang == "en" else "调校透镜") in c.value for c in at.caption)
+    with harness_language(lang):  # the radio's labels are written in the page's language
+        at.radio(key="lens_which").set_value("tuned").run()
+    assert_clean(at)
+    z = array(heat(at)["z"])  # each row's probability of the model's final token, now through the translators
+    np.testing.assert_allclose(z, tuned.final_prob.numpy()[:, -z.shape[1]:], atol=1e-4)

@@ -366,3 +366,24 @@ def test_the_translation_stepper_stops_at_the_end_of_text_and_caches_the_encoder
     prep = prepare(model, "23 November 2026", "=")
     dec = prep.tgt_ids[0].tolist() + at.session_state["gen_ids"]
     assert cache_report(model, dec, prep.src_ids[0].tolist()).layers == cache_layout(model, len(dec), 5)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_next_word_table_joins_the_pieces_of_mat(lang):
+    """"The cat sat on the mat. The cat sat on the": the top token is the piece " m", the top word " mat"."""
+    from transformer_core import load_model, prepare
+    from transformer_core.analysis.next_word import next_words
+    from ui.i18n import strings
+
+    text = "The cat sat on the mat. The cat sat on the"
+    with harness_language(lang):
+        at = open_app("logits", model="shipped:everyday-gpt", text=text, lang=lang)
+    assert not at.exception, at.exception
+    word_col = strings()["col_word"][lang]
+    words = next(d.value for d in at.dataframe if word_col in d.value.columns)
+    assert words.iloc[0, 0] == visible(" mat") and words.iloc[0, 1] == f"‘{visible(' m')}’ + ‘at’"
+    model, _ = load_model("everyday-gpt")
+    want = next_words(model, prepare(model, text).src_ids[0].tolist(), top=len(words))
+    assert [float(x) for x in words.iloc[:, 2]] == [w.prob for w in want]
+    top = next(d.value for d in at.dataframe if strings()["col_prob_raw"][lang] in d.value.columns)
+    assert top.iloc[0, 0] == visible(" m")  # the top token: a piece

@@ -1,5 +1,5 @@
-"""The course's architecture beside a model's, part by part: what today's decoders (Llama, Qwen2) changed and which
-page shows each part. Each side is a message code with its parameters (the page writes it in the learner's
+"""The course's architecture beside a model's, part by part: what today's decoders (Llama, Qwen2, Qwen3) changed and
+which page shows each part. Each side is a message code with its parameters (the page writes it in the learner's
 language)."""
 from __future__ import annotations
 
@@ -10,17 +10,18 @@ from ..model.config import TransformerConfig
 COURSE = TransformerConfig()  # the course's Transformer: sinusoidal positions, LayerNorm, ReLU FFN, one K/V per head
 ACT_NAMES = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU", "silu": "SiLU"}
 NORM_NAMES = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}  # the classes' names, as pages print them
-PAGES = {"positions": "embeddings", "norm": "ffn", "ffn": "ffn", "attention": "attention", "biases": "model",
-         "output": "logits"}
+PAGES = {"positions": "embeddings", "norm": "ffn", "ffn": "ffn", "attention": "attention",
+         "head_width": "attention", "qk_norm": "attention", "biases": "model", "output": "logits"}
 
 
 @dataclass(frozen=True)
 class PartRow:
-    part: str  # positions, norm, ffn, attention, biases, output
+    part: str  # positions, norm, ffn, attention, head_width, qk_norm, biases, output
     course: tuple[str, dict]  # the course's choice: (message code, parameters)
     this: tuple[str, dict]  # this model's
     page: str  # the page that shows it
     changed: bool
+    beside: tuple[tuple[str, dict], ...] = ()  # the same part of the other models asked for, in their order
 
 
 def _describe(cfg: TransformerConfig) -> dict[str, tuple[str, dict]]:
@@ -32,18 +33,23 @@ def _describe(cfg: TransformerConfig) -> dict[str, tuple[str, dict]]:
                                         "swiglu": " (SwiGLU)" if cfg.activation == "silu" else ""}),
         "attention": ("arch_attn_mha" if cfg.kv_heads == cfg.n_heads else "arch_attn_gqa",
                       {"h": cfg.n_heads, "kv": cfg.kv_heads}),
+        "head_width": ("arch_hd_own" if cfg.d_head else "arch_hd_split",
+                       {"hd": cfg.head_dim, "d": cfg.d_model, "h": cfg.n_heads, "w": cfg.n_heads * cfg.head_dim}),
+        "qk_norm": ("arch_qk_norm" if cfg.qk_norm else "arch_qk_plain", {}),
         "biases": (f"arch_bias_{int(cfg.qkv_bias)}{int(cfg.linear_bias)}", {}),
         "output": (f"arch_out_{'tied' if cfg.tie_embeddings else 'own'}_{'norm' if cfg.final_norm else 'plain'}",
                    {"norm": norm_name}),
     }
 
 
-def architecture_rows(cfg: TransformerConfig) -> list[PartRow]:
-    """One row per part that today's decoders changed: the course's choice, this model's, and its page."""
+def architecture_rows(cfg: TransformerConfig, beside: tuple[TransformerConfig, ...] = ()) -> list[PartRow]:
+    """One row per part that today's decoders changed: the course's choice, this model's, its page, and the same
+    part of each model in `beside` (e.g. Qwen2.5 and Qwen3 from their published configs)."""
     # the course's design at this model's sizes (any head count: d_model goes with it)
     course = _describe(COURSE.replace(d_model=cfg.d_model, d_ffn=cfg.d_ffn, n_heads=cfg.n_heads))
-    this = _describe(cfg)
-    return [PartRow(part, course[part], this[part], PAGES[part], course[part] != this[part]) for part in PAGES]
+    this, others = _describe(cfg), [_describe(c) for c in beside]
+    return [PartRow(part, course[part], this[part], PAGES[part], course[part] != this[part],
+                    tuple(o[part] for o in others)) for part in PAGES]
 
 
 @dataclass(frozen=True)

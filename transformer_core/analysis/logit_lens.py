@@ -82,24 +82,29 @@ def lens_from_trace(model: Transformer, trace: Trace, k: int = 5) -> LogitLens:
 CHUNK_BYTES = 64 * 2**20  # the lens reads several rows per matrix product (faster on a CPU), up to this many bytes
 
 
-def _row_logits(model: Transformer, trace: Trace, names: list[str]):
+def _row_logits(model: Transformer, trace: Trace, names: list[str], translate=None):
     """(T, vocab) float32 logits of each row, the last layer first: the model's own logits when the trace kept
     them, else its residual through the final norm and the output layer, a few rows per product (a product of
-    8 rows × 64 positions ran 1.7x faster per row than one row alone: SmolLM2-135M's 49,152-token output layer)."""
+    8 rows × 64 positions ran 1.7x faster per row than one row alone: SmolLM2-135M's 49,152-token output layer).
+    `translate(rows, resid)`: the tuned lens's maps of the rows (their indices, 0 = the embeddings) applied first."""
     names = list(reversed(names))
     if "hook_logits" in trace:
         yield trace.logits[0].float()  # (T, vocab)
         names = names[1:]
     T = trace[names[0]].size(1) if names else 1
     at_once = max(1, CHUNK_BYTES // (4 * T * model.cfg.vocab_size))
+    last = model.cfg.n_layers  # the row index of the last layer (the model's own logits: never translated)
     for i in range(0, len(names), at_once):
         resid = torch.cat([trace[n][:1] for n in names[i:i + at_once]])  # (rows, T, d)
+        if translate is not None:  # names[i] is row `last - i - skipped` (the last layer's logits skipped or not)
+            skipped = int("hook_logits" in trace)
+            resid = translate([last - skipped - i - j for j in range(len(resid))], resid)
         yield from lens_logits(model, resid).float().cpu()  # rows × (T, vocab)
 
 
-def _lens(model: Transformer, trace: Trace, names: list[str], k: int) -> LogitLens:
+def _lens(model: Transformer, trace: Trace, names: list[str], k: int, translate=None) -> LogitLens:
     ids, probs, final, ranks, kls, own, p_last, neg_entropy = [], [], [], [], [], None, None, None
-    for logits in _row_logits(model, trace, names):  # the last layer first: its top token is the model's own
+    for logits in _row_logits(model, trace, names, translate):  # the last layer first: its top token is the model's
         # log-softmax of the few entries read, not softmax over the whole vocabulary (100k for cl100k_base)
         norm = torch.logsumexp(logits, dim=-1, keepdim=True)  # (T, 1)
         own = logits.argmax(-1) if own is None else own  # (T,)

@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import TransformerConfig
-from .hooks import ATTENTION_STAGES, MAP_STAGES, ROTARY_STAGES, HookPoint, fused_allowed, observed
+from .hooks import ATTENTION_STAGES, MAP_STAGES, QK_NORM_STAGES, ROTARY_STAGES, HookPoint, fused_allowed, observed
+from .norms import RMSNorm
 from .positional import RotaryEmbedding
 
 
@@ -45,22 +46,25 @@ def no_empty_row(mask) -> bool:
 class MultiHeadAttention(nn.Module):
     """Multi-head attention: self-attention (kv = x) or cross-attention (kv = encoder memory).
 
-    Today's decoders change two things, both config choices: grouped-query attention (cfg.kv_heads < n_heads K/V
-    heads, query head h reads K/V head h // group) and RoPE (q and k turned by their positions before QKᵀ).
+    Today's decoders change a few things, each a config choice: grouped-query attention (cfg.kv_heads < n_heads K/V
+    heads, query head h reads K/V head h // group), RoPE (q and k turned by their positions before QKᵀ), Qwen3's
+    QK-norm (each head's q and k scaled to a fixed root-mean-square before RoPE) and a head width of its own.
     """
 
     def __init__(self, cfg: TransformerConfig, rotary: bool = False) -> None:
         super().__init__()
         self.n_heads, self.n_kv, self.head_dim = cfg.n_heads, cfg.kv_heads, cfg.head_dim
-        kv_width = self.n_kv * self.head_dim
-        self.W_q = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.qkv_bias)
+        q_width, kv_width = self.n_heads * self.head_dim, self.n_kv * self.head_dim  # d_model unless cfg.d_head
+        self.W_q = nn.Linear(cfg.d_model, q_width, bias=cfg.qkv_bias)
         self.W_k = nn.Linear(cfg.d_model, kv_width, bias=cfg.qkv_bias)
         self.W_v = nn.Linear(cfg.d_model, kv_width, bias=cfg.qkv_bias)
-        self.W_o = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.linear_bias)
+        self.W_o = nn.Linear(q_width, cfg.d_model, bias=cfg.linear_bias)
         self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta) if rotary and cfg.positional == "rope" else None
+        self.q_norm = RMSNorm(self.head_dim, cfg.layer_norm_eps) if cfg.qk_norm else None  # one gain per dimension,
+        self.k_norm = RMSNorm(self.head_dim, cfg.layer_norm_eps) if cfg.qk_norm else None  # shared by every head
         self.dropout = nn.Dropout(cfg.dropout)
         for stage in ATTENTION_STAGES:  # hook points only where the model has them
-            if self.rotary is not None or stage not in ROTARY_STAGES:
+            if (self.rotary is not None or stage not in ROTARY_STAGES) and (cfg.qk_norm or stage not in QK_NORM_STAGES):
                 setattr(self, f"hook_{stage}", HookPoint())
 
     @property
@@ -81,8 +85,11 @@ class MultiHeadAttention(nn.Module):
 
     def keys_values(self, kv: torch.Tensor, offset: int = 0, q: torch.Tensor | None = None) -> tuple:
         """(q, K, V): K and V of kv (B, Tk, d), (B, n_kv, Tk, hs) each; with RoPE, K (and the queries q, if given)
-        turned as positions offset, offset + 1, ... (hook points in the forward's order: k, v, q_rot, k_rot)."""
+        turned as positions offset, offset + 1, ... (hook points in the forward's order: k, [k_normed], v, q_rot,
+        k_rot)."""
         k = self.hook_k(self.split_heads(self.W_k(kv), self.n_kv))  # (B, n_kv, Tk, hs)
+        if self.k_norm is not None:
+            k = self.hook_k_normed(self.k_norm(k))  # (B, n_kv, Tk, hs) each key's rms = the gain's
         v = self.hook_v(self.split_heads(self.W_v(kv), self.n_kv))  # (B, n_kv, Tk, hs)
         if self.rotary is not None:
             q = None if q is None else self.hook_q_rot(self.rotary(q, offset))  # (B, nh, Tq, hs)
@@ -97,6 +104,8 @@ class MultiHeadAttention(nn.Module):
         """
         kv = x if kv is None else kv
         q = self.hook_q(self.split_heads(self.W_q(x)))  # (B, nh, Tq, hs)
+        if self.q_norm is not None:
+            q = self.hook_q_normed(self.q_norm(q))  # (B, nh, Tq, hs) before RoPE, as Qwen3 does
         if cache is not None and static and "k" in cache:
             k, v = cache["k"], cache["v"]  # (B, n_kv, Tk, hs) the memory's, computed at the first step
         else:
@@ -120,5 +129,5 @@ class MultiHeadAttention(nn.Module):
                 mask = mask.expand(-1, self.n_heads, -1, -1)  # (B, nh, Tq, Tk) True = attend
             z, _ = attention(q, k, v, mask, hook=self.stage, dropout=self.dropout)  # (B, nh, Tq, hs)
         B, _, Tq, _ = z.shape
-        concat = self.hook_concat(z.transpose(1, 2).reshape(B, Tq, -1))  # (B, Tq, d)
+        concat = self.hook_concat(z.transpose(1, 2).reshape(B, Tq, -1))  # (B, Tq, nh·hs): d unless cfg.d_head
         return self.hook_out(self.W_o(concat))  # (B, Tq, d)

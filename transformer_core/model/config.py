@@ -39,6 +39,8 @@ class TransformerConfig:
     rope_theta: float = 10000.0  # RoPE's base: pair i turns by θ^(-2i/head_dim) radians per position
     qkv_bias: bool = True  # biases of W_q, W_k, W_v (Llama: none; Qwen2: these only)
     linear_bias: bool = True  # biases of W_o and the FFN's linears
+    d_head: int = 0  # a head width set on its own (Qwen3-0.6B: 128, with d_model 1024, 16 heads); 0 = d_model / heads
+    qk_norm: bool = False  # Qwen3: an RMSNorm over each head's q and k before RoPE, so q·k cannot grow without bound
     seed: int = 42
     embed_std: float = 0.0  # token embedding init N(0, embed_std²); 0 keeps PyTorch's N(0, 1)
     # compacted vocabulary: model id -> real tokenizer id (empty = identity; -1 = the unknown token)
@@ -49,7 +51,7 @@ class TransformerConfig:
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+        return self.d_head or self.d_model // self.n_heads
 
     @property
     def kv_heads(self) -> int:
@@ -74,7 +76,8 @@ class TransformerConfig:
             (2 <= self.d_model <= 16_384, "config_range", {"field": "d_model", "lo": 2, "hi": 16_384}),
             (self.d_model % 2 == 0, "config_even", {"field": "d_model"}),
             (1 <= self.n_heads <= 256, "config_range", {"field": "n_heads", "lo": 1, "hi": 256}),
-            (self.d_model % max(self.n_heads, 1) == 0, "config_heads",
+            (0 <= self.d_head <= 1024, "config_range", {"field": "d_head", "lo": 0, "hi": 1024}),
+            (self.d_head or self.d_model % max(self.n_heads, 1) == 0, "config_heads",
              {"d_model": self.d_model, "heads": self.n_heads}),
             (1 <= self.n_layers <= 256, "config_range", {"field": "n_layers", "lo": 1, "hi": 256}),
             (1 <= self.d_ffn <= 65_536, "config_range", {"field": "d_ffn", "lo": 1, "hi": 65_536}),
@@ -136,6 +139,12 @@ PRESETS: dict[str, TransformerConfig] = {
         arch="decoder_only", d_model=64, n_heads=4, n_kv_heads=2, n_layers=8, d_ffn=172, max_len=64,
         positional="rope", norm="rmsnorm", ffn="gated", activation="silu", qkv_bias=False, linear_bias=False,
         norm_first=True, final_norm=True, tie_embeddings=True, output_bias=False,
+    ),
+    # the modern small GPT with Qwen3's two changes: QK-norm, and heads wider than d_model / n_heads (4 of 32 on 64)
+    "course-gpt-qwen3": TransformerConfig(
+        arch="decoder_only", d_model=64, n_heads=4, n_kv_heads=2, d_head=32, qk_norm=True, n_layers=8, d_ffn=172,
+        max_len=64, positional="rope", norm="rmsnorm", ffn="gated", activation="silu", qkv_bias=False,
+        linear_bias=False, norm_first=True, final_norm=True, tie_embeddings=True, output_bias=False,
     ),
     # a tiny model for tests
     "tiny": TransformerConfig(d_model=16, n_heads=2, n_layers=2, d_ffn=32, max_len=64, dropout=0.0),

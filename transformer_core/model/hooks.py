@@ -204,8 +204,9 @@ BLOCKS = {"enc_self": ("encoder", "self_attn"), "dec_self": ("decoder", "self_at
 # The one list of attention's traced stages, in the order they happen (MultiHeadAttention makes a hook point for each;
 # the trace, the memory measurement, the exports and the pages read them from here).
 ROTARY_STAGES = ("q_rot", "k_rot")  # after RoPE's rotation (rotary models only)
+QK_NORM_STAGES = ("q_normed", "k_normed")  # after the per-head RMSNorm of q and k (Qwen3's QK-norm only)
 MAP_STAGES = ("scores", "scaled", "mask", "masked", "weights")  # (B, h, Tq, Tk): one map per head
-ATTENTION_STAGES = ("q", "k", "v", *ROTARY_STAGES, *MAP_STAGES, "z", "concat", "out")
+ATTENTION_STAGES = ("q", "k", "v", *QK_NORM_STAGES, *ROTARY_STAGES, *MAP_STAGES, "z", "concat", "out")
 PER_HEAD_STAGES = ATTENTION_STAGES[:-2]  # all but concat and out, which are (B, T, d); k, v, k_rot: cfg.kv_heads
 SIDE_STAGES = {  # stage -> path below a stack ("encoder" or "decoder")
     "embed_tok": "embed.hook_tok", "embed_scaled": "embed.hook_scaled", "pe": "embed.pos.hook_pe",

@@ -12,7 +12,7 @@ import torch
 from .hooks import ATTENTION_STAGES, BLOCKS, MAP_STAGES, PER_HEAD_STAGES, CaptureDone, act_name, capture_all
 from .transformer import DEFAULT_MASKS, Transformer
 
-KV_STAGES = ("k", "v", "k_rot")  # one per K/V head
+KV_STAGES = ("k", "v", "k_normed", "k_rot")  # one per K/V head
 VECTOR_STAGES = tuple(s for s in PER_HEAD_STAGES if s not in MAP_STAGES)  # (T, hs) per head, not maps
 
 
@@ -27,6 +27,8 @@ class AttentionStages:
     q: torch.Tensor | None = None  # the other stages are None when the trace did not keep them
     k: torch.Tensor | None = None  # (B, kv_heads, Tk, hs): fewer heads than q with grouped-query attention
     v: torch.Tensor | None = None
+    q_normed: torch.Tensor | None = None  # after QK-norm's RMSNorm (Qwen3)
+    k_normed: torch.Tensor | None = None
     q_rot: torch.Tensor | None = None  # after RoPE's rotation (rotary models)
     k_rot: torch.Tensor | None = None
     scores: torch.Tensor | None = None  # raw QKᵀ

@@ -1,4 +1,7 @@
-"""Today's decoders from Hugging Face (Llama: SmolLM2; Qwen2: Qwen2.5) in our one Transformer, every stage traced.
+"""Today's decoders from Hugging Face in our one Transformer, every stage traced: the machinery every family shares,
+and the first two families (Llama: SmolLM2; Qwen2: Qwen2.5). A further family is one module of this package that
+defines `FAMILY` (qwen3.py): what its config.json sets beyond the shared fields, its extra tensor names, its hub
+models; this module finds it.
 
 A Llama block is our pre-norm decoder block with the config's modern choices: x + attn(rms_1(x)), then
 x + mlp(rms_2(x)), a final RMSNorm; attention with RoPE and grouped-query K/V heads; the MLP is SwiGLU,
@@ -8,8 +11,13 @@ Encoding (text/hf_tokenizer.py) registered under the model's name.
 """
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -23,15 +31,70 @@ from ..train.checkpoint import load_state_into
 from . import ModelEntry, Places
 from .gpt2 import read_tensors
 
-# Base models one click away (key, label, hub repository): small enough for a CPU, English and Chinese
-HUB_MODELS = {
-    "smollm2-135m": ("SmolLM2-135M", "HuggingFaceTB/SmolLM2-135M"),
-    "qwen2.5-0.5b": ("Qwen2.5-0.5B", "Qwen/Qwen2.5-0.5B"),
-}
 FILES = ("config.json", "tokenizer.json", "model.safetensors")
-FAMILIES = ("llama", "qwen2")
 MAX_CONFIG_BYTES = 100_000
 MAX_WEIGHTS_BYTES = 3 * 2**30  # Qwen2.5-0.5B's bfloat16 file is 0.99 GB; a 1.5 B model's would be about 3 GB
+
+
+@dataclass(frozen=True)
+class Family:
+    """A Hugging Face decoder family: `fields(config.json)` gives the TransformerConfig fields it sets beyond the
+    shared ones (or raises ModelSourceError for what it cannot represent); `tensors` maps its extra tensor names
+    below model.layers.N. to ours; `hub`: its models one click away, key -> (label, hub repository); `published`:
+    the config.json values of its first hub model that set its parts and its cost (the Model page's table of parts
+    and bench/modern.py read them, with no download)."""
+
+    model_type: str
+    fields: Callable[[dict], dict]
+    tensors: dict[str, str] = field(default_factory=dict)
+    hub: dict[str, tuple[str, str]] = field(default_factory=dict)
+    published: dict = field(default_factory=dict)
+
+
+def _llama(hf: dict) -> dict:
+    if bool(hf.get("attention_bias")) != bool(hf.get("mlp_bias")):
+        raise ModelSourceError("hf_config", field="attention_bias / mlp_bias")
+    return {"qkv_bias": bool(hf.get("attention_bias")), "linear_bias": bool(hf.get("mlp_bias"))}
+
+
+LLAMA = Family("llama", _llama, hub={"smollm2-135m": ("SmolLM2-135M", "HuggingFaceTB/SmolLM2-135M")},
+               published=dict(hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3,
+                              num_hidden_layers=30, vocab_size=49152, max_position_embeddings=8192,
+                              rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True, hidden_act="silu"))
+QWEN2 = Family("qwen2", lambda hf: {"qkv_bias": True, "linear_bias": False},
+               hub={"qwen2.5-0.5b": ("Qwen2.5-0.5B", "Qwen/Qwen2.5-0.5B")},
+               published=dict(hidden_size=896, intermediate_size=4864, num_attention_heads=14, num_key_value_heads=2,
+                              num_hidden_layers=24, vocab_size=151936, max_position_embeddings=32768,
+                              rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                              use_sliding_window=False, hidden_act="silu"))
+
+
+@lru_cache(maxsize=1)
+def families() -> dict[str, Family]:
+    """model_type -> Family: Llama and Qwen2, then every module of this package that defines FAMILY."""
+    from .. import sources
+
+    found = {f.model_type: f for f in (LLAMA, QWEN2)}
+    for info in pkgutil.iter_modules(sources.__path__):
+        family = getattr(importlib.import_module(f"{sources.__name__}.{info.name}"), "FAMILY", None)
+        if isinstance(family, Family):
+            found[family.model_type] = family
+    return found
+
+
+def hub_models() -> dict[str, tuple[str, str]]:
+    """Every family's hub models: key -> (label, repository), smallest families first."""
+    return {ref: v for f in families().values() for ref, v in f.hub.items()}
+
+
+def published_configs() -> dict[str, TransformerConfig]:
+    """Each family's first hub model as our config, from its published config.json (label -> config)."""
+    out = {}
+    for f in families().values():
+        if f.hub and f.published:
+            ref, (label, _) = next(iter(f.hub.items()))
+            out[label] = hf_config({"model_type": f.model_type, **f.published}, f"hf-{ref}")
+    return out
 
 
 def _int(cfg: dict, key: str, lo: int = 1, hi: int = 10**7) -> int:
@@ -55,26 +118,27 @@ def _rope_theta(hf: dict) -> float:
 
 
 def hf_config(hf: dict, encoding: str) -> TransformerConfig:
-    """Our config for a Llama or Qwen2 config.json (sizes, norms, RoPE base, K/V heads, biases, tying)."""
-    family = hf.get("model_type")
-    if family not in FAMILIES:
-        raise ModelSourceError("hf_family", family=str(family)[:30], families=", ".join(FAMILIES))
+    """Our config for a config.json of a known family (sizes, norms, RoPE base, K/V heads, head width, biases,
+    tying); what the family cannot represent (sliding windows, RoPE scaling, other activations) is refused."""
+    family = families().get(hf.get("model_type"))
+    if family is None:
+        raise ModelSourceError("hf_family", family=str(hf.get("model_type"))[:30], families=", ".join(families()))
     d, heads = _int(hf, "hidden_size"), _int(hf, "num_attention_heads", hi=256)
-    if hf.get("head_dim") not in (None, d // heads) or hf.get("use_sliding_window") or hf.get("hidden_act") != "silu":
-        raise ModelSourceError("hf_config", field="head_dim / sliding window / hidden_act")
-    if family == "llama" and bool(hf.get("attention_bias")) != bool(hf.get("mlp_bias")):
-        raise ModelSourceError("hf_config", field="attention_bias / mlp_bias")
-    qkv_bias = family == "qwen2" or bool(hf.get("attention_bias"))
+    head_dim = _int(hf, "head_dim", hi=1024) if hf.get("head_dim") is not None else d // heads
+    if hf.get("use_sliding_window") or hf.get("hidden_act") != "silu":
+        raise ModelSourceError("hf_config", field="sliding window / hidden_act")
     eps = hf.get("rms_norm_eps", 1e-6)
-    return TransformerConfig(
-        arch="decoder_only", vocab_size=_int(hf, "vocab_size"), d_model=d, n_heads=heads,
-        n_kv_heads=_int(hf, "num_key_value_heads", hi=256) if hf.get("num_key_value_heads") is not None else heads,
-        n_layers=_int(hf, "num_hidden_layers", hi=256),
-        d_ffn=_int(hf, "intermediate_size"), dropout=0.0,
-        max_len=min(_int(hf, "max_position_embeddings"), 100_000), encoding=encoding, positional="rope",
-        rope_theta=_rope_theta(hf), norm="rmsnorm", layer_norm_eps=float(eps), ffn="gated", activation="silu",
-        final_norm=True, norm_first=True, tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        output_bias=False, qkv_bias=qkv_bias, linear_bias=family == "llama" and bool(hf.get("mlp_bias")))
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 < eps < 1:
+        raise ModelSourceError("hf_config", field="rms_norm_eps")
+    return TransformerConfig(**{
+        "arch": "decoder_only", "vocab_size": _int(hf, "vocab_size"), "d_model": d, "n_heads": heads,
+        "n_kv_heads": _int(hf, "num_key_value_heads", hi=256) if hf.get("num_key_value_heads") is not None else heads,
+        "n_layers": _int(hf, "num_hidden_layers", hi=256), "d_head": 0 if head_dim * heads == d else head_dim,
+        "d_ffn": _int(hf, "intermediate_size"), "dropout": 0.0,
+        "max_len": min(_int(hf, "max_position_embeddings"), 100_000), "encoding": encoding, "positional": "rope",
+        "rope_theta": _rope_theta(hf), "norm": "rmsnorm", "layer_norm_eps": float(eps), "ffn": "gated",
+        "activation": "silu", "final_norm": True, "norm_first": True,
+        "tie_embeddings": bool(hf.get("tie_word_embeddings", False)), "output_bias": False, **family.fields(hf)})
 
 
 LAYER_NAMES = {  # HF name below model.layers.N. -> ours below decoder.layers.N.
@@ -85,11 +149,11 @@ LAYER_NAMES = {  # HF name below model.layers.N. -> ours below decoder.layers.N.
 }
 
 
-def to_ours(state: dict[str, torch.Tensor], cfg: TransformerConfig) -> dict[str, torch.Tensor]:
-    """HF Llama / Qwen2 names -> ours, in float32; `state` is emptied as it goes (a 0.5 B model's bfloat16 copy is
-    freed tensor by tensor, never held beside the whole float32 one). ModelSourceError names keys that do not
-    belong."""
-    out, unknown = {}, []
+def to_ours(state: dict[str, torch.Tensor], cfg: TransformerConfig, family: Family = LLAMA
+            ) -> dict[str, torch.Tensor]:
+    """HF names -> ours, in float32; `state` is emptied as it goes (a 0.5 B model's bfloat16 copy is freed tensor by
+    tensor, never held beside the whole float32 one). ModelSourceError names keys that do not belong."""
+    out, unknown, names = {}, [], {**LAYER_NAMES, **family.tensors}
     for name in list(state):
         tensor = state.pop(name).float()
         if name == "model.embed_tokens.weight":
@@ -99,8 +163,8 @@ def to_ours(state: dict[str, torch.Tensor], cfg: TransformerConfig) -> dict[str,
         elif name == "lm_head.weight":
             if not cfg.tie_embeddings:
                 out["out.weight"] = tensor
-        elif (m := re.fullmatch(r"model\.layers\.(\d+)\.(.+)", name)) and m.group(2) in LAYER_NAMES:
-            out[f"decoder.layers.{m.group(1)}.{LAYER_NAMES[m.group(2)]}"] = tensor
+        elif (m := re.fullmatch(r"model\.layers\.(\d+)\.(.+)", name)) and m.group(2) in names:
+            out[f"decoder.layers.{m.group(1)}.{names[m.group(2)]}"] = tensor
         elif not name.endswith("rotary_emb.inv_freq"):  # older files store RoPE's frequencies: recomputed here
             unknown.append(name)
     if unknown:
@@ -122,7 +186,7 @@ def read_config(folder: Path) -> dict:
 
 
 def load_hf_decoder(folder: str | Path, name: str, device=None) -> tuple[Transformer, dict]:
-    """Our Transformer holding a Llama / Qwen2 checkpoint folder (config.json, model.safetensors, tokenizer.json),
+    """Our Transformer holding a checkpoint folder of a known family (config.json, model.safetensors, tokenizer.json),
     in eval mode, with its tokenizer registered as encoding "hf-<name>"; and a card."""
     folder = Path(folder)
     hf = read_config(folder)
@@ -133,13 +197,14 @@ def load_hf_decoder(folder: str | Path, name: str, device=None) -> tuple[Transfo
     with torch.device("meta"):  # no weights allocated: the checkpoint's tensors become the model's (assign)
         model = Transformer(cfg)
     try:
-        load_state_into(model, to_ours(state, cfg), assign=True)
+        load_state_into(model, to_ours(state, cfg, families()[hf["model_type"]]), assign=True)
     except CheckpointError as exc:
         raise ModelSourceError("hf_shapes") from exc
     if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
         raise ModelSourceError("hf_shapes")
     card = {"name": name, "arch": "decoder_only", "encoding": encoding, "family": hf["model_type"],
             "n_layers": cfg.n_layers, "d_model": cfg.d_model, "n_heads": cfg.n_heads, "n_kv_heads": cfg.kv_heads,
+            "head_dim": cfg.head_dim, "qk_norm": cfg.qk_norm,
             "vocab_size": cfg.vocab_size, "max_len": cfg.max_len}
     return model.to(device or "cpu").eval(), card
 
@@ -150,7 +215,7 @@ def hub_folder(ref: str, offline: bool = True, progress=None) -> Path | None:
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
-    repo = HUB_MODELS[ref][1]
+    repo = hub_models()[ref][1]
     try:
         paths = [hf_hub_download(repo, f, local_files_only=offline, tqdm_class=progress) for f in FILES]
     except LocalEntryNotFoundError:
@@ -161,33 +226,34 @@ def hub_folder(ref: str, offline: bool = True, progress=None) -> Path | None:
 
 
 class HfDecoderSource:
-    """SmolLM2 and Qwen2.5 from the Hugging Face cache (one click downloads them; see service/downloads.py)."""
+    """Every family's hub models (SmolLM2, Qwen2.5, Qwen3) from the Hugging Face cache (one click downloads them;
+    see service/downloads.py)."""
 
     kind = "hf"
 
     def entries(self, places: Places) -> list[ModelEntry]:
         return [ModelEntry(f"hf:{ref}", label, self.kind, {"arch": "decoder_only", "encoding": f"hf-{ref}"})
-                for ref, (label, _) in HUB_MODELS.items()]
+                for ref, (label, _) in hub_models().items()]
 
     def load(self, ref: str, places: Places, device=None):
-        if ref not in HUB_MODELS:
+        if ref not in hub_models():
             raise ModelSourceError("model_unknown")
         try:
             folder = hub_folder(ref, offline=True)
         except (OSError, ExplorerError, ValueError):
             folder = None  # a broken cache is "not there"
         if folder is None:
-            raise ModelSourceError("hf_not_downloaded", model=HUB_MODELS[ref][0])
+            raise ModelSourceError("hf_not_downloaded", model=hub_models()[ref][0])
         return load_hf_decoder(folder, ref, device)
 
     def load_bytes(self, ref: str, places: Places) -> int:
         """The bfloat16 file 2.5 times: read whole (1×), then turned into the float32 model (2×) tensor by tensor."""
-        folder = hub_folder(ref, offline=True) if ref in HUB_MODELS else None
+        folder = hub_folder(ref, offline=True) if ref in hub_models() else None
         return int(2.5 * (folder / "model.safetensors").stat().st_size) if folder is not None else 0
 
     def download(self, ref: str, progress=None) -> None:
         """Fetch the model's files into the Hugging Face cache (the server's one download of it)."""
-        if ref not in HUB_MODELS:
+        if ref not in hub_models():
             raise ModelSourceError("model_unknown")
         hub_folder(ref, offline=False, progress=progress)
 

@@ -8,7 +8,7 @@ from ..model.transformer import build_model
 from ..text.tokenizer import ENCODINGS, load_encoding
 from . import ModelEntry, Places
 
-SHOWN = ("course-base", "course-base-scaled", "course-gpt", "course-gpt-modern")
+SHOWN = ("course-base", "course-base-scaled", "course-gpt", "course-gpt-modern", "course-gpt-qwen3")
 
 
 def preset_key(name: str, encoding: str = "cl100k_base") -> str:

@@ -329,9 +329,13 @@ def token_strings(ids: list[int], encoding: str = DEFAULT_ENCODING) -> list[str]
 
 
 def decode(ids: list[int], encoding: str = DEFAULT_ENCODING) -> str:
-    """Decode ids to text (broken UTF-8 shown as U+FFFD)."""
+    """Decode ids to text (broken UTF-8 shown as U+FFFD; an id with no token, a hole in a hub model's numbering above
+    its tokenizer's, as <id>)."""
     enc = load_encoding(encoding)
-    return enc.decode_bytes([int(i) for i in ids]).decode("utf-8", "replace")
+    try:
+        return enc.decode_bytes([int(i) for i in ids]).decode("utf-8", "replace")
+    except (KeyError, ValueError):
+        return b"".join(token_bytes(enc, i) or f"<{int(i)}>".encode() for i in ids).decode("utf-8", "replace")
 
 
 def token_bytes(enc, i: int) -> bytes | None:

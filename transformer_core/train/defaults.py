@@ -32,7 +32,7 @@ SHIPPED_TASKS = {
 # the time on them, logit difference 23.6) and nothing of a name it never saw (47.5%, 0.007: chance); frozen, every
 # name is just a random vector, so what it learns is to move whichever vector the other name has.
 SHIPPED_IOI = replace(SHIPPED_TASK, task="ioi", d_model=128, n_layers=3, n_heads=4, d_ffn=512, norm_first=True,
-                      tie_embeddings=True, scale_embedding=True, embed_std=128 ** -0.5, max_iters=5000, warmup=100,
+                      tie_embeddings=True, scale_embedding=True, embed_std=128 ** -0.5, max_iters=11000, warmup=100,
                       weight_decay=0.1, betas=(0.9, 0.95), grad_clip=1.0, seed=1234, freeze_embeddings=True)
 
 

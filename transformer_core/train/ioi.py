@@ -130,7 +130,7 @@ def names(lang: str, held: bool) -> tuple[str, ...]:
 # is a held-out template's own (party, gift, school, note, beach, apple, trip, map; 聚会, 礼物, 纸条, 海边, 苹果, 地图):
 # held-out sentences stay unseen. With the written templates alone it learned their wording (right 87% of the time
 # on held-out English templates with training names, against 100% on training templates).
-OPENINGS_EN = ("When", "After", "Once", "As soon as", "Just after")
+OPENINGS_EN = ("When", "After", "Once", "As soon as", "Just after", "Right after", "The moment", "Soon after")
 EVENTS_EN = ("went to the", "got to the", "arrived at the", "walked into the", "came back from the", "visited the",
              "left the")
 PLACES_EN = ("store", "park", "office", "station", "museum", "library", "restaurant", "hospital", "market", "cinema",
@@ -138,7 +138,9 @@ PLACES_EN = ("store", "park", "office", "station", "museum", "library", "restaur
 GIFTS_EN = ("gave a drink to", "handed the keys to", "passed the salt to", "sent a letter to", "threw a ball to",
             "showed a photo to", "offered a cake to", "gave a book to", "sold a ticket to", "lent a pen to",
             "brought some water to", "read a story to", "sang a song to", "wrote a message to", "said hello to",
-            "explained the plan to", "gave the flowers to", "handed a cup to", "passed the bread to")
+            "explained the plan to", "gave the flowers to", "handed a cup to", "passed the bread to",
+            "said goodbye to", "waved to", "whispered a secret to", "gave a hug to", "sold a bike to",
+            "showed the way to", "gave a coin to", "tossed a pillow to")
 PLACES_ZH = ("去了商店", "到了公园", "在办公室", "去了车站", "在餐厅吃饭", "去了图书馆", "去了医院", "逛了市场",
              "去了电影院", "在花园里", "到了机场", "住进了酒店", "去了农场", "去了动物园", "去了银行", "在面包店")
 OPENINGS_ZH = ("", "昨天", "早上", "下午", "晚上", "周末")
@@ -146,25 +148,44 @@ GIFTS_ZH = ("把一本书给了", "把一杯水递给了", "把钥匙交给了",
             "把蛋糕送给了", "把一张票卖给了", "把笔借给了", "把花送给了", "把面包递给了", "把计划讲给", "把杯子递给了")
 
 
-# A second and third shape: a time, then what happened to both, "so" the repeated one gave; or a reason first.
-TIMES_EN = ("Later that day,", "In the evening,", "On Monday,", "Last night,", "This morning,", "At noon,")
+# More shapes: a time, then what happened to both, "so" the repeated one gave; a reason first; a time clause, then a
+# new sentence; "and" before the repeated name; in Chinese a clause before the names ("…的时候"). Each shape is drawn
+# equally often (a template is drawn within its shape): with the templates drawn alike, the first shape's thousands
+# of places and gifts made nine draws in ten, and the held-out templates it missed most had a clause before the
+# names ("During the trip, … got lost, so …": 82%; "旅行的时候…迷路了，…": 65%).
+TIMES_EN = ("Later that day,", "In the evening,", "On Monday,", "Last night,", "This morning,", "At noon,",
+            "During the meeting,", "On the way home,", "At the concert,", "During lunch,", "After the game,")
 STATES_EN = ("were tired", "felt hungry", "were bored", "got wet in the rain", "missed the bus", "finished their work",
-             "had a long day", "were cold", "won the game", "were late")
+             "had a long day", "were cold", "won the game", "were late", "fell asleep", "had a fight", "felt sick")
 BECAUSE_EN = ("Because", "Since", "While", "Although")
-STATES_ZH = ("累了", "饿了", "错过了公交车", "淋湿了", "赢了比赛", "迟到了", "冷了")
+THEN_EN = ("Then", "Later", "Next", "So")
+STATES_ZH = ("累了", "饿了", "错过了公交车", "淋湿了", "赢了比赛", "迟到了", "冷了", "睡着了", "吵架了", "生病了")
 AFTER_ZH = ("下班", "吃完饭", "看完电影", "开完会", "散完步", "做完作业")
+CLAUSES_ZH = ("吃饭的时候", "下雨的时候", "上班的路上", "放假的时候", "散步的时候", "比赛的时候", "买东西的时候")
+
+
+def shapes(lang: str) -> list[tuple[str, ...]]:
+    """The training templates of a language by shape: the written ones, then each composed shape."""
+    if lang == "en":
+        return [TEMPLATES_EN,
+                tuple(f"{o} {{A}} and {{B}} {e} {p}, {{S}} {g}" for o in OPENINGS_EN for e in EVENTS_EN
+                      for p in PLACES_EN for g in GIFTS_EN),
+                tuple(f"{t} {{A}} and {{B}} {v}, so {{S}} {g}" for t in TIMES_EN for v in STATES_EN for g in GIFTS_EN),
+                tuple(f"{b} {{A}} and {{B}} {v}, {{S}} {g}" for b in BECAUSE_EN for v in STATES_EN for g in GIFTS_EN),
+                tuple(f"{t} {{A}} and {{B}} {v}. {{S}} {g}" for t in TIMES_EN for v in STATES_EN for g in GIFTS_EN),
+                tuple(f"{o} {{A}} and {{B}} {e} {p}, and {{S}} {g}" for o in THEN_EN for e in EVENTS_EN
+                      for p in PLACES_EN for g in GIFTS_EN)]
+    return [TEMPLATES_ZH,
+            tuple(f"{o}{{A}}和{{B}}{p}，{{S}}{g}" for o in OPENINGS_ZH for p in PLACES_ZH for g in GIFTS_ZH),
+            tuple(f"{o}{{A}}和{{B}}{v}，所以{{S}}{g}" for o in OPENINGS_ZH for v in STATES_ZH for g in GIFTS_ZH),
+            tuple(f"{{A}}和{{B}}{a}以后，{{S}}{g}" for a in AFTER_ZH for g in GIFTS_ZH),
+            tuple(f"{c}{{A}}和{{B}}{v}，{{S}}{g}" for c in CLAUSES_ZH for v in STATES_ZH for g in GIFTS_ZH),
+            tuple(f"{c}{{A}}和{{B}}{p}，{{S}}{g}" for c in CLAUSES_ZH for p in PLACES_ZH for g in GIFTS_ZH)]
 
 
 def composed(lang: str) -> tuple[str, ...]:
     """Every composed training template of a language."""
-    if lang == "en":
-        return (*(f"{o} {{A}} and {{B}} {e} {p}, {{S}} {g}" for o in OPENINGS_EN for e in EVENTS_EN
-                  for p in PLACES_EN for g in GIFTS_EN),
-                *(f"{t} {{A}} and {{B}} {v}, so {{S}} {g}" for t in TIMES_EN for v in STATES_EN for g in GIFTS_EN),
-                *(f"{b} {{A}} and {{B}} {v}, {{S}} {g}" for b in BECAUSE_EN for v in STATES_EN for g in GIFTS_EN))
-    return (*(f"{o}{{A}}和{{B}}{p}，{{S}}{g}" for o in OPENINGS_ZH for p in PLACES_ZH for g in GIFTS_ZH),
-            *(f"{o}{{A}}和{{B}}{v}，所以{{S}}{g}" for o in OPENINGS_ZH for v in STATES_ZH for g in GIFTS_ZH),
-            *(f"{{A}}和{{B}}{a}以后，{{S}}{g}" for a in AFTER_ZH for g in GIFTS_ZH))
+    return tuple(t for shape in shapes(lang)[1:] for t in shape)
 
 
 def templates(lang: str, held: bool) -> tuple[str, ...]:
@@ -173,7 +194,13 @@ def templates(lang: str, held: bool) -> tuple[str, ...]:
     return _TRAINING[lang]
 
 
-_TRAINING = {lang: (TEMPLATES_EN if lang == "en" else TEMPLATES_ZH) + composed(lang) for lang in ("en", "zh")}
+_SHAPES = {lang: shapes(lang) for lang in ("en", "zh")}
+_TRAINING = {lang: tuple(t for shape in _SHAPES[lang] for t in shape) for lang in ("en", "zh")}
+
+
+def draw_template(rng: random.Random, lang: str, held: bool) -> str:
+    """A template: held out, or a training one of a shape drawn first (each shape equally often)."""
+    return rng.choice(templates(lang, True) if held else rng.choice(_SHAPES[lang]))
 
 
 def prompt(template: str, a: str, b: str, s: str) -> str:
@@ -187,7 +214,7 @@ def answer_text(lang: str, name: str) -> str:
 
 
 
-SYMBOLS_EN, SYMBOLS_ZH = 2000, 1500  # the default's most frequent capitalised words and Chinese characters
+SYMBOLS_EN, SYMBOLS_ZH = 2000, 3000  # the default's most frequent capitalised words and Chinese characters
 
 
 def symbol_words() -> tuple[list[str], list[str]]:
@@ -269,16 +296,19 @@ class NameMoverTask(DecoderTask):
 
     @cached_property
     def symbols(self) -> tuple[list[str], list[str]]:
-        english, chinese = symbol_words()
-        return english, [a + b for a, b in zip(chinese[0::2], chinese[1::2])]  # two characters, like the names
+        """The English stand-in words and the Chinese stand-in characters."""
+        return symbol_words()
 
     def sample(self, rng: random.Random, held: bool = False, lang: str | None = None) -> NameExample:
         lang = lang or rng.choice(("en", "zh"))
         stand_in = not held and rng.random() < SYMBOL_SHARE
-        pool = self.symbols[lang == "zh"] if stand_in else names(lang, held)
-        a, b = rng.sample(pool, 2)
+        if stand_in and lang == "zh":  # two characters, like the names, paired afresh each time: with 750 fixed pairs
+            c = rng.sample(self.symbols[1], 4)  # it learned those pairs (right 75% of the time on held-out names)
+            a, b = c[0] + c[1], c[2] + c[3]
+        else:
+            a, b = rng.sample(self.symbols[0] if stand_in else names(lang, held), 2)
         s, io = (b, a) if rng.random() < 0.5 else (a, b)  # ABBA or ABAB: the repeated name is either one
-        text = prompt(rng.choice(templates(lang, held)), a, b, s)
+        text = prompt(draw_template(rng, lang, held), a, b, s)
         end = "." if lang == "en" else "。"
         return NameExample(text + answer_text(lang, io) + end, prompt=text, io=io, s=s, lang=lang)
 

@@ -1,0 +1,87 @@
+"""The tuned lens (Belrose et al., 2023): the logit lens reads every layer as if it spoke the last layer's basis,
+which early layers of a small model do not; the tuned lens first maps each layer's residual by an affine translator
+trained for that layer, h ↦ h + A h + b, so that reading it through the final norm and the output layer comes as close
+as it can to the model's own distribution (KL(final ‖ row), the lens's measure, on held-out text). A and b start at
+zero: an untrained translator is the logit lens. The last layer's row is the model's own logits (no translator).
+`python -m transformer_core.train.tuned_lens --model NAME` trains one for a shipped model.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..model.trace import Trace
+from ..model.transformer import Transformer
+from .logit_lens import LogitLens, _lens, residual_names
+
+FILE = "tuned_lens.safetensors"
+
+
+class Translators(nn.Module):
+    """One affine map per row the lens reads before the last: the embeddings (row 0) and layers 0 … L−2."""
+
+    def __init__(self, d_model: int, rows: int) -> None:
+        super().__init__()
+        self.A = nn.Parameter(torch.zeros(rows, d_model, d_model))  # (R, d, d) starts at the logit lens
+        self.b = nn.Parameter(torch.zeros(rows, d_model))  # (R, d)
+
+    def forward(self, rows: list[int], resid: torch.Tensor) -> torch.Tensor:
+        """resid: (len(rows), T, d), row r of the lens each; rows past the translators' (the last layer) unchanged."""
+        out = []
+        for r, h in zip(rows, resid, strict=True):
+            h = h.to(self.A.dtype)
+            out.append(h + h @ self.A[r].T + self.b[r] if r < self.A.size(0) else h)  # (T, d)
+        return torch.stack(out)
+
+
+def for_model(model: Transformer) -> Translators:
+    """Fresh translators (the logit lens) of a model's width and depth."""
+    return Translators(model.cfg.d_model, model.cfg.n_layers)
+
+
+def shipped_folder(name: str) -> Path:
+    """The folder of a shipped model (its translators lie beside its weights)."""
+    from ..sources import Places
+
+    return Places().shipped_dir / name.removeprefix("shipped:")
+
+
+def load(folder: str | Path, model: Transformer) -> Translators | None:
+    """The translators shipped beside a model (float32 in memory), or None when the folder has none."""
+    from safetensors.torch import load_file
+
+    path = Path(folder) / FILE
+    if not path.is_file():
+        return None
+    tensors = load_file(str(path))
+    tr = for_model(model)
+    if tuple(tensors.get("A", torch.empty(0)).shape) != tuple(tr.A.shape):
+        return None  # made for another model: not used
+    with torch.no_grad():
+        tr.A.copy_(tensors["A"].float())
+        tr.b.copy_(tensors["b"].float())
+    return tr.eval()
+
+
+def save(tr: Translators, folder: str | Path) -> Path:
+    """Write the translators in float16 (a 4-layer, 384-wide model's: 1.2 MB)."""
+    from safetensors.torch import save_file
+
+    path = Path(folder) / FILE
+    save_file({"A": tr.A.detach().half().contiguous(), "b": tr.b.detach().half().contiguous()}, str(path))
+    return path
+
+
+def tuned_lens_from_trace(model: Transformer, trace: Trace, tr: Translators, k: int = 5) -> LogitLens:
+    """The tuned lens of batch item 0 of a trace (the same rows and measures as the logit lens), once per trace."""
+    from .logit_lens import lens_from_trace
+
+    lens_from_trace(model, trace, 1)  # the same checks (the residual hooks kept)
+
+    def translate(rows, resid):
+        with torch.inference_mode():
+            return tr(rows, resid.float()).to(resid.dtype)
+
+    return trace.memo(("tuned_lens", k, id(tr)), lambda: _lens(model, trace, residual_names(model), k, translate))
