@@ -146,14 +146,28 @@ SET_TEXTAREA_JS = """(el, value) => {
 
 
 def sidebar_model_options(page) -> list[str]:
-    """The labels of the sidebar's model select box ("reverse · trained", ...), read by opening it."""
+    """The labels of the sidebar's model select box ("reverse · trained", ...), read by opening it. A long list is
+    virtualised (only the options in view are in the page), so the list is scrolled to its end, collecting each."""
     select = page.locator(SIDEBAR).locator("[data-testid='stSelectbox']").first
     select.click()
     options = page.get_by_role("option")
     options.first.wait_for(state="visible")
-    labels = options.all_inner_texts()
+    labels: list[str] = []
+    for _ in range(100):
+        new = [x.strip() for x in options.all_inner_texts() if x.strip() not in labels]
+        labels += new
+        moved = page.evaluate("""() => {  // the options' scrolling box, one screen further; false at its end
+            let box = document.querySelector('[role="option"]');
+            while (box && box.scrollHeight <= box.clientHeight + 1) box = box.parentElement;
+            if (!box) return false;
+            const before = box.scrollTop;
+            box.scrollTop = before + box.clientHeight * 0.8;
+            return box.scrollTop > before; }""")
+        if not moved and not new:
+            break
+        page.wait_for_timeout(100)
     page.keyboard.press("Escape")
-    return [label.strip() for label in labels]
+    return labels
 
 
 RUNS_ENDED_JS = """() => {  // how many script runs have ended since this was first called on the page

@@ -11,19 +11,13 @@ from harness.server import fresh_app
 HERE = Path(__file__).resolve().parent
 
 
-# The browser modules in two pytest-xdist groups of about the same length (each mostly waits on a server and a
-# Chromium): the ones that start servers of their own, and the ones that share one.
-OWN_SERVERS = ("test_browser_hostile.py", "test_browser_workshop.py", "test_browser_train.py", "test_browser_demos.py")
-
-
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which names the groups from these marks
 def pytest_collection_modifyitems(config, items):
-    """The browser tests in two pytest-xdist groups: in a parallel run (tests/conftest.py) each group runs one test
-    after another in one worker, in file order, as in one process (module fixtures kept), beside the other group."""
+    """Every browser test in one pytest-xdist group: in a parallel run (tests/conftest.py) they run one after another
+    in one worker, in file order, as in one process (one server and one Chromium at a time, module fixtures kept)."""
     for item in items:
-        path = Path(str(item.fspath)).resolve()
-        if HERE in path.parents:
-            item.add_marker(pytest.mark.xdist_group("browser-own" if path.name in OWN_SERVERS else "browser-shared"))
+        if HERE in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.xdist_group("browser"))
 
 
 @pytest.fixture(scope="session")

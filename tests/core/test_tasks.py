@@ -121,7 +121,10 @@ def test_text_outside_the_vocabulary_names_the_token():
 def test_an_untrained_model_scores_low_on_fresh_examples(name):
     task = TASKS[name]
     model = build_model(task.model_config(d_model=16, n_heads=2, n_layers=1, d_ffn=32), "cpu")
-    assert 0.0 <= task.accuracy(model, n=32) < 0.5
+    if name == "ioi":  # two names, one right: chance is a half (0.5 ± 0.044 at 128 sentences)
+        assert 0.3 <= task.accuracy(model, n=128) < 0.7
+    else:
+        assert 0.0 <= task.accuracy(model, n=32) < 0.5
 
 
 def test_expected_alignment_is_the_diagonal_for_copy_and_anti_diagonal_for_reverse():
