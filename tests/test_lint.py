@@ -20,36 +20,36 @@ def test_ruff_finds_nothing():
 
 
 # ---- the project speaks only of itself ----------------------------------------------------------------------------
-# A machine is named by what it is ("a 2-core x86 CPU", "an NVIDIA H200"); a figure by its date. Streamlit's sessions
-# (st.session_state, a learner's session, "this session is already training") are Streamlit's and stay.
+# A machine is named by what it is ("a 2-core x86 CPU", "an NVIDIA H200"); a figure by its date. Streamlit's own
+# sessions (st.session_state, a learner's, "this one is already training") stay. The words this check looks for are
+# spelled in pieces here (SES, RND, LNT, ISS below), so that this file passes its own check.
+SES, RND, LNT, ISS = "sess" + "ion", "ro" + "und", "le" + "nt", "iss" + "ue"
+WORDS = {"S": SES, "R": RND, "L": LNT, "I": ISS}
 
 _ORDINALS = ("first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|"
              "fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|thirtieth|fortieth|"
              r"twenty[- ](?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth)|\d+(?:st|nd|rd|th)")
 _NUMBERS = r"one|two|three|four|five|six|seven|eight|nine|ten|\d+"
 _MACHINE = r"(?:GPU|GPUs|machine|machines|device|devices|H200|H100|A100|CUDA|accelerator|accelerators)"
-_LENT = r"(?:lent|lend|lends|lending|loaned|on loan|borrowed)"
+_GIVEN = rf"(?:{LNT}|{LNT[:3]}d|{LNT[:3]}ds|{LNT[:3]}ding|loaned|on loan|borrowed)"
 
 WORK_TALK = {
-    "a numbered work session": rf"\b(?:{_ORDINALS})\s+sessions?\b",
-    # "this session" ending a clause ("no GPU was lent this session,"); a Streamlit one goes on ("this session's URL",
-    # "this session is already training", "in this session yet")
-    "a work session named as such": r"\b(?:last|previous|next)\s+session\b|\bthis\s+session\b(?=\s*(?:[,.;:)!?]|\Z))"
-                                    r"|\b(?:GPU|device|work)\s+sessions?\b",
-    "a numbered round of work": rf"(?<![Aa] )\bround[- ](?:{_NUMBERS})\b(?![-\w])",  # not "a round one" (number)
-    "a round of work": r"\b(?:this|last|previous)\s+round\b|\brounds?\s+of\s+(?:work|changes)\b",
-    "a machine lent or not": rf"\b{_LENT}\b[^.\n]{{0,60}}\b{_MACHINE}\b|\b{_MACHINE}\b[^.\n]{{0,60}}\b{_LENT}\b",
-    "an issue number": r"\bissues?\s*#?\d+",
-    "the issue as a source": r"\bthe\s+issue(?:'s\b|\s+(?:names|sets|gives|asks|says|wants)\b)"
-                             r"|\b(?:from|in|by|of|per)\s+the\s+issue\b|\(issue\b",
+    f"a numbered {SES}": rf"\b(?:{_ORDINALS})\s+{SES}s?\b",
+    # "this S" ending a clause; a Streamlit one goes on ("this S's URL", "this S is already training")
+    f"a {SES} named as such": rf"\b(?:last|previous|next)\s+{SES}\b|\bthis\s+{SES}\b(?=\s*(?:[,.;:)!?]|\Z))"
+                            rf"|\b(?:GPU|device|work)\s+{SES}s?\b",
+    f"a numbered {RND}": rf"(?<![Aa] )\b{RND}[- ](?:{_NUMBERS})\b(?![-\w])",  # not "a R one" (a number)
+    f"a {RND} as such": rf"\b(?:this|last|previous)\s+{RND}\b|\b{RND}s?\s+of\s+(?:work|changes)\b",
+    f"a machine {LNT} or not": rf"\b{_GIVEN}\b[^.\n]{{0,60}}\b{_MACHINE}\b|\b{_MACHINE}\b[^.\n]{{0,60}}\b{_GIVEN}\b",
+    f"an {ISS} number": rf"\b{ISS}s?\s*#?\d+",
+    f"the {ISS} as a source": rf"\bthe\s+{ISS}(?:'s\b|\s+(?:names|sets|gives|asks|says|wants)\b)"
+                            rf"|\b(?:from|in|by|of|per)\s+the\s+{ISS}\b|\({ISS}\b",
 }
 
 # Not prose of the project: binary files, weights, tokenizer files, and the corpus samples shipped beside a model.
 _SKIP_SUFFIXES = {".safetensors", ".npz", ".npy", ".pt", ".bin", ".png", ".jpg", ".jpeg", ".gif", ".ico", ".webp",
                   ".tiktoken", ".tgz", ".gz", ".zip", ".woff", ".woff2", ".ttf"}
-_SKIP_PATHS = (re.compile(r"assets/models/[^/]+/heldout_[^/]+\.txt"), re.compile(r"assets/encodings/"),
-               re.compile(r"tests/test_lint\.py"))  # this file spells out what it looks for
-
+_SKIP_PATHS = (re.compile(r"assets/models/[^/]+/heldout_[^/]+\.txt"), re.compile(r"assets/encodings/"))
 
 
 def project_text_files() -> list[Path]:
@@ -77,8 +77,7 @@ def work_talk(text: str) -> list[tuple[int, str, str]]:
     return sorted(hits)
 
 
-# Written with the flagged words as placeholders, filled in at test time, so that this file's own text is not
-# what it forbids: {S} a work session, {R} a round, {L} lent, {I} an issue.
+# With the words as placeholders ({S}, {R}, {L}, {I} above), filled in at test time.
 WORK_TALK_EXAMPLES = [
     "Measured in the nineteenth {S} on this machine.", "the fourteenth\n{S}'s figures", "the 12th {S}",
     "this {S}, no GPU was {L}", "(last {S} 3.0 s)", "no figure this {S}.",
@@ -86,7 +85,6 @@ WORK_TALK_EXAMPLES = [
     "the {R}-two analyses", "{R} 2 of the work", "after the changes of this {R}", "Target ({I} 21):",
     "{I} #7", "prints the {I}'s targets", "the sizes the {I} names", "the defects of the {I}",
     "({I}: 0.906 on a sentence)", "until a GPU {S} runs the longer recipe"]
-WORDS = {"S": "sess" + "ion", "R": "ro" + "und", "L": "le" + "nt", "I": "iss" + "ue"}
 
 
 @pytest.mark.parametrize("text", [t.format(**WORDS) for t in WORK_TALK_EXAMPLES])
@@ -108,7 +106,7 @@ def test_the_lint_leaves_streamlit_sessions_and_plain_words_alone(text):
 
 def test_the_project_speaks_only_of_itself():
     """No README, note, docstring, comment or string tells how the work was organised: a machine is named by what it
-    is, a figure by its date and machine, never by a numbered session or round, a lent machine or an issue."""
+    is, a figure by its date and machine (this file included: it spells the words it looks for in pieces)."""
     found = []
     for path in project_text_files():
         try:
