@@ -424,7 +424,7 @@ def qk_norm_view(model, stages, head: int, q_lab, k_lab) -> None:
         return
     st.subheader(t("att_qkn_title"))
     spread_without, spread_with = fx.spread
-    st.markdown(t("att_qkn_text", d_k=fx.gain_q.size, qlo=float(fx.q_before.min()), qhi=float(fx.q_before.max()),
+    st.markdown(t("att_qkn_text", d_k=fx.d_k, qlo=float(fx.q_before.min()), qhi=float(fx.q_before.max()),
                   klo=float(fx.k_before.min()), khi=float(fx.k_before.max()), qalo=float(fx.q_after.min()),
                   qahi=float(fx.q_after.max()), kalo=float(fx.k_after.min()), kahi=float(fx.k_after.max()),
                   without=spread_without, with_=spread_with))

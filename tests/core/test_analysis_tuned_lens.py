@@ -25,7 +25,8 @@ def test_untrained_translators_are_the_logit_lens():
 def test_the_shipped_tuned_lens_is_what_its_file_says_and_reads_held_out_text_better():
     model, card = load_model("everyday-gpt")
     folder = tuned_lens.shipped_folder("everyday-gpt")
-    raw = {k: v.double() for k, v in load_file(str(folder / tuned_lens.FILE)).items()}  # A (L, d, d), b (L, d)
+    raw = {k: v.double() for k, v in load_file(str(folder / tuned_lens.FILE)).items()}  # int8 A (L, d, d), b (L, d)
+    raw["A"] = raw["A"] * raw["A_scale"][..., None]  # each row's scale
     held = (folder / "heldout_brown.txt").read_text(encoding="utf-8")[:2000]
     _, trace = trace_text(model, held)
     lens = tuned_lens.tuned_lens_from_trace(model, trace, tuned_lens.load(folder, model), 5)

@@ -13,14 +13,17 @@ from service import catalog
 from transformer_core.analysis.positions import rope_offset_scores
 
 MODERN = "preset:course-gpt-modern@cl100k_base"
+QWEN3 = "preset:course-gpt-qwen3@cl100k_base"  # QK-norm and heads wider than d_model / n_heads (4 of 32 on 64)
 TEXT = "The cat sat on the mat. 我今天去超市买了一些水果。"
+PAGES = [p for p in page_names() if p != "train"]
 
 
-@pytest.mark.parametrize("lang", ["en", "zh"])
-@pytest.mark.parametrize("page", [p for p in page_names() if p != "train"])
-def test_every_page_renders_for_the_modern_decoder(page, lang):
+@pytest.mark.parametrize("model, page, lang", [
+    *((MODERN, p, lang) for p in PAGES for lang in ("en", "zh")),
+    *((QWEN3, p, "en") for p in PAGES), *((QWEN3, p, "zh") for p in ("attention", "model", "ffn"))])
+def test_every_page_renders_for_today_s_decoders(model, page, lang):
     with harness_language(lang):
-        at = open_app(page, model=MODERN, text=TEXT, lang=lang)
+        at = open_app(page, model=model, text=TEXT, lang=lang)
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
 
@@ -318,19 +321,6 @@ def test_the_tokens_a_neuron_writes_towards_and_against_explain_their_byte_piece
             assert f"`{visible(label)}` begins one of {len(chars):,} characters, {chars[0]} to {chars[-1]}" in note
         checked += 1
     assert checked >= 2
-
-
-QWEN3 = "preset:course-gpt-qwen3@cl100k_base"
-
-
-@pytest.mark.parametrize("page, lang", [*((p, "en") for p in page_names() if p != "train"),
-                                        ("attention", "zh"), ("model", "zh"), ("ffn", "zh")])
-def test_every_page_renders_for_the_qwen3_decoder(page, lang):
-    """QK-norm and heads wider than d_model / n_heads (4 of 32 on 64) on every page."""
-    with harness_language(lang):
-        at = open_app(page, model=QWEN3, text=TEXT, lang=lang)
-    assert not at.exception, at.exception
-    assert not at.error, [e.value for e in at.error]
 
 
 def test_attention_page_shows_what_qk_norm_does_with_numbers_from_the_hooks():

@@ -55,6 +55,32 @@ class Attribution:
                                                     dtype=np.float64)}
 
 
+def stream_parts(model: Transformer, trace: Trace, layer: int, position: int, group: bool = False):
+    """(parts, (P, d) float64): the stream entering decoder `layer` (n_layers: the last residual) at `position`
+    split into its parts: ("embed",), then per lower layer ("head", layer, head) for each head (or ("attn", layer),
+    its heads together, when `group`), ("attn_bias", layer) where W_o has a bias, ("ffn", layer)."""
+    cfg = model.cfg
+    parts, rows = [("embed",)], [trace[act_name("embed", side="decoder")][0, position].double()]
+    hs = cfg.head_dim
+    for lower in range(layer):
+        attn = model.decoder.layers[lower].self_attn
+        concat = trace[act_name("concat", layer=lower, block="dec_self")][0, position].double()  # (nh·hs,)
+        W_o = attn.W_o.weight.detach().double().cpu()  # (d, nh·hs)
+        heads = [W_o[:, h * hs:(h + 1) * hs] @ concat[h * hs:(h + 1) * hs] for h in range(cfg.n_heads)]
+        if group:
+            parts.append(("attn", lower))
+            rows.append(torch.stack(heads).sum(0))
+        else:
+            parts += [("head", lower, h) for h in range(cfg.n_heads)]
+            rows += heads
+        if attn.W_o.bias is not None:
+            parts.append(("attn_bias", lower))
+            rows.append(attn.W_o.bias.detach().double().cpu())
+        parts.append(("ffn", lower))
+        rows.append(trace[act_name("ffn_out", layer=lower)][0, position].double())
+    return tuple(parts), torch.stack(rows)
+
+
 def _readout(model: Transformer, final: torch.Tensor, token: int):
     """(direction, scale, centre, constant, norm): the token's logit = direction · centre(part) · scale, summed over
     parts, plus constant. `final` is the last residual at the position (d,)."""
@@ -83,7 +109,7 @@ def direct_logit_attribution(model: Transformer, trace: Trace, position: int, to
     T = trace.decoder_ids.numel()
     if not (0 <= int(position) < T and 0 <= int(token) < cfg.vocab_size):
         raise InputError("dla_range", last=T - 1)
-    p, L, H, hs = int(position), cfg.n_layers, cfg.n_heads, cfg.head_dim
+    p, L, H = int(position), cfg.n_layers, cfg.n_heads
     final = trace[act_name("addnorm_out", layer=L - 1, block="dec_ffn", cross=False)][0, p]
     direction, scale, centre, constant, norm = _readout(model, final, int(token))
 
@@ -92,15 +118,16 @@ def direct_logit_attribution(model: Transformer, trace: Trace, position: int, to
         return float(direction @ (part - part.mean() if centre else part)) * scale
 
     heads, attn_bias, ffn = np.zeros((L, H)), np.zeros(L), np.zeros(L)
-    for layer in range(L):
-        attn = model.decoder.layers[layer].self_attn
-        concat = trace[act_name("concat", layer=layer, block="dec_self")][0, p].double()  # (d,) heads side by side
-        W_o = attn.W_o.weight.detach().double().cpu()  # (d, d)
-        for h in range(H):
-            heads[layer, h] = share(W_o[:, h * hs:(h + 1) * hs] @ concat[h * hs:(h + 1) * hs])
-        if attn.W_o.bias is not None:
-            attn_bias[layer] = share(attn.W_o.bias.detach().cpu())
-        ffn[layer] = share(trace[act_name("ffn_out", layer=layer)][0, p])
-    embed = share(trace[act_name("embed", side="decoder")][0, p])
+    embed = 0.0
+    for part, row in zip(*stream_parts(model, trace, L, p), strict=True):
+        kind, value = part[0], share(row)
+        if kind == "embed":
+            embed = value
+        elif kind == "head":
+            heads[part[1], part[2]] = value
+        elif kind == "attn_bias":
+            attn_bias[part[1]] = value
+        else:
+            ffn[part[1]] = value
     return Attribution(int(token), p, float(trace.logits[0, p, int(token)]), embed, heads, attn_bias, ffn,
                        constant, scale, norm)

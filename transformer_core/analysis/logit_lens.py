@@ -71,12 +71,17 @@ class LogitLens:
 def lens_from_trace(model: Transformer, trace: Trace, k: int = 5) -> LogitLens:
     """The logit lens of batch item 0 of a trace that kept the residual hooks (residual_names); computed once
     per trace and k (the trace is shared by every page and session that traced this input)."""
-    k = check_top(k, hi=100)
+    k, names = check_top(k, hi=100), kept_residuals(model, trace)
+    return trace.memo(("logit_lens", k), lambda: _lens(model, trace, names, k))
+
+
+def kept_residuals(model: Transformer, trace: Trace) -> list[str]:
+    """residual_names(model), each checked to be in the trace (InputError `trace_missing` naming the first not)."""
     names = residual_names(model)
     missing = [n for n in names if n not in trace]
     if missing:
         raise InputError("trace_missing", name=missing[0])
-    return trace.memo(("logit_lens", k), lambda: _lens(model, trace, names, k))
+    return names
 
 
 CHUNK_BYTES = 64 * 2**20  # the lens reads several rows per matrix product (faster on a CPU), up to this many bytes

@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..model.hooks import act_name
 from ..model.trace import Trace
 from ..model.transformer import Transformer
+from .attribution import stream_parts
 
 GROUP_HEADS_ABOVE = 64  # more parts than this (a big model): a layer's heads count as one part, "attention of L"
 
@@ -45,30 +45,6 @@ class QKAttribution:
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {"matrix": self.matrix, "score": np.array([self.score])}
-
-
-def stream_parts(model: Transformer, trace: Trace, layer: int, position: int, group: bool = False):
-    """(parts, (P, d) float64): the stream entering `layer` at `position` split into its parts, in float64."""
-    cfg = model.cfg
-    parts, rows = [("embed",)], [trace[act_name("embed", side="decoder")][0, position].double()]
-    hs = cfg.head_dim
-    for lower in range(layer):
-        attn = model.decoder.layers[lower].self_attn
-        concat = trace[act_name("concat", layer=lower, block="dec_self")][0, position].double()  # (nh·hs,)
-        W_o = attn.W_o.weight.detach().double().cpu()  # (d, nh·hs)
-        heads = [W_o[:, h * hs:(h + 1) * hs] @ concat[h * hs:(h + 1) * hs] for h in range(cfg.n_heads)]
-        if group:
-            parts.append(("attn", lower))
-            rows.append(torch.stack(heads).sum(0))
-        else:
-            parts += [("head", lower, h) for h in range(cfg.n_heads)]
-            rows += heads
-        if attn.W_o.bias is not None:
-            parts.append(("attn_bias", lower))
-            rows.append(attn.W_o.bias.detach().double().cpu())
-        parts.append(("ffn", lower))
-        rows.append(trace[act_name("ffn_out", layer=lower)][0, position].double())
-    return tuple(parts), torch.stack(rows)
 
 
 def _side(model, trace, layer: int, position: int, head_rows: slice, W, b, qk_norm, group: bool) -> torch.Tensor:

@@ -22,8 +22,7 @@ class QKNormEffect:
     scaled_without: np.ndarray  # (Tq, Tk) the same without the norms
     weights_with: np.ndarray  # (Tq, Tk) softmax rows the model computed
     weights_without: np.ndarray  # (Tq, Tk)
-    gain_q: np.ndarray  # (d_k,) the q norm's learned gain (one per dimension, shared by every head)
-    gain_k: np.ndarray
+    d_k: int  # the head's width
 
     @property
     def spread(self) -> tuple[float, float]:
@@ -56,5 +55,4 @@ def qk_norm_effect(model, stages: AttentionStages, head: int) -> QKNormEffect | 
         normed, w_normed = scores(qn.float(), kn.float())
     norm = lambda x: x.float().norm(dim=-1).numpy()  # (T,) lengths
     return QKNormEffect(norm(q), norm(qn), norm(k), norm(kn), normed.numpy(), plain.numpy(), w_normed.numpy(),
-                        w_plain.numpy(), attn.q_norm.weight.detach().float().cpu().numpy(),
-                        attn.k_norm.weight.detach().float().cpu().numpy())
+                        w_plain.numpy(), int(q.size(-1)))

@@ -57,14 +57,15 @@ class ModelSource(Protocol):
 
 
 @lru_cache(maxsize=1)
+def modules() -> tuple:
+    """Every module of this package, imported (a family is found by what its module defines)."""
+    return tuple(importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__))
+
+
+@lru_cache(maxsize=1)
 def sources() -> dict[str, ModelSource]:
     """kind -> source, from every module of this package that defines SOURCES."""
-    found: dict[str, ModelSource] = {}
-    for info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for source in getattr(module, "SOURCES", ()):
-            found[source.kind] = source
-    return found
+    return {source.kind: source for module in modules() for source in getattr(module, "SOURCES", ())}
 
 
 def list_entries(places: Places = Places()) -> list[ModelEntry]:

@@ -11,9 +11,7 @@ Encoding (text/hf_tokenizer.py) registered under the model's name.
 """
 from __future__ import annotations
 
-import importlib
 import json
-import pkgutil
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -72,11 +70,10 @@ QWEN2 = Family("qwen2", lambda hf: {"qkv_bias": True, "linear_bias": False},
 @lru_cache(maxsize=1)
 def families() -> dict[str, Family]:
     """model_type -> Family: Llama and Qwen2, then every module of this package that defines FAMILY."""
-    from .. import sources
+    from . import modules
 
     found = {f.model_type: f for f in (LLAMA, QWEN2)}
-    for info in pkgutil.iter_modules(sources.__path__):
-        family = getattr(importlib.import_module(f"{sources.__name__}.{info.name}"), "FAMILY", None)
+    for family in (getattr(m, "FAMILY", None) for m in modules()):
         if isinstance(family, Family):
             found[family.model_type] = family
     return found

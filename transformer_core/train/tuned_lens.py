@@ -110,6 +110,8 @@ def build(name: str, cache: Path, steps: int, out: Path) -> dict:
     held_r, held_last = residuals(model, windows(model, held, 48, seed=2))
     tr = train(model, train_r, train_last, steps)
     seconds = time.perf_counter() - t0
+    tuned_lens.save(tr, folder)
+    tr = tuned_lens.load(folder, model)  # the card measures what ships (int8 A)
     with torch.no_grad():
         entry = {"data": f"{WINDOWS} windows of {model.cfg.max_len} tokens of the model's training corpora "
                          f"({', '.join(cfg['corpus'])}, by its weights); held out: 48 windows of its heldout_*.txt",
@@ -118,7 +120,6 @@ def build(name: str, cache: Path, steps: int, out: Path) -> dict:
                  "heldout_kl_logit_lens": [round(x, 4) for x in kl_per_row(model, None, held_r, held_last)],
                  "heldout_kl_tuned_lens": [round(x, 4) for x in kl_per_row(model, tr, held_r, held_last)],
                  "command": f"python -m transformer_core.train.tuned_lens --model {name} --steps {steps}"}
-    tuned_lens.save(tr, folder)
     card_path = folder / "card.json"
     data = json.loads(card_path.read_text(encoding="utf-8"))
     data["tuned_lens"] = entry
