@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import socket
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -30,6 +31,7 @@ KEEP_INTERRUPTED_S = 7 * 86_400
 RECORDS = ".jobs"  # under the checkpoints folder (not a model folder: the list skips names starting with ".")
 MAX_RECORD_BYTES = 64 * 1024
 HOST, PID, INSTANCE = socket.gethostname(), os.getpid(), uuid.uuid4().hex  # this server process
+_WRITE = threading.Lock()  # a refresh (the janitor's thread) never lands after the job's own drop_record
 
 
 def _records_dir() -> Path:
@@ -46,7 +48,14 @@ def _atomic_json(path: Path, data: dict) -> None:
 
 
 def write_record(job) -> None:
-    """Write (or refresh) the record of a running job; a failure is logged, never stops the job."""
+    """Write (or refresh) the record of a running job; a failure is logged, never stops the job. Once the job
+    has dropped its record (it ended), nothing writes it again: the janitor may still hold the job in its list."""
+    with _WRITE:
+        if not job.record_closed:
+            _write(job)
+
+
+def _write(job) -> None:
     job.beat = time.time()
     record = {"id": job.id, "status": "running", "name": catalog.clean_name(job.name), "owner": catalog.owner_id(
         job.owner), "folder": job.folder.name if job.folder else None, "host": HOST, "pid": PID,
@@ -59,10 +68,13 @@ def write_record(job) -> None:
 
 
 def drop_record(job) -> None:
-    try:
-        (_records_dir() / f"{job.id}.json").unlink(missing_ok=True)
-    except OSError:
-        pass
+    """The job ended: remove its record, for good (write_record no longer writes it)."""
+    with _WRITE:
+        job.record_closed = True
+        try:
+            (_records_dir() / f"{job.id}.json").unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 MAX_PID = 2**22  # Linux's largest pid (pid_max's ceiling); a bigger one in a record is damage, not a process

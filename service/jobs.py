@@ -89,6 +89,7 @@ class Job:
     folder: Path | None = field(default=None, repr=False)  # where the model will be saved
     reservation: tuple | None = field(default=None, repr=False)  # (budget, its reservation)
     beat: float = 0.0  # when its record was last refreshed (time.time())
+    record_closed: bool = False  # its record was dropped (it ended): never written again
 
     @property
     def total_iters(self) -> int:

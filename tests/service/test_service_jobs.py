@@ -86,6 +86,8 @@ def test_a_running_training_keeps_a_record_that_holds_no_token(user_dir, monkeyp
     assert job_records.sweep() == []  # its own live job is left alone
     job.stop.set()
     assert job.wait(60) and records(user_dir) == []  # gone when the job ends
+    job_records.write_record(job)  # a janitor round that listed the job just before it ended refreshes late
+    assert records(user_dir) == []  # and writes nothing: an ended job's record never comes back
 
 
 RESTART_SCRIPT = r"""
