@@ -32,6 +32,7 @@ try:
         t("nav_section_inside"): [
             page("model", ":material/memory:"),
             page("lens", ":material/search:"),
+            page("flow", ":material/route:"),
             page("heads", ":material/category:"),
             page("intervene", ":material/content_cut:"),
             page("compare", ":material/compare_arrows:"),

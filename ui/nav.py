@@ -59,12 +59,22 @@ def switch(name: str) -> None:
     st.switch_page(file_of(name))
 
 
-def open_head(kind: str, layer: int, head: int) -> None:
-    """The attention page, on this head (a click on a head anywhere: the head catalogue, the effects grid)."""
+def open_head(kind: str, layer: int, head: int, cell: tuple[int, int] | None = None) -> None:
+    """The attention page, on this head (a click on a head anywhere: the head catalogue, the effects grid); with a
+    (query, key) cell, that cell opened (its numbers and why the head looks there)."""
     from transformer_core.model.transformer import DEFAULT_MASKS
 
     ss = st.session_state
     ss.layer, ss.head, ss.block = int(layer), int(head), kind
     ss.mask_mode = DEFAULT_MASKS[kind]
     ss.pop("att_cell", None)
+    if cell is not None:
+        ss.att_cell = (int(cell[0]), int(cell[1]))
     switch("attention")
+
+
+def open_ffn(layer: int, position: int, n_tokens: int) -> None:
+    """The FFN page, on this layer and token (of a text of n_tokens tokens: its token picker's key)."""
+    ss = st.session_state
+    ss.ffn_layer, ss[f"ffn_token_{int(n_tokens)}"] = int(layer), int(position)
+    switch("ffn")

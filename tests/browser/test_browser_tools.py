@@ -132,6 +132,32 @@ def test_head_catalogue_labels_every_head_and_a_click_opens_its_attention(app, t
     assert_clean(tab, app, "attention opened from the head catalogue")
 
 
+def test_a_click_on_an_edge_of_the_information_flow_opens_its_head_at_that_cell(app, tab, tmp_path):
+    """The flow graph of the repeat model's last token: a dot per attention edge and FFN, the .npz of the shares; a
+    click on the strongest attention edge's dot opens the Attention page on its layer and head, with that query and
+    key's cell open (why the head looks there)."""
+    go(tab, app, "flow", model=REPEAT, text=TEXT)
+    i = plot_index(tab, s("flow_graph_title").split("‘")[0])
+    dots = trace_point(tab, i, "edges")
+    assert dots["customdata"]
+    arrays = export_npz(tab, "en", tmp_path, "flow")
+    assert arrays["tokens"].ndim == 3 and arrays["heads"].ndim == 4
+    screenshot(tab, SHOTS / "tool_flow_en.png")
+    hovers = [(k, h) for k, h in enumerate(tab.evaluate(
+        "(i) => document.querySelectorAll(\"[data-testid='stPlotlyChart'] .js-plotly-plot\")[i].data"
+        ".find(t => t.name === 'edges').hovertext", i)) if "click: open head" in h]
+    assert hovers
+    k, hover = hovers[0]
+    layer, head = (int(x) for x in re.search(r"layer (\d+):.*head (\d+) at", hover.replace("<br>", " ")).groups())
+    pt = trace_point(tab, i, "edges", k)
+    click_plot(tab, i, pt["x"], pt["y"], pt["xaxis"], pt["yaxis"])
+    settle(tab, charts=True)
+    expect(tab.locator("h1").first).to_have_text(s("nav_attention"))
+    assert (combobox_value(tab, s("att_layer")), combobox_value(tab, s("att_head"))) == (str(layer), str(head))
+    expect(tab.locator(MAIN).get_by_text(re.compile(r"^Why .* looks at "))).to_be_visible()
+    assert_clean(tab, app, "attention opened from the information flow")
+
+
 def test_ablating_a_head_changes_the_loss(app, tab, tmp_path):
     """Nothing switched off: a hint; head 1.0 switched off: a non-zero loss change, the summary and a moved-tokens
     chart appear; the .npz."""

@@ -12,6 +12,7 @@ from transformer_core.analysis.attribution import direct_logit_attribution
 from transformer_core.analysis.bpe import text_merges, token_playback
 from transformer_core.analysis.compare import compare
 from transformer_core.analysis.export import VIEWS, arrays_of, export_npz, notebook_snippet, npz_bytes
+from transformer_core.analysis.flow import information_flow
 from transformer_core.analysis.head_effects import head_effects, head_patching, residual_effects
 from transformer_core.analysis.heads import detect_heads
 from transformer_core.analysis.interventions import ablate, patch
@@ -71,6 +72,10 @@ def direct(view: str):
         model, _ = load_model("everyday-gpt")
         return ({"model": "everyday-gpt", "text": TEXT, "target": None, "layer": 2, "head": 7, "query": 9, "key": 3},
                 qk_attribution(model, trace_text(model, TEXT)[1], 2, 7, 9, 3))
+    if view == "flow":  # a decoder-only model (the default)
+        model, _ = load_model("everyday-gpt")
+        return ({"model": "everyday-gpt", "text": TEXT, "target": None, "position": 4},
+                information_flow(model, trace_text(model, TEXT)[1], 4))
     if view == "tuned_lens":  # the default ships its translators
         model, _ = load_model("everyday-gpt")
         translators = load_translators(tuned_folder("everyday-gpt"), model)

@@ -107,6 +107,8 @@ VIEWS: dict[str, tuple[str, str, str, dict]] = {
     "qk_attribution": ("from transformer_core.analysis.qk_attribution import qk_attribution", "trace",
                        "qk_attribution(model, trace, {layer}, {head}, {query}, {key})",
                        {"layer": 0, "head": 0, "query": 0, "key": 0}),
+    "flow": ("from transformer_core.analysis.flow import information_flow", "trace",
+             "information_flow(model, trace, {position})", {"position": None}),
     "surprise": ("from transformer_core.analysis.surprise import surprise", "prep", "surprise(model, prep)", {}),
     "heads": ("from transformer_core.analysis.heads import detect_heads", "prep",
               "detect_heads(model, prep, threshold={threshold}, length={length}, count={count}, seed={seed})",
