@@ -136,10 +136,25 @@ SENTENCES = [
 NAMES = ["Ada", "Ben", "Chen", "Dora", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lea"]
 
 
+LONG = False  # --tokens 128: each text three or four sentences of the same language (the default reads its first 128)
+
+
 def sentence(learner: int, round_: int) -> str:
-    """Learner i's sentence in round k: its own name, and a different sentence each round."""
+    """Learner i's sentence in round k: its own name, and a different sentence each round (with --tokens 128 the
+    next sentences of the same language after it, past 128 tokens)."""
     name = NAMES[learner % len(NAMES)] + (str(learner // len(NAMES)) if learner >= len(NAMES) else "")
-    return f"{name}: {SENTENCES[(learner * 5 + round_) % len(SENTENCES)]}"
+    k = (learner * 5 + round_) % len(SENTENCES)
+    text = SENTENCES[k]
+    if LONG:
+        zh = k >= N_ENGLISH
+        pool = range(N_ENGLISH, len(SENTENCES)) if zh else range(N_ENGLISH)
+        others = [SENTENCES[j] for j in pool if j != k]
+        text += "".join(("" if zh else " ") + others[(round_ + j) % len(others)] for j in range(3 if zh else 2))
+    return f"{name}: {text}"
+
+
+N_ENGLISH = 8  # SENTENCES: the English ones first
+WIRE_KB = {64: 150, 128: 300}  # the most one action may send down the wire (KB, p95), by text length
 
 
 # --- statistics -------------------------------------------------------------------------------------
@@ -166,6 +181,7 @@ class Sample:
     warnings: int = 0
     n_msgs: int = 0
     n_bytes: int = 0
+    wire_bytes: int = 0
 
 
 @dataclass
@@ -177,7 +193,8 @@ class Recorder:
         if res is None:
             res = RunResult(errors=[error] if error else [])
         self.samples.append(Sample(learner, action, time.perf_counter() - self.t0, res.elapsed, res.status,
-                                   list(res.errors), skipped, len(res.warnings), res.n_msgs, res.n_bytes))
+                                   list(res.errors), skipped, len(res.warnings), res.n_msgs, res.n_bytes,
+                                   res.wire_bytes))
 
 
 def error_kind(text: str) -> str:
@@ -203,21 +220,26 @@ def summarize(samples: list[Sample], order: list[str]) -> list[dict]:
                      "max": max(done) if done else None, "errors": sum(1 for s in ss if s.errors),
                      "error_kinds": kinds, "skipped": sum(1 for s in ss if s.skipped),
                      "warned": sum(1 for s in ss if s.warnings),
-                     "kb_per_run": (sum(s.n_bytes for s in ss) / len(ss) / 1024) if ss else None})
+                     "kb_per_run": (sum(s.n_bytes for s in ss) / len(ss) / 1024) if ss else None,
+                     "wire_kb_p95": percentile([s.wire_bytes / 1024 for s in ss if not s.skipped], 95)})
     return rows
 
 
-def print_table(rows: list[dict]) -> None:
+def print_table(rows: list[dict], wire_limit: float | None = None) -> None:
+    """The table; with wire_limit (KB) a PASS / MISS column for each action's p95 bytes on the wire."""
     def f(v):
         return "-" if v is None else f"{v:.3f}"
     print(f"{'action':<16}{'count':>6}{'p50 s':>9}{'p95 s':>9}{'max s':>9}{'errors':>8}{'skipped':>9}"
-          f"{'warned':>8}{'KB/run':>8}")
+          f"{'warned':>8}{'KB/run':>8}{'wire KB p95':>13}" + (f"  <= {wire_limit:g} KB" if wire_limit else ""))
     for r in rows:
         if r["action"] == "all":
-            print("-" * 82)
+            print("-" * (96 + (12 if wire_limit else 0)))
         kb = "-" if r["kb_per_run"] is None else f"{r['kb_per_run']:.0f}"
+        wire = "-" if r["wire_kb_p95"] is None else f"{r['wire_kb_p95']:.0f}"
+        verdict = "" if not wire_limit or r["wire_kb_p95"] is None else (
+            "  PASS" if r["wire_kb_p95"] <= wire_limit else "  MISS")
         print(f"{r['action']:<16}{r['count']:>6}{f(r['p50']):>9}{f(r['p95']):>9}{f(r['max']):>9}"
-              f"{r['errors']:>8}{r['skipped']:>9}{r['warned']:>8}{kb:>8}")
+              f"{r['errors']:>8}{r['skipped']:>9}{r['warned']:>8}{kb:>8}{wire:>13}{verdict}")
 
 
 # --- the server process: CPU and memory ----------------------------------------------------------------
@@ -448,7 +470,28 @@ async def learner_loop(i: int, cfg: Config, rec: Recorder, start_delay: float, d
         await c.close()
 
 
-async def run_load(cfg: Config, learners: int, ramp: float, pids: list[int]) -> dict:
+async def run_load(cfg: Config, learners: int, ramp: float, pids: list[int], slow=None) -> dict:
+    links = []
+    if slow:  # every server behind one shared link (one SlowLink per server, sharing its two directions)
+        from harness.slow_link import SlowLink
+
+        urls = []
+        for u in cfg.url.split(","):
+            parts = urlsplit(u)
+            link = SlowLink(parts.hostname, parts.port or 80, rate_mbit=slow[0], delay_ms=slow[1])
+            if links:
+                link.down, link.up = links[0].down, links[0].up
+            links.append(link)
+            urls.append(f"http://127.0.0.1:{await link.start()}")
+        cfg = replace(cfg, url=",".join(urls))
+    try:
+        return await _load(cfg, learners, ramp, pids)
+    finally:
+        for link in links:
+            await link.stop()
+
+
+async def _load(cfg: Config, learners: int, ramp: float, pids: list[int]) -> dict:
     rec = Recorder()
     stop = asyncio.Event()
     samplers = [ProcSampler(pid) for pid in pids]
@@ -496,8 +539,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="walk: the analyses pages (lens with attribution, head effects, learn slider, FFN)")
     ap.add_argument("--every-page", action="store_true",
                     help="walk: type a new sentence, then visit every page once (first visits), instead of SCRIPT")
+    ap.add_argument("--tokens", type=int, choices=sorted(WIRE_KB), default=64,
+                    help="text length: one sentence (40-64 tokens) or two (100-128); the wire limit follows")
+    ap.add_argument("--slow-link", type=float, nargs=2, metavar=("MBIT", "MS"),
+                    help="learners reach the servers through one shared link of MBIT megabits per second each way, "
+                    "each chunk MS milliseconds late (harness/slow_link.py: a venue's Wi-Fi)")
     ap.add_argument("--json", help="write the summary and every sample here")
     args = ap.parse_args(argv)
+    global LONG
+    LONG = args.tokens == 128
     ramp = args.ramp if args.ramp is not None else min(10.0, args.duration / 4)
     if args.every_page:
         SCRIPT[:] = every_page_script()
@@ -526,13 +576,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"warm-up walk ({u}): {w:.1f} s")
         print(f"{args.learners} learners, {args.duration:.0f} s, think {args.think[0]:g}-{args.think[1]:g} s, "
               f"ramp {ramp:.0f} s, url {cfg.url}, model {args.model or '(app default)'}")
-        out = asyncio.run(run_load(cfg, args.learners, ramp, pids))
+        out = asyncio.run(run_load(cfg, args.learners, ramp, pids, args.slow_link))
     finally:
         for server in servers:
             server.__exit__(None, None, None)
     rows = summarize(out["samples"], [OPEN.name] + [a.name for a in SCRIPT])
     print()
-    print_table(rows)
+    print_table(rows, WIRE_KB[args.tokens])
+    if args.slow_link:
+        print(f"(through one shared link of {args.slow_link[0]:g} Mbit/s each way, {args.slow_link[1]:g} ms late)")
     servers, cl = out["servers"], out["client"]
     print()
     print(f"wall {out['wall_s']:.1f} s; load average at start {fmt_load(out['loadavg_start'])}, "

@@ -27,6 +27,9 @@ WebsocketConnection; checked against Chromium's frames by bench/protocol_check.p
   `max_cached_message_age` (new_session.config) finished runs. There is no ack and no HTTP fetch in 1.67.
 - pings: the server sends websocket-protocol pings (uvicorn); the `websockets` library answers them.
   The frontend sends no application-level keepalive (`app_heartbeat` is only for a hosting iframe).
+- compression: like Chromium, the client offers permessage-deflate; a server with
+  server.enableWebsocketCompression accepts it. `RunResult.wire_bytes` counts what crossed the socket (the
+  compressed frames, as a venue's Wi-Fi carries them), `n_bytes` the messages after decompression.
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from streamlit.proto.NumberInput_pb2 import NumberInput
 from streamlit.proto.WidgetStates_pb2 import WidgetState
+from websockets.asyncio.client import ClientConnection
 
 FINISHED = ForwardMsg.ScriptFinishedStatus
 DONE_STATUSES = {FINISHED.FINISHED_SUCCESSFULLY, FINISHED.FINISHED_WITH_COMPILE_ERROR,
@@ -100,6 +104,7 @@ class RunResult:
     n_bytes: int = 0
     n_elements: int = 0
     n_refs: int = 0  # ref_hash messages resolved from the forward-message cache
+    wire_bytes: int = 0  # bytes received on the socket during the run (compressed frames, frame headers)
     first_msg: float | None = None  # seconds from the send to the first ForwardMsg of the run
 
 
@@ -204,6 +209,16 @@ async def http_get(url: str, timeout: float = 10.0) -> tuple[int, bytes]:
     return status, body
 
 
+class CountingConnection(ClientConnection):
+    """A client websocket that counts the bytes its socket receives (before the frames are decompressed)."""
+
+    wire_in = 0
+
+    def data_received(self, data: bytes) -> None:
+        self.wire_in += len(data)
+        super().data_received(data)
+
+
 class StreamlitClient:
     """One simulated browser tab on a Streamlit app (use within one asyncio loop)."""
 
@@ -248,7 +263,8 @@ class StreamlitClient:
         ws_url = f"{'wss' if u.scheme == 'https' else 'ws'}://{u.netloc}{u.path}/_stcore/stream"
         self.ws = await asyncio.wait_for(websockets.connect(
             ws_url, subprotocols=["streamlit", "PLACEHOLDER_AUTH_TOKEN"], origin=f"{u.scheme}://{u.netloc}",
-            max_size=None, compression=None, ping_interval=None, open_timeout=self.timeout), self.timeout)
+            max_size=None, compression="deflate", ping_interval=None, open_timeout=self.timeout,
+            create_connection=CountingConnection), self.timeout)
         self.closed_reason = None
         self._reader = asyncio.create_task(self._read_loop())
 
@@ -347,6 +363,7 @@ class StreamlitClient:
         self._run_done = asyncio.get_running_loop().create_future()
         self._run_ids, self._run_widgets, self._saw_new_session = set(), {}, False
         self._t_send = t0 = time.perf_counter()
+        wire = self.ws.wire_in
         try:
             await self.ws.send(msg.SerializeToString())
             await asyncio.wait_for(asyncio.shield(self._run_done), self.timeout)
@@ -358,6 +375,7 @@ class StreamlitClient:
             res.status = "DISCONNECTED"
         finally:
             res.elapsed = time.perf_counter() - t0
+            res.wire_bytes = self.ws.wire_in - wire
             self._run = None
         return res
 

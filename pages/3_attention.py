@@ -289,7 +289,7 @@ def head_thumbnails(stages, heads: int, records: dict[int, object]) -> None:
               for h in shown]
     n = len(shown)
     fig = thumbnails([z[h] for h in shown], titles, cols=min(n, 8 if n > 8 else 4 if n > 4 else n),
-                     zmin=axis["zmin"], zmax=axis["zmax"], masked=[~mask[h] for h in shown],
+                     zmin=axis["zmin"], zmax=axis["zmax"], masked=[~mask[h] for h in shown], ticks=axis.get("colorbar"),
                      selected=shown.index(int(ss.head)) if int(ss.head) in shown else None)
     picked = clicked(fig, "att_thumbs")
     if picked is not None:  # the Head select box already exists in this run: set it at the start of the next
@@ -389,7 +389,8 @@ def one_query(stages, head, q_lab, k_lab) -> None:
 
 
 def qkv(stages, head, q_lab, k_lab) -> None:
-    st.subheader(t("att_qkv"))
+    """Q, K and V of the head, built when opened: three maps of T × d_k numbers were a third of the page's bytes on
+    the wire, sent again at every switch of head or layer."""
     n_heads, n_kv = stages.weights.size(1), stages.weights.size(1) // stages.group
     if n_kv < n_heads:  # grouped-query attention: this head reads a K/V head it shares with its group
         kv = stages.kv_head(head)
@@ -397,24 +398,27 @@ def qkv(stages, head, q_lab, k_lab) -> None:
                       shared=", ".join(str(h) for h in range(n_heads) if stages.kv_head(h) == kv)))
         table(pd.DataFrame({t("att_gqa_kv"): list(range(n_kv)), t("att_gqa_queries"): [
             ", ".join(str(h) for h in range(n_heads) if stages.kv_head(h) == k) for k in range(n_kv)]}), "att_gqa")
-    if stages.q_rot is not None:
-        st.caption(t("att_rope_qk"))
-    mats = {s: stages.head(s, head).numpy() for s in ("q", "k", "v")}
-    labels = {"q": q_lab, "k": k_lab, "v": k_lab}
-    # one chart whose panels share the token rows: Q, K and V of a self-attention block; cross-attention's Q rows are
-    # the decoder's tokens and K, V's the encoder's
-    for group in [("q", "k", "v")] if list(q_lab) == list(k_lab) else [("q",), ("k", "v")]:
-        chart(panel_heatmaps([mats[s] for s in group], list(labels[group[0]]),
-                             [f"{s.upper()} {tuple(mats[s].shape)}" for s in group], x_title=t("attn_dims"),
-                             hovertemplate=t("attn_hover_qkv")), "att_" + "".join(group))
-    tables = st.expander(t("attn_qkv_tables"), key="att_qkv_open", on_change="rerun")
-    if not tables.open:  # three tables of Tq x d_k numbers are built only for a learner who opens them
+    box = st.expander(t("att_qkv"), key="att_qkv_maps_open", on_change="rerun")
+    if not box.open:
         return
-    with tables:
-        for tab, (s, m) in zip(st.tabs(["Q", "K", "V"]), mats.items(), strict=True):
-            with tab:
-                df = tensor_frame(m, labels[s], [str(d) for d in range(m.shape[1])]).reset_index(names=t("col_token"))
-                table(df, f"attention_{s}", formats=four_decimals(df))
+    with box:
+        if stages.q_rot is not None:
+            st.caption(t("att_rope_qk"))
+        mats = {s: stages.head(s, head).numpy() for s in ("q", "k", "v")}
+        labels = {"q": q_lab, "k": k_lab, "v": k_lab}
+        # one chart whose panels share the token rows: Q, K and V of a self-attention block; cross-attention's Q rows
+        # are the decoder's tokens and K, V's the encoder's
+        for group in [("q", "k", "v")] if list(q_lab) == list(k_lab) else [("q",), ("k", "v")]:
+            chart(panel_heatmaps([mats[s] for s in group], list(labels[group[0]]),
+                                 [f"{s.upper()} {tuple(mats[s].shape)}" for s in group], x_title=t("attn_dims"),
+                                 hovertemplate=t("attn_hover_qkv")), "att_" + "".join(group))
+        # three tables of Tq x d_k numbers are built only for a learner who asks for them
+        if st.toggle(t("attn_qkv_tables"), key="att_qkv_open"):
+            for tab, (s, m) in zip(st.tabs(["Q", "K", "V"]), mats.items(), strict=True):
+                with tab:
+                    df = tensor_frame(m, labels[s], [str(d) for d in range(m.shape[1])]).reset_index(
+                        names=t("col_token"))
+                    table(df, f"attention_{s}", formats=four_decimals(df))
 
 
 def qk_norm_view(model, stages, head: int, q_lab, k_lab) -> None:

@@ -3,6 +3,8 @@ plotly chart where there were three, Q, K and V of a head, lays out and draws a 
 three times), and small multiples (a thumbnail per head) on one colour scale."""
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import plotly.graph_objects as go
 
@@ -62,10 +64,37 @@ def _unit(x: float) -> float:
 TITLE_ROOM_PX = 46  # between two rows of thumbnails: a title of two 12 px lines and the gap below it
 
 
+LEVELS = 254  # a thumbnail's colours: codes 0..254 span its scale, code 255 is a masked cell (transparent)
+
+
+def colour_codes(m: np.ndarray, zmin: float, zmax: float) -> np.ndarray:
+    """A map as one byte per cell (uint8: a quarter of float32 on the wire): its colour's step on the scale,
+    LEVELS + 1 where it is NaN (masked). A thumbnail shows no numbers (no hover), only colours, and 255 steps of a
+    colour scale are as many as a screen shows."""
+    span = (zmax - zmin) or 1.0
+    codes = np.clip(np.rint((np.nan_to_num(m, nan=zmin) - zmin) / span * LEVELS), 0, LEVELS)
+    return np.where(np.isnan(m), LEVELS + 1, codes).astype(np.uint8)
+
+
+@lru_cache(maxsize=16)
+def _named_scale(name: str) -> tuple:
+    from plotly.colors import get_colorscale
+
+    return tuple(map(tuple, get_colorscale(name)))
+
+
+def code_scale(colorscale) -> list:
+    """The colour scale over codes 0..LEVELS, then transparent for the masked code."""
+    stops = _named_scale(colorscale) if isinstance(colorscale, str) else colorscale
+    top = LEVELS / (LEVELS + 1)
+    return [[float(p) * top, c] for p, c in stops] + [[top + 1e-6, "rgba(0,0,0,0)"], [1.0, "rgba(0,0,0,0)"]]
+
+
 def thumbnails(mats, titles, *, cols: int, colorscale=SEQUENTIAL, zmin=0.0, zmax=1.0, masked=None,
-               size_px: int = 150, selected: int | None = None) -> go.Figure:
+               size_px: int = 150, selected: int | None = None, ticks: dict | None = None) -> go.Figure:
     """Small multiples (one per head) on one colour scale, no tick labels; a click anywhere on one selects it
-    (one large invisible marker per thumbnail)."""
+    (one large invisible marker per thumbnail). Each map is sent as colour codes (colour_codes), the colour bar
+    labelled in the maps' own units (`ticks`: tickvals / ticktext of the scale, else five even steps)."""
     n = len(mats)
     rows = (n + cols - 1) // cols
     shown = [f"<b><span style='color:#d62728'>▶ {title}</span></b>" if i == selected else title
@@ -88,15 +117,19 @@ def thumbnails(mats, titles, *, cols: int, colorscale=SEQUENTIAL, zmin=0.0, zmax
         m = as_f32(m)
         if masked is not None:
             m = np.where(masked[i], np.nan, m)
-        traces.append(dict(type="heatmap", z=m, coloraxis="coloraxis", hoverinfo="skip", name=f"head {i}",
-                           xaxis=f"x{n}", yaxis=f"y{n}"))
+        traces.append(dict(type="heatmap", z=colour_codes(m, zmin, zmax), coloraxis="coloraxis", hoverinfo="skip",
+                           name=f"head {i}", xaxis=f"x{n}", yaxis=f"y{n}"))
         traces.append(dict(type="scatter", x=[(m.shape[1] - 1) / 2], y=[(m.shape[0] - 1) / 2], mode="markers",
                            marker={"size": size_px * 0.9, "symbol": "square", "color": "rgba(0,0,0,0)",
                                    "line": {"width": 0}},
                            customdata=[i], hovertemplate=f"{titles[i]}<extra></extra>".replace("<br>", " · "),
                            showlegend=False, name=f"pick {i}", xaxis=f"x{n}", yaxis=f"y{n}"))
+    values = list((ticks or {}).get("tickvals") or np.linspace(zmin, zmax, 5).round(6).tolist())
+    labels = list((ticks or {}).get("ticktext") or [f"{v:g}" for v in values])
+    bar = {"tickvals": colour_codes(np.asarray(values, dtype=np.float32), zmin, zmax).tolist(), "ticktext": labels}
     return figure(traces, dict(
-        layout, annotations=notes, coloraxis={"colorscale": colorscale, "cmin": zmin, "cmax": zmax},
+        layout, annotations=notes, coloraxis={"colorscale": code_scale(colorscale), "cmin": 0, "cmax": LEVELS + 1,
+                                              "colorbar": bar},
         height=height, margin=dict(l=10, r=10, t=50, b=10), clickmode="event+select",
         dragmode=False))
 

@@ -224,8 +224,10 @@ def test_attention_hover_is_numbers_in_customdata_and_token_labels_in_text():
 
 def test_qkv_tables_are_built_only_when_their_expander_is_opened():
     at = open_app("attention", model=SMALL, lang="en", text="a b c d")
+    at.session_state["att_qkv_maps_open"] = True  # the Q, K, V section, opened
+    at.run()
     before = len(at.dataframe)
-    at.session_state["att_qkv_open"] = True
+    at.session_state["att_qkv_open"] = True  # its tables asked for
     at.run()
     assert not at.exception
     assert len(at.dataframe) == before + 3  # Q, K and V

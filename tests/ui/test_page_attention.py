@@ -28,6 +28,7 @@ from transformer_core.model.trace import run_with_trace
 from transformer_core.model.transformer import build_model
 from transformer_core.text.tokenizer import load_encoding
 from ui.figures import mark_cells, token_heatmap
+from ui.panels import LEVELS
 
 PAGE = "attention"
 BASE = "preset:course-base@cl100k_base"
@@ -92,9 +93,13 @@ def test_decoder_only_page_shows_zero_weights_above_the_diagonal_and_rows_summin
         np.testing.assert_allclose(m.sum(-1), 1.0, atol=1e-5)
     thumbs = figure(at, "att_thumbs_0")
     assert len(values(thumbs)) == 4  # course-gpt has 4 heads
-    for raw in values(thumbs):
-        assert np.isnan(raw[np.triu_indices_from(raw, 1)]).all()
-    assert thumbs["layout"]["coloraxis"]["cmin"] == 0 and thumbs["layout"]["coloraxis"]["cmax"] == 1
+    for raw in values(thumbs):  # colour codes, one byte a cell: the masked ones transparent
+        assert raw.dtype == np.uint8 and (raw[np.triu_indices_from(raw, 1)] == LEVELS + 1).all()
+    shown = values(thumbs)[int(at.session_state["head"])]  # the head drawn large: its colours, to half a step
+    np.testing.assert_allclose(np.tril(shown) / LEVELS, np.tril(np.nan_to_num(values(main)[0])), atol=0.5 / LEVELS)
+    bar = thumbs["layout"]["coloraxis"]
+    assert (bar["cmin"], bar["cmax"]) == (0, LEVELS + 1) and bar["colorbar"]["ticktext"][::4] == ["0", "1"]
+    assert bar["colorscale"][-1][1] == "rgba(0,0,0,0)"
     lo, hi = map(float, re.findall(r"\d\.\d{6}", next(s for s in messages(at) if s.startswith("Row sums"))))
     assert lo == pytest.approx(1.0, abs=1e-5) and hi == pytest.approx(1.0, abs=1e-5)
     assert any("flat" in s for s in shown_texts(at))  # the course's uniform-softmax mistake, explained
@@ -186,6 +191,8 @@ def test_encoder_decoder_opens_on_cross_attention_with_encoder_keys():
     at.selectbox(key="layer").set_value(2).run()  # a new layer keeps the kind of block
     assert_clean(at)
     assert at.session_state["block"] == "cross"
+    at.session_state["att_qkv_maps_open"] = True  # Q, K, V: built when opened
+    at.run()
     q_fig = figure(at, "att_q")
     assert array(q_fig["data"][0]["z"]).shape == (TGT_TOKENS, 64)  # d_k = 512 / 8
     kv_fig = figure(at, "att_kv")  # K and V share the encoder's token rows, Q has the decoder's
@@ -201,6 +208,9 @@ def test_q_k_and_v_of_a_self_attention_head_are_one_chart_of_three_panels_over_t
     text = "the cat sat on the mat because it was warm"
     at = open_app(PAGE, model=SMALL, lang="en", text=text)
     assert_clean(at)
+    assert not [c for c in at.get("plotly_chart") if c.proto.id.endswith("-att_qkv")]  # closed: nothing sent
+    at.session_state["att_qkv_maps_open"] = True
+    at.run()
     layer, head = int(at.session_state["layer"]), int(at.session_state["head"])
     model, _ = cache.get_model(SMALL, "cpu")
     attn, seen = model.decoder.layers[layer].self_attn, {}
@@ -290,7 +300,7 @@ def test_one_token_weights_keep_the_zero_to_one_colour_scale():
     assert_clean(at)
     main = figure(at, "att_main")["data"][0]
     assert array(main["z"]).tolist() == [[1.0]] and (main["zmin"], main["zmax"]) == (0, 1)
-    assert figure(at, "att_thumbs_0")["layout"]["coloraxis"]["cmax"] == 1
+    assert values(figure(at, "att_thumbs_0"))[0].tolist() == [[LEVELS]]  # weight 1: the top of the scale
 
 
 def test_chinese_page_has_no_english_labels():

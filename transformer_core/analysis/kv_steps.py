@@ -82,7 +82,7 @@ def cache_report(model: Transformer, dec: list[int], src: list[int] | None = Non
     def prefix_cache():  # what generation has computed before this step
         cache = kv_cache.start(model, src_t)
         if dec_t.size(1) > 1:
-            kv_cache.step(model, cache, dec_t[:, :-1])
+            kv_cache.step(model, cache, dec_t[:, :-1], last_only=True)  # (its logits are not read)
         return cache
 
     def full(_=None):

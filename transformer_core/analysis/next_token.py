@@ -125,7 +125,7 @@ def generate_batch(model: Transformer, dec: torch.Tensor, steps: int, s: Samplin
         fresh = dec.to(device)  # the first step reads the whole prompt, then one token at a time
     for _ in range(steps):
         if cached:
-            last = kv_cache.step(model, cache, fresh)[:, -1].float().cpu()  # (B, vocab)
+            last = kv_cache.step(model, cache, fresh, last_only=True)[:, -1].float().cpu()  # (B, vocab)
         else:
             window = dec[:, -model.cfg.max_len:]  # (B, T)
             logits = run(model, None if src is None else src[:, -model.cfg.max_len:], window,

@@ -55,7 +55,8 @@ def next_words(model: Transformer, dec: list[int], src: list[int] | None = None,
     device = next(model.parameters()).device
     src_t = None if src is None else torch.tensor([src], device=device)
     cache = kv_cache.start(model, src_t)
-    probs = torch.softmax(kv_cache.step(model, cache, torch.tensor([dec], device=device))[0, -1].double(), -1)
+    first = kv_cache.step(model, cache, torch.tensor([dec], device=device), last_only=True)  # (1, 1, vocab)
+    probs = torch.softmax(first[0, -1].double(), -1)
     firsts = torch.topk(probs, min(first_tokens, probs.numel()))
     paths = [[int(i)] for i in firsts.indices]  # model ids of each path
     p = firsts.values.tolist()
@@ -67,7 +68,7 @@ def next_words(model: Transformer, dec: list[int], src: list[int] | None = None,
     _rows(cache, torch.zeros(len(paths), dtype=torch.long, device=device))  # the text's one row, for every path
     for _ in range(min(MAX_PIECES, model.cfg.max_len - len(dec)) - 1):
         new = torch.tensor([[paths[i][-1]] for i in live], device=device)  # (n, 1) each path's last piece
-        step_p = torch.softmax(kv_cache.step(model, cache, new)[:, -1].double(), -1)  # (n, vocab)
+        step_p = torch.softmax(kv_cache.step(model, cache, new, last_only=True)[:, -1].double(), -1)  # (n, vocab)
         best_p, best = step_p.max(-1)  # (n,) the greedy continuation of each path
         going = []
         for row, (i, piece) in enumerate(zip(live, real_ids(model, best.tolist()), strict=True)):

@@ -33,8 +33,10 @@ def start(model: Transformer, src: torch.Tensor | None = None, src_lengths: torc
 
 
 @torch.inference_mode()
-def step(model: Transformer, cache: KVCache, new: torch.Tensor) -> torch.Tensor:
-    """Logits (B, t, vocab) of `new` (B, t) decoder tokens that follow what the cache holds; the cache grows."""
+def step(model: Transformer, cache: KVCache, new: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+    """Logits (B, t, vocab) of `new` (B, t) decoder tokens that follow what the cache holds; the cache grows.
+    last_only: the last token's logits only, (B, 1, vocab): reading a prompt needs no output layer for the others
+    (with a 12k-token vocabulary, the output layer over a 64-token prompt is most of the step)."""
     B, t = new.shape
     T = cache.length + t
     if model.cfg.max_len < T:
@@ -46,4 +48,4 @@ def step(model: Transformer, cache: KVCache, new: torch.Tensor) -> torch.Tensor:
         cross_mask = attention_mask("padding", B, t, Ts, cache.src_lengths, new.device)
     hidden = model.decoder(new, cache.memory, self_mask, cross_mask, cache=cache.layers, offset=cache.length)
     cache.length = T
-    return model.out(hidden)  # (B, t, vocab)
+    return model.out(hidden[:, -1:] if last_only else hidden)  # (B, t, vocab) or (B, 1, vocab)
