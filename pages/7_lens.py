@@ -8,7 +8,7 @@ from transformer_core.analysis.architecture import NORM_NAMES
 from transformer_core.analysis.attribution import direct_logit_attribution
 from transformer_core.analysis.logit_lens import EMBEDDINGS, answer_row, lens_from_trace
 from transformer_core.analysis.tuned_lens import tuned_lens_from_trace
-from transformer_core.text.inputs import token_labels
+from transformer_core.text.inputs import sequence_labels, token_labels
 from ui import cache
 from ui.answers import answer_picker
 from ui.chart_theme import HEAD_COLOURS
@@ -119,27 +119,44 @@ translators = cache.tuned_lens(ctx.key, ctx.device)  # shipped beside the model,
 tuned = translators is not None and st.radio(
     t("lens_which"), ["logit", "tuned"], horizontal=True, key="lens_which",
     format_func=lambda w: t(f"lens_which_{w}"), help=t("lens_which_help")) == "tuned"
-try:
+n = ctx.trace.decoder_ids.numel()
+pos_labels = axis_labels(sequence_labels(model, ctx.trace.decoder_ids.tolist()))
+pos = c2.selectbox(t("lens_position"), range(n), index=n - 1, format_func=lambda i: pos_labels[i],
+                   key=f"lens_pos_{n}")
+lo = min(max(0, pos - WINDOW // 2), max(0, n - WINDOW))
+hi = min(n, lo + WINDOW)
+try:  # the window drawn only: each of 29 readings of Qwen3-0.6B goes through a 151,936-token output layer
     with st.spinner(t("lens_running", n=model.cfg.n_layers + 1, vocab=f"{model.cfg.vocab_size:,}")):
-        logit = lens_from_trace(model, ctx.trace, k=k)
-        other = tuned_lens_from_trace(model, ctx.trace, translators, k=k) if translators is not None else None
+        logit = lens_from_trace(model, ctx.trace, k=k, window=(lo, hi))
+        other = (tuned_lens_from_trace(model, ctx.trace, translators, k=k, window=(lo, hi))
+                 if translators is not None else None)
 except Exception as exc:  # noqa: BLE001 - shown as a message, never a traceback
     show_error(exc)
     st.stop()
 lens = other if tuned else logit
+at = pos - lo  # the chosen position's column in the lens of the window
 
-n = len(lens.labels)
-pos_labels = axis_labels(lens.labels)
-pos = c2.selectbox(t("lens_position"), range(n), index=n - 1, format_func=lambda i: pos_labels[i],
-                   key=f"lens_pos_{n}")
+
+def whole_lens():
+    """The lens of every position (the table of all and the export): computed when asked for."""
+    if tuned:
+        return tuned_lens_from_trace(model, ctx.trace, translators, k=k)
+    return lens_from_trace(model, ctx.trace, k=k)
+
+
+class WholeLens:
+    """The export's numbers: the whole text's lens, computed on the download click (the snippet recomputes it)."""
+
+    def arrays(self):
+        return whole_lens().arrays()
+
+
 rows = [row_name(layer) for layer in lens.layers]
 lens_hint(lens, rows)
 
-lo = min(max(0, pos - WINDOW // 2), max(0, n - WINDOW))
-hi = min(n, lo + WINDOW)
-z = lens.final_prob.numpy()[:, lo:hi]  # (R, W)
-top1 = np.array([[visible(lens.tokens[r][p][0]) for p in range(lo, hi)] for r in range(len(rows))], dtype=object)
-p1 = lens.probs[:, lo:hi, 0].numpy()
+z = lens.final_prob.numpy()  # (R, W)
+top1 = np.array([[visible(lens.tokens[r][p][0]) for p in range(hi - lo)] for r in range(len(rows))], dtype=object)
+p1 = lens.probs[:, :, 0].numpy()
 final_tok = np.broadcast_to(top1[-1:], top1.shape)
 custom = np.stack([top1, np.round(p1, 4).astype(object), final_tok], axis=-1).tolist()  # lists: fast JSON
 hover = (f"%{{y}} · %{{x}}<br>{t('lens_hover_top')}: %{{customdata[0]}} (%{{customdata[1]}})<br>"
@@ -154,15 +171,15 @@ chart(fig, "lens_heat")
 if n > WINDOW:
     st.caption(t("lens_window", lo=lo, hi=hi - 1, n=n))
 
-final = lens.tokens[-1][pos][0]
-formed = int(lens.settled_rows()[pos])  # the earliest row from which the final answer stays on top
+final = lens.tokens[-1][at][0]
+formed = int(lens.settled_rows()[at])  # the earliest row from which the final answer stays on top
 st.markdown(t("lens_formed", pos=pos_labels[pos], tok=visible(final), row=rows[formed],
-              p=prob_text(lens.probs[-1, pos, 0])))
+              p=prob_text(lens.probs[-1, at, 0])))
 
 followed = answer_section(pos, rows)
 c_rank, c_kl = st.columns(2)
 with c_rank:  # how each layer's reading ranks the answer followed, and how far its whole distribution is from the end
-    ranks = lens.final_rank[:, pos].tolist() if followed is None else followed.ranks.tolist()
+    ranks = lens.final_rank[:, at].tolist() if followed is None else followed.ranks.tolist()
     shown = final if followed is None else token_labels(model, [followed.token])[0]
     ticks = [v for v in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000)
              if v <= max(2, max(ranks))]  # 1-2-5 steps: plotly's own log ticks crowd 2…9 between 1 and 10
@@ -172,9 +189,9 @@ with c_rank:  # how each layer's reading ranks the answer followed, and how far 
                 y_axis={"type": "log", "autorange": "reversed", "tickmode": "array", "tickvals": ticks,
                         "ticktext": [f"{v:,}" for v in ticks]}), "lens_rank")
 with c_kl:  # both lenses' KL to the final distribution when the model ships a tuned lens
-    kl = {t("lens_which_logit"): logit.kl[:, pos].tolist()}
+    kl = {t("lens_which_logit"): logit.kl[:, at].tolist()}
     if other is not None:
-        kl[t("lens_which_tuned")] = other.kl[:, pos].tolist()
+        kl[t("lens_which_tuned")] = other.kl[:, at].tolist()
     chart(lines(rows, kl, title=t("lens_kl_title"), x_title=t("lens_col_layer"), y_title=t("lens_kl_axis"),
                 height=280), "lens_kl")
 if other is not None and (entry := ctx.card.get("tuned_lens")):
@@ -182,23 +199,26 @@ if other is not None and (entry := ctx.card.get("tuned_lens")):
                  logit=" · ".join(f"{x:.2f}" for x in entry["heldout_kl_logit_lens"]),
                  tuned=" · ".join(f"{x:.2f}" for x in entry["heldout_kl_tuned_lens"])))
 
-attribution_section(pos, int(lens.ids[-1, pos, 0]) if followed is None else followed.token)
+attribution_section(pos, int(lens.ids[-1, at, 0]) if followed is None else followed.token)
 
 st.subheader(t("lens_table_title", k=k, pos=pos_labels[pos]))
 table(pd.DataFrame({
     t("lens_col_layer"): [rows[r] for r in range(len(rows)) for _ in range(k)],
     t("lens_col_rank"): [i + 1 for _ in rows for i in range(k)],
-    t("lens_col_token"): [visible(lens.tokens[r][pos][i]) for r in range(len(rows)) for i in range(k)],
-    t("lens_col_prob"): [float(lens.probs[r, pos, i]) for r in range(len(rows)) for i in range(k)],
-    t("lens_col_final_rank"): [int(lens.final_rank[r, pos]) for r in range(len(rows)) for _ in range(k)],
-    t("lens_col_kl"): [float(lens.kl[r, pos]) for r in range(len(rows)) for _ in range(k)],
+    t("lens_col_token"): [visible(lens.tokens[r][at][i]) for r in range(len(rows)) for i in range(k)],
+    t("lens_col_prob"): [float(lens.probs[r, at, i]) for r in range(len(rows)) for i in range(k)],
+    t("lens_col_final_rank"): [int(lens.final_rank[r, at]) for r in range(len(rows)) for _ in range(k)],
+    t("lens_col_kl"): [float(lens.kl[r, at]) for r in range(len(rows)) for _ in range(k)],
 }), f"logit_lens_{pos}", formats={t("lens_col_prob"): "%.4f", t("lens_col_kl"): "%.4f"})
-with st.expander(t("lens_all_title")):
-    table(pd.DataFrame({
-        t("lens_col_layer"): [rows[r] for r in range(len(rows)) for _ in range(n)],
-        t("lens_col_position"): [pos_labels[p] for _ in rows for p in range(n)],
-        t("lens_col_token"): [visible(lens.tokens[r][p][0]) for r in range(len(rows)) for p in range(n)],
-        t("lens_col_prob"): [float(lens.probs[r, p, 0]) for r in range(len(rows)) for p in range(n)],
-        t("lens_col_final"): [float(lens.final_prob[r, p]) for r in range(len(rows)) for p in range(n)],
-    }), "logit_lens_top1", formats={t("lens_col_prob"): "%.4f", t("lens_col_final"): "%.4f"})
-export_panel(lens, "tuned_lens" if tuned else "logit_lens", ctx, k=k)
+all_box = st.expander(t("lens_all_title"), key="lens_all_open", on_change="rerun")
+if all_box.open:  # built when opened: it reads every position, the window above only those drawn
+    whole = whole_lens() if n > hi - lo else lens
+    with all_box:
+        table(pd.DataFrame({
+            t("lens_col_layer"): [rows[r] for r in range(len(rows)) for _ in range(n)],
+            t("lens_col_position"): [pos_labels[p] for _ in rows for p in range(n)],
+            t("lens_col_token"): [visible(whole.tokens[r][p][0]) for r in range(len(rows)) for p in range(n)],
+            t("lens_col_prob"): [float(whole.probs[r, p, 0]) for r in range(len(rows)) for p in range(n)],
+            t("lens_col_final"): [float(whole.final_prob[r, p]) for r in range(len(rows)) for p in range(n)],
+        }), "logit_lens_top1", formats={t("lens_col_prob"): "%.4f", t("lens_col_final"): "%.4f"})
+export_panel(lens if n == hi - lo else WholeLens(), "tuned_lens" if tuned else "logit_lens", ctx, k=k)

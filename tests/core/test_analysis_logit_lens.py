@@ -90,3 +90,28 @@ def test_settled_rows_is_the_first_row_from_which_the_final_top_token_stays_on_t
     made = dataclasses.replace(lens, ids=torch.tensor([[[1], [2], [3]], [[5], [2], [3]], [[1], [2], [4]],
                                                       [[1], [9], [4]]]), layers=[EMBEDDINGS, 0, 1, 2])
     assert made.settled_rows().tolist() == [2, 3, 2]  # a top token that leaves and comes back counts from its return
+
+
+def test_a_window_of_positions_reads_each_position_as_the_whole_lens_does(model):
+    """The Lens page reads only the positions it draws: every field of the window equals the whole lens's columns
+    (the logit lens and the tuned lens alike), the KL and ranks included."""
+    from transformer_core.analysis import tuned_lens
+
+    prep, trace = trace_text(model, "one two three four five six seven eight nine ten",
+                             "= a b c d e f" if model.is_encoder_decoder else None)
+    whole, part = lens_from_trace(model, trace, 3), lens_from_trace(model, trace, 3, window=(2, 5))
+    assert part.first == 2 and part.labels == whole.labels[2:5] and part.ids.shape[1] == 3
+    for name in ("ids", "final_rank"):
+        assert torch.equal(getattr(part, name), getattr(whole, name)[:, 2:5]), name
+    for name in ("probs", "final_prob", "kl"):
+        torch.testing.assert_close(getattr(part, name), getattr(whole, name)[:, 2:5], rtol=1e-5, atol=1e-6)
+    assert part.tokens == [[row[p] for p in range(2, 5)] for row in whole.tokens]
+    T = len(whole.labels)
+    assert lens_from_trace(model, trace, 3, window=(0, T)) is whole  # the whole text is the whole lens
+    for bad in ((3, 3), (-1, 2), (0, T + 1)):
+        with pytest.raises(InputError) as err:
+            lens_from_trace(model, trace, 3, window=bad)
+        assert err.value.code == "dla_range"
+    tr = tuned_lens.for_model(model)
+    torch.testing.assert_close(tuned_lens.tuned_lens_from_trace(model, trace, tr, 3, window=(2, 5)).kl,
+                               tuned_lens.tuned_lens_from_trace(model, trace, tr, 3).kl[:, 2:5], rtol=1e-5, atol=1e-6)

@@ -223,3 +223,27 @@ def test_the_tuned_lens_sits_beside_the_logit_lens_with_both_kl_lines(lang):
     assert_clean(at)
     z = array(heat(at)["z"])  # each row's probability of the model's final token, now through the translators
     np.testing.assert_allclose(z, tuned.final_prob.numpy()[:, -z.shape[1]:], atol=1e-4)
+
+
+def test_a_long_text_reads_the_window_it_draws_and_every_position_when_the_table_of_all_is_opened():
+    """Past 48 tokens the heatmap shows a window round the chosen position and the page reads only that window
+    through the output layer; its numbers are the whole lens's (the notebook snippet's), and the table of every
+    position, built when opened, has them all."""
+    text = " ".join(["The river ran past the old mill and on towards the grey sea."] * 5)
+    at = open_app(PAGE, model="shipped:everyday-gpt", text=text, lang="en")
+    assert_clean(at)
+    scope: dict = {}
+    exec(open_export(at, "logit_lens").code[0].value, scope)
+    whole = scope["arrays"]["final_prob"]  # (R, T): the whole text's lens, recomputed by the snippet
+    T = whole.shape[1]
+    assert T > 48 and array(heat(at)["z"]).shape == (whole.shape[0], 48)
+    np.testing.assert_allclose(array(heat(at)["z"]), whole[:, T - 48:], atol=1e-6)  # the last position chosen
+    assert not any(EN["lens_col_final"] in d.value.columns for d in at.dataframe)  # not built while closed
+    at.session_state["lens_all_open"] = True
+    at.run()
+    table = next(d.value for d in at.dataframe if EN["lens_col_final"] in d.value.columns)
+    assert len(table) == whole.size
+    np.testing.assert_allclose(table[EN["lens_col_final"]], whole.ravel(), atol=1e-6)
+    at.selectbox(key=f"lens_pos_{T}").set_value(3).run()  # near the start: the window is the first 48
+    assert_clean(at)
+    np.testing.assert_allclose(array(heat(at)["z"]), whole[:, :48], atol=1e-6)

@@ -47,6 +47,7 @@ class LogitLens:
     final_prob: torch.Tensor  # (R, T) float32: each row's probability of the model's own top token (last row's)
     final_rank: torch.Tensor  # (R, T) int64: that token's rank in each row (1 = the row's top token)
     kl: torch.Tensor  # (R, T) float32: KL(final ‖ row) in nats, how far each row's whole distribution is from the end
+    first: int = 0  # the text position of column 0 (a lens of a window of the text: positions first .. first + T - 1)
 
     def table(self) -> list[dict]:
         """One row per (layer, position, rank)."""
@@ -68,11 +69,25 @@ class LogitLens:
                 "final_rank": self.final_rank.numpy(), "kl": self.kl.numpy()}
 
 
-def lens_from_trace(model: Transformer, trace: Trace, k: int = 5) -> LogitLens:
+def lens_from_trace(model: Transformer, trace: Trace, k: int = 5, window: tuple[int, int] | None = None) -> LogitLens:
     """The logit lens of batch item 0 of a trace that kept the residual hooks (residual_names); computed once
-    per trace and k (the trace is shared by every page and session that traced this input)."""
+    per trace, k and window (the trace is shared by every page and session that traced this input). `window`
+    (first, end): only those positions, each read exactly as in the whole lens (a position's reading depends on
+    its own residual alone): a page that draws 48 positions of a long text reads no more through the output layer."""
     k, names = check_top(k, hi=100), kept_residuals(model, trace)
-    return trace.memo(("logit_lens", k), lambda: _lens(model, trace, names, k))
+    window = lens_window(trace, window)
+    return trace.memo(("logit_lens", k, window), lambda: _lens(model, trace, names, k, window=window))
+
+
+def lens_window(trace: Trace, window: tuple[int, int] | None) -> tuple[int, int] | None:
+    """A window (first, end) checked against the trace's decoder positions; None for the whole text."""
+    if window is None:
+        return None
+    T = trace.decoder_ids.numel()
+    first, end = (int(w) for w in window)
+    if not 0 <= first < end <= T:
+        raise InputError("dla_range", last=T - 1)
+    return None if (first, end) == (0, T) else (first, end)
 
 
 def kept_residuals(model: Transformer, trace: Trace) -> list[str]:
@@ -87,29 +102,32 @@ def kept_residuals(model: Transformer, trace: Trace) -> list[str]:
 CHUNK_BYTES = 64 * 2**20  # the lens reads several rows per matrix product (faster on a CPU), up to this many bytes
 
 
-def _row_logits(model: Transformer, trace: Trace, names: list[str], translate=None):
+def _row_logits(model: Transformer, trace: Trace, names: list[str], translate=None, cols: slice = slice(None)):
     """(T, vocab) float32 logits of each row, the last layer first: the model's own logits when the trace kept
     them, else its residual through the final norm and the output layer, a few rows per product (a product of
     8 rows × 64 positions ran 1.7x faster per row than one row alone: SmolLM2-135M's 49,152-token output layer).
-    `translate(rows, resid)`: the tuned lens's maps of the rows (their indices, 0 = the embeddings) applied first."""
+    `translate(rows, resid)`: the tuned lens's maps of the rows (their indices, 0 = the embeddings) applied first;
+    `cols`: the positions read."""
     names = list(reversed(names))
     if "hook_logits" in trace:
-        yield trace.logits[0].float()  # (T, vocab)
+        yield trace.logits[0, cols].float()  # (T, vocab)
         names = names[1:]
-    T = trace[names[0]].size(1) if names else 1
+    T = trace[names[0]][:, cols].size(1) if names else 1
     at_once = max(1, CHUNK_BYTES // (4 * T * model.cfg.vocab_size))
     last = model.cfg.n_layers  # the row index of the last layer (the model's own logits: never translated)
     for i in range(0, len(names), at_once):
-        resid = torch.cat([trace[n][:1] for n in names[i:i + at_once]])  # (rows, T, d)
+        resid = torch.cat([trace[n][:1, cols] for n in names[i:i + at_once]])  # (rows, T, d)
         if translate is not None:  # names[i] is row `last - i - skipped` (the last layer's logits skipped or not)
             skipped = int("hook_logits" in trace)
             resid = translate([last - skipped - i - j for j in range(len(resid))], resid)
         yield from lens_logits(model, resid).float().cpu()  # rows × (T, vocab)
 
 
-def _lens(model: Transformer, trace: Trace, names: list[str], k: int, translate=None) -> LogitLens:
+def _lens(model: Transformer, trace: Trace, names: list[str], k: int, translate=None,
+          window: tuple[int, int] | None = None) -> LogitLens:
+    cols = slice(*window) if window else slice(None)
     ids, probs, final, ranks, kls, own, p_last, neg_entropy = [], [], [], [], [], None, None, None
-    for logits in _row_logits(model, trace, names, translate):  # the last layer first: its top token is the model's
+    for logits in _row_logits(model, trace, names, translate, cols):  # the last layer first: its top is the model's
         # log-softmax of the few entries read, not softmax over the whole vocabulary (100k for cl100k_base)
         norm = torch.logsumexp(logits, dim=-1, keepdim=True)  # (T, 1)
         own = logits.argmax(-1) if own is None else own  # (T,)
@@ -129,9 +147,9 @@ def _lens(model: Transformer, trace: Trace, names: list[str], k: int, translate=
     flat = iter(token_labels(model, ids_t.flatten().tolist(), trace.decoder_ids.tolist()))
     tokens = [[[next(flat) for _ in row] for row in layer] for layer in ids_t]  # (R, T, k) strings
     return LogitLens(layers=[EMBEDDINGS, *range(model.cfg.n_layers)],
-                     labels=sequence_labels(model, trace.decoder_ids.tolist()), ids=ids_t,
+                     labels=sequence_labels(model, trace.decoder_ids.tolist())[cols], ids=ids_t,
                      probs=torch.stack(probs), tokens=tokens, final_prob=torch.stack(final),
-                     final_rank=torch.stack(ranks), kl=torch.stack(kls).float())
+                     final_rank=torch.stack(ranks), kl=torch.stack(kls).float(), first=cols.start or 0)
 
 
 def logit_lens(model: Transformer, prep: Prepared, k: int = 5) -> LogitLens:

@@ -15,7 +15,7 @@ from torch import nn
 from ..model.trace import Trace
 from ..model.transformer import Transformer
 from .blocks import check_top
-from .logit_lens import LogitLens, _lens, kept_residuals
+from .logit_lens import LogitLens, _lens, kept_residuals, lens_window
 
 FILE = "tuned_lens.safetensors"
 
@@ -80,12 +80,15 @@ def save(tr: Translators, folder: str | Path) -> Path:
     return path
 
 
-def tuned_lens_from_trace(model: Transformer, trace: Trace, tr: Translators, k: int = 5) -> LogitLens:
-    """The tuned lens of batch item 0 of a trace (the same rows and measures as the logit lens), once per trace."""
+def tuned_lens_from_trace(model: Transformer, trace: Trace, tr: Translators, k: int = 5,
+                          window: tuple[int, int] | None = None) -> LogitLens:
+    """The tuned lens of batch item 0 of a trace (the same rows, measures and window as the logit lens), once per
+    trace."""
     k, names = check_top(k, hi=100), kept_residuals(model, trace)
+    window = lens_window(trace, window)
 
     def translate(rows, resid):
         with torch.inference_mode():
             return tr(rows, resid.float()).to(resid.dtype)
 
-    return trace.memo(("tuned_lens", k, id(tr)), lambda: _lens(model, trace, names, k, translate))
+    return trace.memo(("tuned_lens", k, id(tr), window), lambda: _lens(model, trace, names, k, translate, window))
