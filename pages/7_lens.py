@@ -152,7 +152,7 @@ class WholeLens:
 
 
 rows = [row_name(layer) for layer in lens.layers]
-lens_hint(lens, rows)
+lens_hint(lens, rows, n)
 
 z = lens.final_prob.numpy()  # (R, W)
 top1 = np.array([[visible(lens.tokens[r][p][0]) for p in range(hi - lo)] for r in range(len(rows))], dtype=object)

@@ -32,12 +32,16 @@ def attention_hint(records: list, random_init: bool) -> None:
     look_for("attention", heads=heads)
 
 
-def lens_hint(lens, rows: list[str]) -> None:
-    """Where the final answer settles on this text (how many positions per row) and how its probability rises."""
+def lens_hint(lens, rows: list[str], total: int) -> None:
+    """Where the final answer settles on this text (how many positions per row) and how its probability rises;
+    of a lens of a window of the text (`total` positions), says that its counts are the window's."""
+    n = len(lens.labels)
+    scope = t("look_lens_scope_all") if n == total else t("look_lens_scope_window", n=n, lo=lens.first,
+                                                           hi=lens.first + n - 1, total=total)
     settled = Counter(lens.settled_rows().tolist())  # row -> positions
     where = t("look_list_sep").join(t("look_lens_at", row=rows[r], n=settled[r]) for r in sorted(settled))
     rise = " → ".join(f"{float(p):.2f}" for p in lens.final_prob.mean(dim=1))
-    look_for("lens", where=where, rise=rise)
+    look_for("lens", scope=scope, where=where, rise=rise)
 
 
 def heads_hint(records: list, threshold: float, name) -> None:

@@ -131,7 +131,7 @@ def test_what_to_look_for_counts_where_this_texts_answers_settle():
                       if settled.count(r))
     rise = " → ".join(f"{float(r.gather(-1, final[:, None]).mean()):.2f}" for r in rows)
     look = [m for m in messages(at) if m.startswith("What to look for")]
-    assert look == [EN["look_lens"].format(where=where, rise=rise)]
+    assert look == [EN["look_lens"].format(scope=EN["look_lens_scope_all"], where=where, rise=rise)]
     assert "reverse" not in look[0]  # about the model shown, not the toy models
 
 
@@ -239,6 +239,8 @@ def test_a_long_text_reads_the_window_it_draws_and_every_position_when_the_table
     assert T > 48 and array(heat(at)["z"]).shape == (whole.shape[0], 48)
     np.testing.assert_allclose(array(heat(at)["z"]), whole[:, T - 48:], atol=1e-6)  # the last position chosen
     assert not any(EN["lens_col_final"] in d.value.columns for d in at.dataframe)  # not built while closed
+    scope = EN["look_lens_scope_window"].format(n=48, lo=T - 48, hi=T - 1, total=T)  # the hint counts the window
+    assert any(m.startswith("What to look for") and scope in m for m in messages(at))
     at.session_state["lens_all_open"] = True
     at.run()
     table = next(d.value for d in at.dataframe if EN["lens_col_final"] in d.value.columns)
