@@ -2,12 +2,17 @@
 drawn, on a text of N tokens typed into the sidebar (Chromium through Playwright, a fresh `streamlit run app.py`).
 
     python bench/page_draw.py [--tokens 128] [--model KEY] [--lang en|zh] [--pages attention heads ...] [--quick]
+                              [--switches N]
 
 page_cost.py times the server's run of a page (AppTest, no browser); this times what a learner waits for, the
 browser's drawing included (plotly lays out and paints every chart: thousands of SVG elements on a long text).
 Per page: the first visit with the text (the server computes what the page shows), a second visit (cached), and
 how long the browser's main thread was busy during the first (Chrome's Performance metrics). Target:
 every page of a 128-token text drawn in < 2 s.
+
+--switches N (default 5; 0: none): then the view switches a learner makes most, each N times, from the change to the
+page redrawn (stamped as above): the Attention page's head, layer, colour scale and mask, the Logits page's
+temperature (one slider step). Target: a switch redrawn within 0.2 s (p95); today each is a server run.
 
 Drawn is stamped inside the page, as bench/cold_start.py stamps it: a MutationObserver on the whole page keeps the
 time of the frame after its last change (two animation frames later, once painted), from the click on the link.
@@ -24,9 +29,10 @@ from browser_bench import CHART, TEXTAREA, launch_browser, nav, server_env, star
 from common import figure, parser, print_table, setup_env, text_of_tokens, write_result
 
 from harness.apptest import page_names  # the pages app.py lists, in its order
-from harness.browser import NOT_SETTLED, require_browser
+from harness.browser import NOT_SETTLED, choose, combobox_value, radio, radio_value, require_browser, s, slider
 
 TARGET_S = 2.0
+SWITCH_S = 0.2  # a view switch (head, layer, scale, mask, temperature) redrawn within this, p95
 # the clock of the page's last change (any element, attribute or text), two animation frames after it (once painted)
 STAMP_JS = """window.__drawn = 0;
 new MutationObserver(() => requestAnimationFrame(() => requestAnimationFrame(() => {
@@ -59,12 +65,45 @@ def visit(page, cdp, path: str) -> tuple[float, float, float, int]:
     return (page.evaluate("window.__drawn") - clicked) / 1000, seen, busy_s(cdp) - busy, page.locator(CHART).count()
 
 
+def switch_times(page, lang: str, times: int) -> dict[str, list[float]]:
+    """Seconds from each view switch to the page's last change (stamped in the page), `times` of each kind."""
+    def timed(act) -> float:
+        clicked = page.evaluate(NOW_JS)
+        act()
+        drawn(page)
+        return (page.evaluate("window.__drawn") - clicked) / 1000
+
+    def other(label: str, options: list[str], now) -> str:
+        return next(o for o in options if o != now(label))
+
+    out: dict[str, list[float]] = {}
+    nav(page, "attention")
+    drawn(page)
+    radios = {"scale": (s("att_scale", lang), [s(f"att_scale_{k}", lang) for k in ("01", "row", "log")]),
+              "mask": (s("att_mask_mode", lang), [s(f"mask_{k}", lang) for k in ("causal", "none")])}
+    for _ in range(times):
+        for kind, label in (("head", s("att_head", lang)), ("layer", s("att_layer", lang))):
+            pick = other(label, [str(h) for h in range(2)], lambda lab: combobox_value(page, lab))
+            out.setdefault(f"attention: {kind}", []).append(timed(lambda lab=label, o=pick: choose(page, lab, o)))
+        for kind, (label, options) in radios.items():
+            pick = other(label, options, lambda lab: radio_value(page, lab))
+            out.setdefault(f"attention: {kind}", []).append(timed(lambda lab=label, o=pick: radio(page, lab, o)))
+    nav(page, "logits")
+    drawn(page)
+    box = slider(page, s("log_temperature", lang))
+    for i in range(times):
+        key = "ArrowLeft" if i % 2 else "ArrowRight"
+        out.setdefault("logits: temperature", []).append(timed(lambda k=key: (box.focus(), box.press(k))))
+    return out
+
+
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--model", default=None, help="a catalog key (default: the app's default model)")
     p.add_argument("--lang", default="en")
     p.add_argument("--pages", nargs="+", default=None)
+    p.add_argument("--switches", type=int, default=5, help="each view switch this many times (0: none)")
     args = p.parse_args()
     setup_env(args.device)
     from service import catalog
@@ -104,10 +143,21 @@ def main() -> None:
                                note=f"seen by the driver {seen:.2f} s"))
             print(f"{name}: {first:.2f} s first (the driver saw it at {seen:.2f} s), {again:.2f} s again, main thread "
                   f"{busy:.2f} s, {charts} charts", flush=True)
+        switches = switch_times(page, args.lang, args.switches) if args.switches else {}
         browser.close()
     print(f"\n{key}, {args.tokens} tokens of {model.cfg.encoding} (context {model.cfg.max_len}), lang {args.lang}")
     print_table(["page", "first s", "first, seen s", "again s", "browser busy s", "charts", "errors"], rows)
     figs.append(figure("pages with an error", sum(r[6] for r in rows), "", 0, "<="))
+    if switches:
+        srows = []
+        for name, xs in switches.items():
+            xs = sorted(xs)
+            p95 = xs[min(len(xs) - 1, round(0.95 * (len(xs) - 1)))]
+            verdict = "PASS" if p95 <= SWITCH_S else "MISS"
+            srows.append([name, len(xs), f"{xs[len(xs) // 2]:.2f}", f"{p95:.2f}", verdict])
+            figs.append(figure(f"switch redrawn, {name} (p95)", round(p95, 2), "s", SWITCH_S))
+        print(f"\nview switches (target: redrawn within {SWITCH_S} s, p95)")
+        print_table(["switch", "n", "median s", "p95 s", ""], srows)
     write_result("page_draw", figs, model=key, tokens=args.tokens, rows=rows)
 
 
