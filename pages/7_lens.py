@@ -83,15 +83,17 @@ def answer_section(pos: int, rows: list[str]):
     if len(picked.answer) > 1:
         st.caption(t("lens_answer_first", tok=visible(picked.answer.labels[0]), n=len(picked.answer)))
     try:
-        row = answer_row(model, ctx.trace, int(pos), picked.answer)
+        row = answer_row(model, ctx.trace, int(pos), picked.answer, translators if tuned else None)
     except Exception as exc:  # noqa: BLE001 - shown as a message, never a traceback
         show_error(exc)
         return None
-    st.markdown(f"**{t('lens_answer_title', tok=visible(picked.answer.labels[0]), pos=pos_labels[pos])}**")
+    title = t("lens_answer_title", tok=visible(picked.answer.labels[0]), pos=pos_labels[pos],
+              lens=t("lens_which_tuned" if tuned else "lens_which_logit"))
+    st.markdown(f"**{title}**")
     table(pd.DataFrame({t("lens_col_layer"): rows, t("lens_answer_col_prob"): row.probs,
                         t("lens_answer_col_rank"): row.ranks, t("lens_answer_col_logit"): row.logits}),
           "lens_answer_row", formats={t("lens_answer_col_prob"): "%.4g", t("lens_answer_col_logit"): "%.4f"})
-    export_panel(row, "lens_answer", ctx, position=int(pos), answer=picked.spec)
+    export_panel(row, "tuned_lens_answer" if tuned else "lens_answer", ctx, position=int(pos), answer=picked.spec)
     return row
 
 

@@ -98,6 +98,11 @@ def direct(view: str):
         model, _ = load_model("everyday-gpt")
         return ({"model": "everyday-gpt", "text": TEXT, "target": None, "position": 3, "answer": " Johnathan"},
                 answer_row(model, trace_text(model, TEXT)[1], 3, " Johnathan"))
+    if view == "tuned_lens_answer":  # the row through the default's shipped translators
+        model, _ = load_model("everyday-gpt")
+        translators = load_translators(tuned_folder("everyday-gpt"), model)
+        return ({"model": "everyday-gpt", "text": TEXT, "target": None, "position": 3, "answer": " Johnathan"},
+                answer_row(model, trace_text(model, TEXT)[1], 3, " Johnathan", translators))
     if view == "head_effects":
         model, _ = load_model("reverse")
         return ({"model": "reverse", "text": "d a c b", "target": "= b c a", "metric": "prob", "token_a": 5,

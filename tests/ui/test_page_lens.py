@@ -223,6 +223,10 @@ def test_the_tuned_lens_sits_beside_the_logit_lens_with_both_kl_lines(lang):
     assert_clean(at)
     z = array(heat(at)["z"])  # each row's probability of the model's final token, now through the translators
     np.testing.assert_allclose(z, tuned.final_prob.numpy()[:, -z.shape[1]:], atol=1e-4)
+    # the answer's row below follows the lens picked: each layer's probability of the final token, translated
+    row = next(d.value for d in at.dataframe if names["lens_answer_col_rank"][lang] in d.value.columns)
+    np.testing.assert_allclose(row[names["lens_answer_col_prob"][lang]], tuned.final_prob[:, pos].numpy(), rtol=1e-4)
+    assert list(row[names["lens_answer_col_rank"][lang]]) == tuned.final_rank[:, pos].tolist()
 
 
 def test_a_long_text_reads_the_window_it_draws_and_every_position_when_the_table_of_all_is_opened():

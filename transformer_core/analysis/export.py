@@ -102,6 +102,10 @@ VIEWS: dict[str, tuple[str, str, str, dict]] = {
                    {"metric": "logit_diff", "token_a": 0, "token_b": 1}),
     "lens_answer": ("from transformer_core.analysis.logit_lens import answer_row", "trace",
                     "answer_row(model, trace, {position}, {answer})", {"position": 0, "answer": 0}),
+    "tuned_lens_answer": ("from transformer_core.analysis.logit_lens import answer_row\n"
+                          "from transformer_core.analysis.tuned_lens import load, shipped_folder", "trace",
+                          "answer_row(model, trace, {position}, {answer}, load(shipped_folder({model}), model))",
+                          {"position": 0, "answer": 0}),
     "attribution": ("from transformer_core.analysis.attribution import direct_logit_attribution", "trace",
                     "direct_logit_attribution(model, trace, {position}, {token})", {"position": 0, "token": 0}),
     "qk_attribution": ("from transformer_core.analysis.qk_attribution import qk_attribution", "trace",

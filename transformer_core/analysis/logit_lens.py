@@ -175,9 +175,10 @@ class AnswerRow:
                 "logits": self.logits, "probs": self.probs, "ranks": self.ranks}
 
 
-def answer_row(model: Transformer, trace: Trace, position: int, answer) -> AnswerRow:
+def answer_row(model: Transformer, trace: Trace, position: int, answer, translators=None) -> AnswerRow:
     """The lens's row for an answer (a model id, model ids or text: its first token) at `position` of a trace that
-    kept the residual hooks; InputError for a position or an answer the model cannot read."""
+    kept the residual hooks; InputError for a position or an answer the model cannot read. `translators`: the tuned
+    lens's (tuned_lens.Translators), applied to each row first (the last layer's row is never translated)."""
     from .answers import as_answer
 
     token = as_answer(model, answer).first
@@ -189,6 +190,9 @@ def answer_row(model: Transformer, trace: Trace, position: int, answer) -> Answe
     if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position < T:
         raise InputError("dla_range", last=T - 1)
     resid = torch.stack([trace[n][0, position] for n in names])  # (R, d)
+    if translators is not None:
+        with torch.inference_mode():
+            resid = translators(list(range(len(names))), resid[:, None].float())[:, 0].to(resid.dtype)  # (R, d)
     logits = lens_logits(model, resid).double().cpu()  # (R, vocab)
     own = logits[:, token]  # (R,)
     probs = torch.softmax(logits, dim=-1)[:, token]  # (R,)
