@@ -64,13 +64,14 @@ def _unit(x: float) -> float:
 TITLE_ROOM_PX = 46  # between two rows of thumbnails: a title of two 12 px lines and the gap below it
 
 
-LEVELS = 254  # a thumbnail's colours: codes 0..254 span its scale, code 255 is a masked cell (transparent)
+LEVELS = 63  # a thumbnail's colours: codes 0..63 span its scale, code 64 is a masked cell (transparent). 64 steps are
+# more than a cell of two or three pixels shows, and compress better: a layer's 8 thumbnails at 64 tokens with no mask
+# went from 17.7 to 10.6 KB on the wire (255 steps)
 
 
 def colour_codes(m: np.ndarray, zmin: float, zmax: float) -> np.ndarray:
     """A map as one byte per cell (uint8: a quarter of float32 on the wire): its colour's step on the scale,
-    LEVELS + 1 where it is NaN (masked). A thumbnail shows no numbers (no hover), only colours, and 255 steps of a
-    colour scale are as many as a screen shows."""
+    LEVELS + 1 where it is NaN (masked). A thumbnail shows no numbers (no hover), only colours."""
     span = (zmax - zmin) or 1.0
     codes = np.clip(np.rint((np.nan_to_num(m, nan=zmin) - zmin) / span * LEVELS), 0, LEVELS)
     return np.where(np.isnan(m), LEVELS + 1, codes).astype(np.uint8)
