@@ -146,13 +146,6 @@ def whole_lens():
     return lens_from_trace(model, ctx.trace, k=k)
 
 
-class WholeLens:
-    """The export's numbers: the whole text's lens, computed on the download click (the snippet recomputes it)."""
-
-    def arrays(self):
-        return whole_lens().arrays()
-
-
 rows = [row_name(layer) for layer in lens.layers]
 lens_hint(lens, rows, n)
 
@@ -223,4 +216,4 @@ if all_box.open:  # built when opened: it reads every position, the window above
             t("lens_col_prob"): [float(whole.probs[r, p, 0]) for r in range(len(rows)) for p in range(n)],
             t("lens_col_final"): [float(whole.final_prob[r, p]) for r in range(len(rows)) for p in range(n)],
         }), "logit_lens_top1", formats={t("lens_col_prob"): "%.4f", t("lens_col_final"): "%.4f"})
-export_panel(lens if n == hi - lo else WholeLens(), "tuned_lens" if tuned else "logit_lens", ctx, k=k)
+export_panel(lens if n == hi - lo else whole_lens, "tuned_lens" if tuned else "logit_lens", ctx, k=k)

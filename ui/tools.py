@@ -25,8 +25,9 @@ TEXT_B_MAX = 20_000  # characters kept of text B (the model reads at most max_le
 
 def export_panel(result, view: str, ctx=None, *, key: str = "", boxed: bool = True, **params) -> None:
     """The view's numbers as .npz and the notebook code that recomputes them (ctx: the page's model and text;
-    without one, `params` say everything the snippet needs). boxed=False: in place, for a view that already sits in
-    an expander (Streamlit allows no expander inside another)."""
+    without one, `params` say everything the snippet needs). `result` may be a function that computes it, called on
+    the download click. boxed=False: in place, for a view that already sits in an expander (Streamlit allows no
+    expander inside another)."""
     if ctx is not None:
         key = ctx.key.split(":")[-1]
         params = {"model": ctx.key.removeprefix("shipped:"), "text": ss.get("text", ""),
@@ -39,7 +40,8 @@ def export_panel(result, view: str, ctx=None, *, key: str = "", boxed: bool = Tr
             st.markdown(f"**{t('xp_title')}**")
         try:
             model = None if ctx is None else ctx.model  # the .npz is built on the click, not on every run
-            st.download_button(t("xp_npz"), lambda: export_npz(result, model), mime="application/octet-stream",
+            st.download_button(t("xp_npz"), lambda: export_npz(result() if callable(result) else result, model),
+                               mime="application/octet-stream",
                                file_name=f"{file_stem('transformer-explorer', view, key)}.npz", key=f"xp_npz_{view}")
             code = notebook_snippet(view, **params)
         except ExplorerError:
