@@ -672,21 +672,16 @@ def camera(page, index: int):
     return dl.value
 
 
-def download(page, name: str, where=MAIN, *, tries: int = 3, wait_ms: float = 30_000):
+def download(page, name: str, where=MAIN, *, wait_ms: float = 120_000):
     """Click a download button (by its name, inside `where`: a selector or a locator) once the page has settled; the
-    Download it starts. A button whose file is built on the click (data given as a function) asks the server for it:
-    on a busy machine that request can be lost to a run that replaced the button, so a click that started no
-    download within `wait_ms` is made again."""
+    Download it starts. A button whose file is built on the click (data given as a function) asks the server for it
+    and stays disabled until the answer: on a busy machine that takes long, so the click waits up to `wait_ms` (a
+    second click cannot help while the button is disabled)."""
     root = page.locator(where) if isinstance(where, str) else where
-    for attempt in range(1, tries + 1):
-        settle(page)
-        try:
-            with page.expect_download(timeout=wait_ms) as dl:
-                root.get_by_role("button", name=name, exact=True).first.click()
-            return dl.value
-        except Exception:  # playwright's TimeoutError: no download started
-            if attempt == tries:
-                raise
+    settle(page)
+    with page.expect_download(timeout=wait_ms) as dl:
+        root.get_by_role("button", name=name, exact=True).first.click()
+    return dl.value
 
 
 LEGENDS_JS = """() => Array.from(document.querySelectorAll("[data-testid='stPlotlyChart'] .legendtext"))
