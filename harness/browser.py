@@ -662,6 +662,14 @@ def press_button(page, name: str, where: str = MAIN, *, charts: bool = False) ->
             return
 
 
+def next_token(page, n: int, lang: str = "en") -> None:
+    """Press the Logits page's "Next token" until the sidebar counts `n` generated tokens (a press lost on a busy
+    machine, or a run that ended for another reason, is not taken for the press)."""
+    button = page.locator(MAIN).get_by_role("button", name=s("log_next", lang), exact=True).first
+    set_value(page, button.click, lambda: page.locator(SIDEBAR).get_by_text(s("log_gen_count", lang, n=n)).count() > 0,
+              what=f"generated token {n}", charts=True)
+
+
 def camera(page, index: int):
     """Click the camera of chart `index`'s toolbar; the Playwright Download it starts."""
     chart = page.locator(PLOTS).nth(index)

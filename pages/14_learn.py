@@ -18,7 +18,7 @@ from ui.figures import axis_labels, token_heatmap
 from ui.i18n import t
 from ui.plain_figures import figure
 from ui.session import through_app
-from ui.widgets import chart, explain
+from ui.widgets import chart, download, explain
 
 through_app()
 ss = st.session_state
@@ -139,5 +139,5 @@ try:
     st.caption(t("learn_heat_hint"))
 except Exception as exc:  # noqa: BLE001 - an unknown character, an empty text: a message, never a traceback
     show_error(exc)
-st.download_button(t("learn_download"), lambda: json.dumps(data).encode("utf-8"), file_name="induction-steps.json",
-                   mime="application/json", icon=":material/download:", key="learn_download")
+download(t("learn_download"), lambda: json.dumps(data).encode("utf-8"), "induction-steps.json", "application/json",
+         icon=":material/download:", key="learn_download")

@@ -13,7 +13,7 @@ from ui.figures import bars
 from ui.i18n import t
 from ui.parts import parts_table
 from ui.session import page_context, through_app
-from ui.widgets import chart, explain, file_stem, preformatted, table
+from ui.widgets import chart, download, explain, file_stem, preformatted, table
 
 through_app()
 
@@ -32,10 +32,9 @@ ss = st.session_state
 st.subheader(t("mdl_card"))
 show_card(ctx.card, ctx.key.split(":")[-1])
 if param_counts(ctx.model)["total"] <= EXPORT_MAX_PARAMS:
-    st.download_button(t("mdl_export"), data=lambda: cache.model_file(ctx.key, ctx.device),
-                       file_name=f"{file_stem(ctx.card.get('name', 'model'))}.safetensors",
-                       mime="application/octet-stream", help=t("mdl_export_help"), icon=":material/download:",
-                       key="mdl_export")
+    download(t("mdl_export"), lambda: cache.model_file(ctx.key, ctx.device),
+             f"{file_stem(ctx.card.get('name', 'model'))}.safetensors", "application/octet-stream",
+             help=t("mdl_export_help"), icon=":material/download:", key="mdl_export")
 
 st.subheader(t("mdl_arch"))
 arch = "encdec" if ctx.model.is_encoder_decoder else "dec"

@@ -65,6 +65,13 @@ def test_only_the_settings_module_reads_environment_variables():
     assert readers == [ROOT / "service" / "settings.py"]
 
 
+def test_every_download_button_is_the_one_that_does_not_rerun_the_page():
+    """Only ui.widgets.download calls st.download_button (with on_click="ignore": see its docstring)."""
+    callers = [p for p in py_files("app.py", "pages", "ui") if "st.download_button(" in p.read_text(encoding="utf-8")]
+    assert callers == [ROOT / "ui" / "widgets.py"]
+    assert 'on_click="ignore"' in (ROOT / "ui" / "widgets.py").read_text(encoding="utf-8")
+
+
 def test_no_page_or_ui_module_spells_a_hook_path():
     for path in py_files("pages", "ui"):
         text = path.read_text(encoding="utf-8")

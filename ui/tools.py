@@ -16,7 +16,7 @@ from . import cache
 from .errors import show_error
 from .figures import prob_text, visible
 from .i18n import t
-from .widgets import file_stem
+from .widgets import download, file_stem
 
 ss = st.session_state
 CUTS_SHOWN: set[str] = set()  # this run's notes that a section read fewer tokens (each said once)
@@ -40,9 +40,9 @@ def export_panel(result, view: str, ctx=None, *, key: str = "", boxed: bool = Tr
             st.markdown(f"**{t('xp_title')}**")
         try:
             model = None if ctx is None else ctx.model  # the .npz is built on the click, not on every run
-            st.download_button(t("xp_npz"), lambda: export_npz(result() if callable(result) else result, model),
-                               mime="application/octet-stream",
-                               file_name=f"{file_stem('transformer-explorer', view, key)}.npz", key=f"xp_npz_{view}")
+            download(t("xp_npz"), lambda: export_npz(result() if callable(result) else result, model),
+                     f"{file_stem('transformer-explorer', view, key)}.npz", "application/octet-stream",
+                     key=f"xp_npz_{view}")
             code = notebook_snippet(view, **params)
         except ExplorerError:
             st.caption(t("xp_unavailable"))

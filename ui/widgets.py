@@ -79,8 +79,17 @@ def table(df, key: str, *, height: int | None = None, formats: dict[str, str] | 
     st.dataframe(df, width="stretch", height=height or "auto", column_config=config or None,
                  placeholder="—")  # a missing value (e.g. no probability for the first token), not "None"
     # the CSV is written when the button is clicked, not on every run of the page
-    st.download_button(t("download_csv"), lambda: df.to_csv(index=False).encode("utf-8"), file_name=f"{key}.csv",
-                       mime="text/csv", key=f"dl_{key}")
+    download(t("download_csv"), lambda: df.to_csv(index=False).encode("utf-8"), f"{key}.csv", "text/csv",
+             key=f"dl_{key}")
+
+
+def download(label: str, data, file_name: str, mime: str, *, key: str, **kw) -> None:
+    """A download button whose file is built on the click (`data`: a function returning the bytes).
+
+    The click does not rerun the page (on_click="ignore"). With a rerun, the browser asked for the file while the
+    rerun replaced the button's file id; once the rerun had ended first (a busy server), the old id was gone and the
+    button stayed grey with no file. A rerun would also resend the whole page for nothing."""
+    st.download_button(label, data, file_name=file_name, mime=mime, key=key, on_click="ignore", **kw)
 
 
 def _chip(i: int, tok, outside: bool, show_ids: bool, cls: str = "") -> str:

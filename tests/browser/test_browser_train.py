@@ -12,6 +12,7 @@ from harness.browser import (
     choose,
     combobox_value,
     full_screenshot,
+    next_token,
     press_button,
     require_browser,
     run_after,
@@ -73,8 +74,8 @@ def test_newcomer_trains_reverse_sees_the_anti_diagonal_then_generates_with_a_sh
     choose(page, S["model"]["en"], f"repeat · {S['kind_shipped']['en']}", where=SIDEBAR)
     run_after(page, page.locator("[data-testid='stSidebarNav']").get_by_text(S["nav_logits"]["en"], exact=True).click,
               charts=True)
-    for _ in range(3):
-        press_button(page, S["log_next"]["en"], charts=True)
+    for n in (1, 2, 3):
+        next_token(page, n)
     expect(main.get_by_text(S["log_generated"]["en"].format(n=3), exact=False)).to_be_visible()
     expect(sidebar.get_by_text(S["log_gen_count"]["en"].format(n=3))).to_be_visible()
     full_screenshot(page, SHOTS / "train_then_generate.png")

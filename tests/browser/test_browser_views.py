@@ -37,11 +37,11 @@ from harness.browser import (
     hover_texts,
     legend_texts,
     new_tab,
+    next_token,
     not_chinese,
     plot_index,
     plot_z,
     plots,
-    press_button,
     press_slider,
     radio,
     radio_value,
@@ -423,9 +423,8 @@ def test_url_reproduces_the_view_on_a_fresh_server(app, tab, browser, tmp_path):
     enter_number(tab, s("log_topk"), 5)
     radio(tab, s("log_mode"), s("log_sample"))
     enter_number(tab, s("log_seed"), 7)
-    press_button(tab, s("log_next"), charts=True)
-    press_button(tab, s("log_next"), charts=True)
-    expect(tab.locator(SIDEBAR).get_by_text(s("log_gen_count", n=2))).to_be_visible()
+    next_token(tab, 1)
+    next_token(tab, 2)
     chips = generated_chips(tab)
     radio(tab, s("language"), "中文", where=SIDEBAR)
     assert_clean(tab, app, "logits, every control set")
@@ -521,8 +520,7 @@ def test_defects_are_gone(app, tab, lang):
     assert tab.locator("[data-testid='stAppDeployButton']").count() == 0
     assert tab.get_by_role("button", name="Deploy").count() == 0
     expect(tab.locator(INFO_BOX).filter(has_text=LOOK[lang])).to_be_visible()
-    press_button(tab, s("log_next", lang), charts=True)
-    expect(side.get_by_text(s("log_gen_count", lang, n=1))).to_be_visible()
+    next_token(tab, 1, lang)
     assert "gen" in parse_qs(urlparse(tab.url).query)
     type_sidebar_text(tab, "d b a c", lang)
     expect(side.get_by_text(s("log_gen_count", lang, n=1))).to_have_count(0)
