@@ -15,7 +15,7 @@ from ui.figures import bars, lines, ranked_labels, visible
 from ui.guidance import look_for
 from ui.i18n import t
 from ui.session import page_context, through_app
-from ui.state import generated, set_generated
+from ui.state import generated, set_generated, sync_url
 from ui.widgets import chart, count_text, explain, table, token_chips
 
 through_app()
@@ -43,46 +43,43 @@ else:
     st.caption(t("log_one_position"))
 st.caption(t("log_position_caption", pos=pos, tok=repr(labels[pos]), next=pos + 1))
 
-st.subheader(t("log_controls"))
-c1, c2, c3, c4 = st.columns(4)
 # the controls' values may come from a shared link: defaults are set once, then the widgets own them
 for key, default, lo, hi in (("log_T", 1.0, 0.05, 5.0), ("log_topk", 0, 0, cfg.vocab_size),
                              ("log_topp", 1.0, 0.01, 1.0), ("log_seed", 0, 0, 2**31 - 1)):
     ss[key] = min(max(ss.get(key, default), lo), hi)
-temperature = c1.slider(t("log_temperature"), 0.05, 5.0, step=0.05, key="log_T", help=t("log_temperature_help"))
-top_k = c2.number_input(t("log_topk"), 0, cfg.vocab_size, step=1, key="log_topk", help=t("log_topk_help"))
-top_p = c3.slider(t("log_topp"), 0.01, 1.0, step=0.01, key="log_topp", help=t("log_topp_help"))
-shown = c4.number_input(t("log_show"), 1, 100, 10, 1, key="log_show")
 unk = unknown_id(model)  # a compacted vocabulary's ⟨unk⟩ stands for every token it lacks: a learner may rule it out
-no_unk = unk is not None and st.checkbox(t("log_no_unk"), True, key="log_no_unk", help=t("log_no_unk_help"))
-banned = (unk,) if no_unk else ()
-sampling = Sampling(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p), banned=banned)
-try:
-    dist = distribution(ctx.trace.logits[0, pos], sampling, top=int(shown))
-except SamplingError as exc:
-    st.warning(f"{t('log_bad_sampling')} {error_text(exc)}", icon="🎛️")
-    dist = None
-except Exception as exc:  # noqa: BLE001 - never a traceback
-    show_error(exc)
-    dist = None
 
-def next_word_table(prefix: list[int], src_ids: list[int] | None, top: int) -> None:
-    """The next word, pieces joined (" m" + "at" = " mat"), with the probability of writing it."""
-    st.subheader(t("log_words_title"))
+
+def rule_now(greedy: bool = False) -> Sampling:
+    """The rule the controls set now (read from them: the distribution below redraws without the rest of the page,
+    so a button of the generation part reads the controls at its click, not as they were when it was drawn)."""
+    banned = (unk,) if unk is not None and ss.get("log_no_unk", True) else ()
+    if greedy:
+        return replace(GREEDY, banned=banned)
+    return Sampling(temperature=float(ss.log_T), top_k=int(ss.log_topk), top_p=float(ss.log_topp), banned=banned)
+
+
+@st.fragment
+def distribution_view() -> None:
+    """Temperature, top-k, top-p and the distribution they give: a change reruns only this part (no forward, no
+    sidebar, nothing below sent again), and the link records it."""
+    st.subheader(t("log_controls"))
+    c1, c2, c3, c4 = st.columns(4)
+    c1.slider(t("log_temperature"), 0.05, 5.0, step=0.05, key="log_T", help=t("log_temperature_help"))
+    c2.number_input(t("log_topk"), 0, cfg.vocab_size, step=1, key="log_topk", help=t("log_topk_help"))
+    c3.slider(t("log_topp"), 0.01, 1.0, step=0.01, key="log_topp", help=t("log_topp_help"))
+    shown = c4.number_input(t("log_show"), 1, 100, 10, 1, key="log_show")
+    if unk is not None:
+        st.checkbox(t("log_no_unk"), True, key="log_no_unk", help=t("log_no_unk_help"))
+    sync_url()
     try:
-        words = ctx.trace.memo(("next_words", len(prefix), top), lambda: next_words(model, prefix, src_ids, top))
+        dist = distribution(ctx.trace.logits[0, pos], rule_now(), top=int(shown))
+    except SamplingError as exc:
+        st.warning(f"{t('log_bad_sampling')} {error_text(exc)}", icon="🎛️")
+        return
     except Exception as exc:  # noqa: BLE001 - never a traceback
         show_error(exc)
         return
-    table(pd.DataFrame({
-        t("col_word"): [visible(w.text) + ("" if w.complete else " …") for w in words],
-        t("col_pieces"): [" + ".join(f"‘{visible(x)}’" for x in token_labels(model, w.pieces[0], dec)) for w in words],
-        t("col_prob"): [w.prob for w in words],
-    }), "log_words", formats={t("col_prob"): "%.4g"})
-    st.caption(t("log_words_caption", n=FIRST_TOKENS, k=MAX_PIECES))
-
-
-if dist is not None:
     m1, m2, m3 = st.columns(3)
     m1.metric(t("log_entropy"), f"{dist.entropy:.4f}")
     m2.metric(t("log_sum"), f"{dist.total:.6f}")
@@ -104,10 +101,32 @@ if dist is not None:
     next_word_table(dec[: pos + 1], src if model.is_encoder_decoder else None, len(names))
 
 
-def _append(model, src: list[int], dec: list[int], steps: int, s: Sampling, seed: int) -> None:
-    """Button callback (runs before the rerun, so every page already sees the new tokens)."""
+def next_word_table(prefix: list[int], src_ids: list[int] | None, top: int) -> None:
+    """The next word, pieces joined (" m" + "at" = " mat"), with the probability of writing it."""
+    st.subheader(t("log_words_title"))
     try:
-        new = generate(model, dec, steps, s, src=src if model.is_encoder_decoder else None, seed=seed)
+        words = ctx.trace.memo(("next_words", len(prefix), top), lambda: next_words(model, prefix, src_ids, top))
+    except Exception as exc:  # noqa: BLE001 - never a traceback
+        show_error(exc)
+        return
+    table(pd.DataFrame({
+        t("col_word"): [visible(w.text) + ("" if w.complete else " …") for w in words],
+        t("col_pieces"): [" + ".join(f"‘{visible(x)}’" for x in token_labels(model, w.pieces[0], dec)) for w in words],
+        t("col_prob"): [w.prob for w in words],
+    }), "log_words", formats={t("col_prob"): "%.4g"})
+    st.caption(t("log_words_caption", n=FIRST_TOKENS, k=MAX_PIECES))
+
+
+
+distribution_view()
+
+
+def _append(model, src: list[int], dec: list[int], steps: int) -> None:
+    """Button callback (runs before the rerun, so every page already sees the new tokens)."""
+    greedy = ss.get("log_greedy", True) is True
+    try:
+        new = generate(model, dec, steps, rule_now(greedy), src=src if model.is_encoder_decoder else None,
+                       seed=int(ss.get("log_seed", 0)))
     except Exception as exc:  # noqa: BLE001 - shown on the rerun, never a traceback
         ss["_log_flash"] = ("error", error_text(exc))
         return
@@ -132,15 +151,13 @@ st.markdown(t("log_gen_intro"))
 g1, g2 = st.columns(2)
 greedy = g1.radio(t("log_mode"), [True, False], key="log_greedy", horizontal=True,
                   format_func=lambda g: t("log_greedy") if g else t("log_sample")) is True
-seed = int(g2.number_input(t("log_seed"), 0, 2**31 - 1, step=1, key="log_seed", help=t("log_seed_help"),
-                           disabled=greedy))
+g2.number_input(t("log_seed"), 0, 2**31 - 1, step=1, key="log_seed", help=t("log_seed_help"), disabled=greedy)
 full = len(dec) >= cfg.max_len
 ended = bool(n_gen) and dec[-1] == end_of_text_id(model)  # it wrote the end of the text: nothing follows
 b1, b2, b3 = st.columns(3)
-blocked = full or ended or (dist is None and not greedy)
-rule = replace(GREEDY, banned=banned) if greedy else sampling
-b1.button(t("log_next"), key="log_next", on_click=_append, args=(model, src, dec, 1, rule, seed), disabled=blocked)
-b2.button(t("log_steps"), key="log_five", on_click=_append, args=(model, src, dec, 5, rule, seed), disabled=blocked)
+blocked = full or ended  # a sampling rule the controls cannot give is said by the callback (as a message)
+b1.button(t("log_next"), key="log_next", on_click=_append, args=(model, src, dec, 1), disabled=blocked)
+b2.button(t("log_steps"), key="log_five", on_click=_append, args=(model, src, dec, 5), disabled=blocked)
 b3.button(t("log_undo"), key="log_undo", on_click=_undo, disabled=not n_gen)
 flash = ss.pop("_log_flash", None)
 if flash:

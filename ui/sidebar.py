@@ -17,12 +17,12 @@ from .state import (
     _init_state,
     _persist,
     _remember_owner,
-    _sync_url,
     clear_generated,
     generated,
     on_model_change,
     on_text_change,
     session_id,
+    sync_url,
     viewer,
 )
 from .widgets import IMAGE_FORMATS
@@ -77,7 +77,7 @@ def sidebar() -> None:
         st.caption(f"{t('device')}: **{dev_label}**")
         st.radio(t("img_fmt"), IMAGE_FORMATS, key="img_fmt", horizontal=True, format_func=str.upper,
                  help=t("img_fmt_help"))
-        _sync_url()
+        sync_url()
         st.caption(t("text_not_in_url") if ss.get("_text_left_out") else t("share_link"))
         if ss.get("_url_notice"):
             st.caption(f"🔗 {ss.pop('_url_notice')}")

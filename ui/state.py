@@ -158,10 +158,10 @@ def keep_view_in_model(n_layers: int, n_heads: int) -> None:
     notices = [n for n in notices if asked.get(n.params.get("name")) == n.params.get("value")]
     if notices:
         st.sidebar.caption(f"🔗 {urlstate.summary(notices, ss.lang)}")
-    _sync_url()
+    sync_url()
 
 
-def _sync_url() -> None:
+def sync_url() -> None:
     """Mirror every control that changes the view into the URL (defaults and over-long texts left out)."""
     ss = st.session_state
     values = {param: ss.get(key) for param, key in URL_STATE.items()}

@@ -284,6 +284,20 @@ def test_sampled_generation_is_reproducible_with_the_seed():
     assert runs[0] == runs[1] and len(runs[0]) == 3
 
 
+def test_generation_reads_the_sampling_controls_at_the_click():
+    """The controls and their distribution redraw on their own (a fragment); the buttons below read the controls
+    when clicked: sampling with top-k 1 writes what greedy writes."""
+    greedy = open_app("logits", model=SMALL, text=SENT_1)
+    greedy.button(key="log_five").click().run()
+    at = open_app("logits", model=SMALL, text=SENT_1)
+    at.radio(key="log_greedy").set_value(False).run()
+    at.slider(key="log_T").set_value(5.0).run()
+    at.number_input(key="log_topk").set_value(1).run()
+    at.button(key="log_five").click().run()
+    assert not at.exception and len(greedy.session_state["gen_ids"]) == 3
+    assert at.session_state["gen_ids"] == greedy.session_state["gen_ids"]
+
+
 def test_sidebar_button_clears_generated_tokens(page):
     page.button(key="log_next").click().run()
     page.sidebar.button(key="gen_clear").click().run()
