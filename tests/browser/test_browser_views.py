@@ -47,6 +47,7 @@ from harness.browser import (
     radio_value,
     require_browser,
     run_after,
+    runs_ended,
     s,
     screenshot,
     settle,
@@ -547,8 +548,11 @@ def test_chart_downloads_png_then_svg_and_table_downloads_csv(app, tab, lang, tm
     assert svg.suggested_filename.startswith("transformer-explorer-") and svg.suggested_filename.endswith(".svg")
     svg.save_as(tmp_path / "chart.svg")
     assert "<svg" in (tmp_path / "chart.svg").read_text(encoding="utf-8", errors="replace")[:2000]
+    runs = runs_ended(tab)
     csv = download(tab, s("download_csv", lang))
     assert csv.suggested_filename.endswith(".csv")
+    tab.wait_for_timeout(1_000)
+    assert runs_ended(tab) == runs, "the download click ran the page again"  # (its file id would change under it)
     csv.save_as(tmp_path / "table.csv")
     header = (tmp_path / "table.csv").read_text(encoding="utf-8").splitlines()[0]
     assert s("col_token", lang) in header and s("col_prob", lang) in header, header
