@@ -25,6 +25,7 @@ explain("log_intro", r"\operatorname{softmax}(z_i / T) = \frac{e^{z_i / T}}{\sum
 ctx = page_context()
 ss = st.session_state
 model, cfg = ctx.model, ctx.model.cfg
+model_key, device = ctx.key, ctx.device
 if ctx.key.startswith("preset:"):
     st.info(t("log_random_note"), icon="🎲")
 
@@ -60,9 +61,9 @@ def rule_now(greedy: bool = False) -> Sampling:
 
 
 @st.fragment
-def distribution_view() -> None:
-    """Temperature, top-k, top-p and the distribution they give: a change reruns only this part (no forward, no
-    sidebar, nothing below sent again), and the link records it."""
+def distribution_view(row, random_init: bool) -> None:
+    """Temperature, top-k, top-p and the distribution they give from `row`, the chosen position's logits: a change
+    reruns only this part (no forward, no sidebar, nothing below sent again), and the link records it."""
     st.subheader(t("log_controls"))
     c1, c2, c3, c4 = st.columns(4)
     c1.slider(t("log_temperature"), 0.05, 5.0, step=0.05, key="log_T", help=t("log_temperature_help"))
@@ -73,7 +74,7 @@ def distribution_view() -> None:
         st.checkbox(t("log_no_unk"), True, key="log_no_unk", help=t("log_no_unk_help"))
     sync_url()
     try:
-        dist = distribution(ctx.trace.logits[0, pos], rule_now(), top=int(shown))
+        dist = distribution(row, rule_now(), top=int(shown))
     except SamplingError as exc:
         st.warning(f"{t('log_bad_sampling')} {error_text(exc)}", icon="🎛️")
         return
@@ -85,7 +86,7 @@ def distribution_view() -> None:
     m2.metric(t("log_sum"), f"{dist.total:.6f}")
     m3.metric(t("log_kept"), dist.kept)
     names = token_labels(model, dist.ids, dec)
-    if not ctx.card.get("random_init"):
+    if not random_init:
         look_for("logits", after=f"‘{visible(labels[pos])}’", tok=f"‘{visible(names[0])}’", p=dist.probs[0])
     chart(bars(ranked_labels(names), dist.probs, title=t("log_chart"), y_title=t("col_prob"), x_title=t("col_prob"),
                secondary=(t("col_prob_raw"), dist.raw), height=max(260, 26 * len(names) + 100), x_format="~%",
@@ -101,11 +102,19 @@ def distribution_view() -> None:
     next_word_table(dec[: pos + 1], src if model.is_encoder_decoder else None, len(names))
 
 
+@st.cache_data(show_spinner=False, max_entries=64, ttl=600)
+def words_after(key: str, device: str, prefix: tuple, src: tuple | None, top: int):
+    from ui import cache
+
+    model, _ = cache.get_model(key, device)
+    return next_words(model, list(prefix), None if src is None else list(src), top)
+
+
 def next_word_table(prefix: list[int], src_ids: list[int] | None, top: int) -> None:
     """The next word, pieces joined (" m" + "at" = " mat"), with the probability of writing it."""
     st.subheader(t("log_words_title"))
     try:
-        words = ctx.trace.memo(("next_words", len(prefix), top), lambda: next_words(model, prefix, src_ids, top))
+        words = words_after(model_key, device, tuple(prefix), None if src_ids is None else tuple(src_ids), top)
     except Exception as exc:  # noqa: BLE001 - never a traceback
         show_error(exc)
         return
@@ -118,7 +127,7 @@ def next_word_table(prefix: list[int], src_ids: list[int] | None, top: int) -> N
 
 
 
-distribution_view()
+distribution_view(ctx.trace.logits[0, pos].clone(), bool(ctx.card.get("random_init")))
 
 
 def _append(model, src: list[int], dec: list[int], steps: int) -> None:
@@ -204,7 +213,7 @@ def kv_section() -> None:
     if not st.toggle(t("kv_measure"), key="kv_measure"):
         return
     try:
-        rep = kv_report(ctx.key, ctx.device, tuple(dec), tuple(src) if cross else None)
+        rep = kv_report(model_key, device, tuple(dec), tuple(src) if cross else None)
     except Exception as exc:  # noqa: BLE001 - never a traceback
         show_error(exc)
         return
@@ -217,3 +226,4 @@ def kv_section() -> None:
 
 
 kv_section()
+del ctx  # the distribution's fragment keeps this script's globals until the next full run: not the trace with them

@@ -298,6 +298,35 @@ def test_generation_reads_the_sampling_controls_at_the_click():
     assert at.session_state["gen_ids"] == greedy.session_state["gen_ids"]
 
 
+def test_the_distribution_fragment_keeps_no_trace(monkeypatch):
+    """A server keeps a fragment (its function, with the page script's globals, and its arguments) until the
+    session's next full run: it must hold the chosen row of logits, not the trace (the trace cache's budget is the
+    bound on the traces a server holds)."""
+    import streamlit as st
+
+    from transformer_core.model.trace import Trace
+
+    kept, real = [], st.fragment
+
+    def spy(func=None, **kw):  # st.fragment, recording what each call of the fragment is given
+        if func is None:
+            return lambda f: spy(f, **kw)
+        wrapped = real(func, **kw)
+
+        def call(*args, **kwargs):
+            kept.append((func, args, kwargs))
+            return wrapped(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(st, "fragment", spy)
+    at = open_app("logits", model=SMALL, text=SENT_1)
+    assert not at.exception and kept
+    for func, args, kwargs in kept:
+        held = [*func.__globals__.values(), *args, *kwargs.values()]
+        traces = [v for v in held if isinstance(v, Trace) or isinstance(getattr(v, "trace", None), Trace)]
+        assert traces == [], f"{func.__name__} keeps a trace"
+
+
 def test_sidebar_button_clears_generated_tokens(page):
     page.button(key="log_next").click().run()
     page.sidebar.button(key="gen_clear").click().run()
