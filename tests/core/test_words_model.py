@@ -185,11 +185,12 @@ def test_the_name_movers_card_is_what_its_weights_give():
     """Recomputed from the shipped weights: each language's held-out wins and mean logit difference, and the share
     of the difference the card's top head removes, by a hand-written knock-out on the card's own sweep sentences
     (the targets themselves are bench/everyday.py's PASS / MISS)."""
-    from transformer_core.model.hooks import act_name, intervene
+    from transformer_core.model.hooks import act_name, capture, intervene
     from transformer_core.model.trace import run
     from transformer_core.text.inputs import prepare
     from transformer_core.train.build import NAME_MOVER_SHARE
     from transformer_core.train.checkpoint import load_checkpoint
+    from transformer_core.train.ioi import READS_NAMES
     from transformer_core.train.tasks import TASKS
 
     folder = Path(__file__).resolve().parents[2] / "assets" / "models" / "name-movers"
@@ -222,7 +223,26 @@ def test_the_name_movers_card_is_what_its_weights_give():
             knocked.append(float(logits[io] - logits[s]))
         removes[lang] = 1 - np.mean(knocked) / np.mean(clean)
         assert removes[lang] == pytest.approx(row["heads"]["top_removes"], abs=2e-3)
+        # each head's attention from the last position to the two names, read from hooks of this test's own
+        attn = {key: np.zeros((model.cfg.n_layers, model.cfg.n_heads)) for key in ("to_answer", "to_repeated")}
+        examples = task.held_out(24, 78, lang)
+        for ex in examples:
+            ids = prepare(model, ex.prompt).src_ids
+            names = [act_name("weights", layer=layer, block="dec_self") for layer in range(model.cfg.n_layers)]
+            with capture(names) as got:
+                run(model, ids)
+            tokens = ids[0].numpy()
+            for key, tok in zip(attn, task.first_ids(ex), strict=True):
+                attn[key] += np.stack([got[n][0, :, -1, tokens == tok].sum(-1).numpy() for n in names])
+        for key, value in attn.items():
+            assert np.allclose(value / len(examples), row["heads"][key], atol=2e-3), (lang, key)
+        reads = (attn["to_answer"] + attn["to_repeated"]) / len(examples)
+        reading = np.where(reads >= READS_NAMES, -np.asarray(row["heads"]["relative_change"]), -np.inf)
+        assert (layer, head) == np.unravel_index(np.argmax(reading), reading.shape)  # the top head reads a name
     for row in json.loads((folder / "card.json").read_text())["heads"]:  # the table follows the sweep's shares
-        change = [card["circuit"]["by_language"][lang]["heads"]["relative_change"][row["layer"]][row["head"]]
-                  for lang in ("en", "zh")]
-        assert (row["kind"] == "name_mover") == (min(-c for c in change) >= NAME_MOVER_SHARE)
+        by = card["circuit"]["by_language"]
+        change = [by[lang]["heads"]["relative_change"][row["layer"]][row["head"]] for lang in ("en", "zh")]
+        reads = [by[lang]["heads"]["to_answer"][row["layer"]][row["head"]]
+                 + by[lang]["heads"]["to_repeated"][row["layer"]][row["head"]] for lang in ("en", "zh")]
+        assert (row["kind"] == "name_mover") == (min(-c for c in change) >= NAME_MOVER_SHARE
+                                                 and min(reads) >= READS_NAMES)

@@ -130,7 +130,8 @@ def names(lang: str, held: bool) -> tuple[str, ...]:
 # is a held-out template's own (party, gift, school, note, beach, apple, trip, map; 聚会, 礼物, 纸条, 海边, 苹果, 地图):
 # held-out sentences stay unseen. With the written templates alone it learned their wording (right 87% of the time
 # on held-out English templates with training names, against 100% on training templates).
-OPENINGS_EN = ("When", "After", "Once", "As soon as", "Just after", "Right after", "The moment", "Soon after")
+OPENINGS_EN = ("When", "After", "Once", "As soon as", "Just after", "Right after", "The moment", "Soon after", "Before",
+               "Just before", "Whenever", "Each time")
 EVENTS_EN = ("went to the", "got to the", "arrived at the", "walked into the", "came back from the", "visited the",
              "left the")
 PLACES_EN = ("store", "park", "office", "station", "museum", "library", "restaurant", "hospital", "market", "cinema",
@@ -365,12 +366,37 @@ class NameMoverTask(DecoderTask):
         return float((diffs > 0).mean())
 
 
+READS_NAMES = 0.25  # a head that moves a name reads one at the answer: this much of its attention from the last
+# position on the two names' tokens (a head that attends elsewhere, yet whose knock-out lowers the difference on
+# average, changes what later layers read, and on some sentences raises the difference instead)
+
+
+def name_attention(model, task: NameMoverTask, examples: list[NameExample]) -> tuple[np.ndarray, np.ndarray]:
+    """(L, H) each: every head's attention from the last position to the right name's tokens and to the repeated
+    name's (both of its places), the mean over `examples`."""
+    from ..model.trace import run_with_trace
+    from ..text.inputs import prepare
+
+    to_io, to_s = [], []
+    for ex in examples:
+        ids = prepare(model, ex.prompt).src_ids  # (1, T)
+        _, trace = run_with_trace(model, ids)
+        last = np.stack([trace.attention("dec_self", layer).head("weights")[:, -1].numpy()
+                         for layer in range(model.cfg.n_layers)])  # (L, H, T): from the last position
+        io, s = task.first_ids(ex)
+        tokens = np.asarray(ids[0].tolist())
+        to_io.append(last[:, :, tokens == io].sum(-1))
+        to_s.append(last[:, :, tokens == s].sum(-1))
+    return np.mean(to_io, axis=0), np.mean(to_s, axis=0)
+
+
 def circuit_report(model, task: NameMoverTask, n: int = 200, seed: int = 77, sweep: int = 24) -> dict:
     """What the card says: per language, on training and held-out names and templates, the share of sentences
     the right name wins and the mean logit difference; and which heads move the names, found with the app's own
     head sweep (each head knocked out alone, mean-ablated over the sentence, on `sweep` held-out sentences per
-    language): the mean change of the logit difference per head over the mean difference, and the share the top
-    head removes."""
+    language): the mean change of the logit difference per head over the mean difference, each head's attention
+    from the last position to the two names, and the top head: the one whose knock-out removes most among those
+    that read a name there (READS_NAMES), with the share it removes."""
     from ..analysis.head_effects import head_effects
     from ..text.inputs import prepare
 
@@ -381,15 +407,18 @@ def circuit_report(model, task: NameMoverTask, n: int = 200, seed: int = 77, swe
             d = task.logit_diffs(model, task.held_out(n, seed, lang, held))
             row[split] = {"right_name_wins": round(float((d > 0).mean()), 4),
                           "mean_logit_diff": round(float(d.mean()), 3), "sentences": n}
-        changes, intact = [], []
-        for ex in task.held_out(sweep, seed + 1, lang):
+        changes, intact, examples = [], [], task.held_out(sweep, seed + 1, lang)
+        for ex in examples:
             io, s = task.first_ids(ex)
             fx = head_effects(model, prepare(model, ex.prompt), "logit_diff", io, s, mode="mean")
             changes.append(fx.heads["dec_self"])  # (L, H) how the logit difference moves with the head knocked out
             intact.append(fx.intact)
         share = np.mean(changes, axis=0) / max(float(np.mean(intact)), 1e-6)  # (L, H) of the mean difference
-        top = np.unravel_index(np.argmin(share), share.shape)
-        row["heads"] = {"relative_change": np.round(share, 3).tolist(), "top": [int(top[0]), int(top[1])],
+        to_io, to_s = name_attention(model, task, examples)
+        reading = np.where(to_io + to_s >= READS_NAMES, share, np.inf)
+        top = np.unravel_index(np.argmin(reading if np.isfinite(reading).any() else share), share.shape)
+        row["heads"] = {"relative_change": np.round(share, 3).tolist(), "to_answer": np.round(to_io, 3).tolist(),
+                        "to_repeated": np.round(to_s, 3).tolist(), "top": [int(top[0]), int(top[1])],
                         "top_removes": round(float(-share[top]), 3)}
         out["by_language"][lang] = row
     return out
