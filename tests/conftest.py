@@ -23,10 +23,10 @@ TESTS = Path(__file__).resolve().parent
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
-    """The whole suite (`python3 -m pytest -q`, or the tests/ folder named) runs in pytest-xdist workers: the browser
-    tests one after another in one worker (tests/browser/conftest.py groups them), the other floors' tests beside
-    them in the others, so their CPU work fills the browser tests' waits. A run of some files or tests, -n (-n 0: one
-    process), --pdb or a missing pytest-xdist keep pytest's one process."""
+    """The whole suite (`python3 -m pytest -q`, or the tests/ folder named) runs in pytest-xdist workers, a test file
+    at a time (--dist loadfile: a browser module's server and its module fixtures start once, in one worker), so one
+    worker's CPU work fills the other's browser waits. A run of some files or tests, -n (-n 0: one process), --pdb or
+    a missing pytest-xdist keep pytest's one process."""
     if hasattr(config, "workerinput") or getattr(config.option, "numprocesses", 0) is not None:
         return  # a worker, no pytest-xdist, or -n given
     if config.getoption("usepdb", False) or config.getoption("collectonly", False):
@@ -34,7 +34,8 @@ def pytest_cmdline_main(config):
     paths = {Path(a.split("::", 1)[0]).resolve() for a in config.args}
     if paths and paths <= {TESTS, TESTS.parent}:
         config.option.numprocesses = max(2, min(4, os.cpu_count() or 1))
-        config.option.dist = "loadgroup"
+        config.option.dist = "loadfile"  # (workers parse only the command line: a per-test group mark set here
+        # never reached them, and "loadgroup" spread the browser tests one by one over both workers)
 
 
 @pytest.fixture

@@ -1,23 +1,11 @@
 """Fixtures of the real-browser tests: Debian Chromium, a tab, a server shared by modules or one for a test."""
 import time
 from contextlib import ExitStack
-from pathlib import Path
 
 import pytest
 
 from harness.browser import launch_browser, new_tab, require_browser
 from harness.server import fresh_app
-
-HERE = Path(__file__).resolve().parent
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which names the groups from these marks
-def pytest_collection_modifyitems(config, items):
-    """Every browser test in one pytest-xdist group: in a parallel run (tests/conftest.py) they run one after another
-    in one worker, in file order, as in one process (one server and one Chromium at a time, module fixtures kept)."""
-    for item in items:
-        if HERE in Path(str(item.fspath)).resolve().parents:
-            item.add_marker(pytest.mark.xdist_group("browser"))
 
 
 @pytest.fixture(scope="session")
