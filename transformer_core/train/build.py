@@ -276,17 +276,16 @@ def build_names(name: str, out: Path, cache: str) -> dict:
 def ioi_heads(circuit: dict) -> list[dict]:
     """The card's heads table for the name-mover demo: every head with the share of the logit difference knocking it
     out removes (English and Chinese), the name movers labelled."""
-    from .ioi import READS_NAMES
+    from .ioi import reads_a_name
 
     by = {lang: circuit["by_language"][lang]["heads"] for lang in ("en", "zh")}
     en, zh = (np.asarray(by[lang]["relative_change"]) for lang in ("en", "zh"))
-    reads = {lang: np.asarray(by[lang]["to_answer"]) + np.asarray(by[lang]["to_repeated"]) for lang in by}
+    named = reads_a_name(by["en"]) & reads_a_name(by["zh"])
     rows = []
     for layer in range(en.shape[0]):
         for head in range(en.shape[1]):
             removes = {"removes_en": round(float(-en[layer, head]), 3), "removes_zh": round(float(-zh[layer, head]), 3)}
-            named = min(float(r[layer, head]) for r in reads.values()) >= READS_NAMES
-            kind = "name_mover" if min(removes.values()) >= NAME_MOVER_SHARE and named else None
+            kind = "name_mover" if min(removes.values()) >= NAME_MOVER_SHARE and named[layer, head] else None
             rows.append({"layer": layer, "head": head, "kind": kind, "score": max(removes.values()), **removes})
     return rows
 

@@ -390,6 +390,11 @@ def name_attention(model, task: NameMoverTask, examples: list[NameExample]) -> t
     return np.mean(to_io, axis=0), np.mean(to_s, axis=0)
 
 
+def reads_a_name(heads: dict) -> np.ndarray:
+    """(L, H) bool: the heads of a card's circuit row (`to_answer`, `to_repeated`) that read a name at the answer."""
+    return np.asarray(heads["to_answer"]) + np.asarray(heads["to_repeated"]) >= READS_NAMES
+
+
 def circuit_report(model, task: NameMoverTask, n: int = 200, seed: int = 77, sweep: int = 24) -> dict:
     """What the card says: per language, on training and held-out names and templates, the share of sentences
     the right name wins and the mean logit difference; and which heads move the names, found with the app's own
@@ -415,10 +420,10 @@ def circuit_report(model, task: NameMoverTask, n: int = 200, seed: int = 77, swe
             intact.append(fx.intact)
         share = np.mean(changes, axis=0) / max(float(np.mean(intact)), 1e-6)  # (L, H) of the mean difference
         to_io, to_s = name_attention(model, task, examples)
-        reading = np.where(to_io + to_s >= READS_NAMES, share, np.inf)
+        heads = {"relative_change": np.round(share, 3).tolist(), "to_answer": np.round(to_io, 3).tolist(),
+                 "to_repeated": np.round(to_s, 3).tolist()}
+        reading = np.where(reads_a_name(heads), share, np.inf)
         top = np.unravel_index(np.argmin(reading if np.isfinite(reading).any() else share), share.shape)
-        row["heads"] = {"relative_change": np.round(share, 3).tolist(), "to_answer": np.round(to_io, 3).tolist(),
-                        "to_repeated": np.round(to_s, 3).tolist(), "top": [int(top[0]), int(top[1])],
-                        "top_removes": round(float(-share[top]), 3)}
+        row["heads"] = {**heads, "top": [int(top[0]), int(top[1])], "top_removes": round(float(-share[top]), 3)}
         out["by_language"][lang] = row
     return out
