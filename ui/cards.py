@@ -175,5 +175,18 @@ def show_circuit(card: dict, key: str) -> None:
     for lang_key, row in circuit["by_language"].items():
         heads = row.get("heads") if isinstance(row, dict) else None
         if isinstance(heads, dict) and isinstance(heads.get("top"), list):
-            st.caption(t("card_circuit_top", lang=t(f"card_lang_{lang_key}"), layer=heads["top"][0],
-                         head=heads["top"][1], share=f"{heads.get('top_removes', 0):.0%}"))
+            st.caption(top_head_text(heads, t(f"card_lang_{lang_key}")))
+
+
+def top_head_text(heads: dict, lang: str) -> str:
+    """The card's top head in a sentence: the share of the logit difference its knock-out removes, and, where the
+    card measured them, the name it reads at the answer and what it writes straight into that name's logit."""
+    layer, head = heads["top"][:2]
+    fields = {"lang": lang, "layer": layer, "head": head, "share": f"{heads.get('top_removes', 0):.0%}"}
+    try:
+        att = {name: heads[f"to_{name}"][layer][head] for name in ("answer", "repeated")}
+        which = max(att, key=att.get)
+        return t("card_circuit_reads", **fields, change=float(heads["top_change"]), att=float(att[which]),
+                 which=t(f"card_circuit_which_{which}"), direct=float(heads[f"writes_{which}"][layer][head]))
+    except (KeyError, IndexError, TypeError, ValueError):  # a card measured before these fields
+        return t("card_circuit_top", **fields)

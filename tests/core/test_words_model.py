@@ -198,6 +198,8 @@ def test_the_name_movers_card_is_what_its_weights_give():
         pytest.skip("the name-movers model is not shipped in this checkout")
     model, card = load_checkpoint(folder)
     task = TASKS["ioi"]
+    assert not model.cfg.final_norm  # below, a head's direct write is its output times the output layer
+    hs = model.cfg.head_dim
     removes = {}
     for lang in ("en", "zh"):
         row = card["circuit"]["by_language"][lang]
@@ -212,17 +214,26 @@ def test_the_name_movers_card_is_what_its_weights_give():
             out[:, head] = z[:, head].mean(dim=1, keepdim=True)
             return out
 
-        clean, knocked = [], []
+        clean, knocked, writes = [], [], []
+        W_o = model.decoder.layers[layer].self_attn.W_o.weight.detach()[:, head * hs:(head + 1) * hs]  # (d, hs)
         for ex in task.held_out(24, 78, lang):  # the card's sweep sentences (circuit_report: seed + 1)
             ids = prepare(model, ex.prompt).src_ids
             io, s = task.first_ids(ex)
-            logits = run(model, ids)[0, -1]
+            with capture([act_name("z", layer=layer, block="dec_self")]) as got:
+                logits = run(model, ids)[0, -1]
             clean.append(float(logits[io] - logits[s]))
+            # what the head writes into the stream at the last position, read out by the output layer (no final
+            # norm: the logits are the stream times W_out, plus its bias)
+            wrote = W_o @ got[act_name("z", layer=layer, block="dec_self")][0, head, -1]  # (d,)
+            writes.append([float(model.out.weight[tok].detach() @ wrote) for tok in (io, s)])
             with intervene({act_name("z", layer=layer, block="dec_self"): edit}):
                 logits = run(model, ids)[0, -1]
             knocked.append(float(logits[io] - logits[s]))
         removes[lang] = 1 - np.mean(knocked) / np.mean(clean)
         assert removes[lang] == pytest.approx(row["heads"]["top_removes"], abs=2e-3)
+        assert np.mean(knocked) - np.mean(clean) == pytest.approx(row["heads"]["top_change"], abs=2e-2)
+        for value, key in zip(np.mean(writes, axis=0), ("writes_answer", "writes_repeated"), strict=True):
+            assert value == pytest.approx(row["heads"][key][layer][head], abs=2e-3), (lang, key)
         # each head's attention from the last position to the two names, read from hooks of this test's own
         attn = {key: np.zeros((model.cfg.n_layers, model.cfg.n_heads)) for key in ("to_answer", "to_repeated")}
         examples = task.held_out(24, 78, lang)
@@ -242,7 +253,10 @@ def test_the_name_movers_card_is_what_its_weights_give():
     for row in json.loads((folder / "card.json").read_text())["heads"]:  # the table follows the sweep's shares
         by = card["circuit"]["by_language"]
         change = [by[lang]["heads"]["relative_change"][row["layer"]][row["head"]] for lang in ("en", "zh")]
-        reads = [by[lang]["heads"]["to_answer"][row["layer"]][row["head"]]
-                 + by[lang]["heads"]["to_repeated"][row["layer"]][row["head"]] for lang in ("en", "zh")]
-        assert (row["kind"] == "name_mover") == (min(-c for c in change) >= NAME_MOVER_SHARE
-                                                 and min(reads) >= READS_NAMES)
+        to = {name: [by[lang]["heads"][f"to_{name}"][row["layer"]][row["head"]] for lang in ("en", "zh")]
+              for name in ("answer", "repeated")}
+        reads_one = min(np.add(to["answer"], to["repeated"])) >= READS_NAMES
+        strong = min(-c for c in change) >= NAME_MOVER_SHARE and reads_one
+        reads = {"name_mover": all(np.greater_equal(to["answer"], to["repeated"])),
+                 "repeated_name": all(np.less(to["answer"], to["repeated"]))}
+        assert row["kind"] == next((kind for kind, yes in reads.items() if strong and yes), None), row

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from harness.apptest import SMALL, messages, open_app
+from harness.apptest import ROOT, SMALL, harness_language, messages, open_app
 from service import catalog
 from transformer_core.model.device import device_name, pick_device
 
@@ -194,3 +194,31 @@ def test_the_card_s_heads_table_labels_by_the_pages_rule_and_names_its_scores():
     table = next(d.value for d in att.dataframe if EN["card_head_kind"] in d.value.columns)
     for h in induction[EN["hd_col_head"]]:
         assert table.set_index(EN["att_head"]).loc[int(h), EN["card_head_kind"]] == EN["head_kind_induction"]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_name_movers_card_says_which_name_its_top_head_reads_and_what_it_writes(lang):
+    """The card's top head is not called a name mover when it reads the repeated name: the Model page says which name
+    it reads at the answer and what it writes into that name's logit itself, beside what its knock-out removes."""
+    if not catalog.entry("shipped:name-movers"):
+        pytest.skip("the name-movers model is not shipped in this checkout")
+    strings = json.loads((ROOT / "assets" / "strings" / "model.json").read_text(encoding="utf-8"))
+    card = json.loads((ROOT / "assets" / "models" / "name-movers" / "card.json").read_text(encoding="utf-8"))
+    with harness_language(lang):
+        at = open_app(PAGE, model="shipped:name-movers", lang=lang)
+    assert not at.exception
+    captions = [c.value for c in at.caption]
+    for key in ("en", "zh"):
+        heads = card["circuit"]["by_language"][key]["heads"]
+        layer, head = heads["top"]
+        which = max(("answer", "repeated"), key=lambda n: heads[f"to_{n}"][layer][head])
+        said = strings["card_circuit_reads"][lang].format(
+            lang=strings[f"card_lang_{key}"][lang], layer=layer, head=head, share=f"{heads['top_removes']:.0%}",
+            change=heads["top_change"], which=strings[f"card_circuit_which_{which}"][lang],
+            att=heads[f"to_{which}"][layer][head], direct=heads[f"writes_{which}"][layer][head])
+        assert said in captions, (said, captions)
+    kinds = {row["kind"] for row in card["heads"]}
+    assert "name_mover" not in kinds or all(  # a head labelled a name mover reads the right name in both languages
+        card["circuit"]["by_language"][k]["heads"]["to_answer"][r["layer"]][r["head"]]
+        >= card["circuit"]["by_language"][k]["heads"]["to_repeated"][r["layer"]][r["head"]]
+        for r in card["heads"] if r["kind"] == "name_mover" for k in ("en", "zh"))

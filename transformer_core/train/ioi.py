@@ -371,23 +371,25 @@ READS_NAMES = 0.25  # a head that moves a name reads one at the answer: this muc
 # average, changes what later layers read, and on some sentences raises the difference instead)
 
 
-def name_attention(model, task: NameMoverTask, examples: list[NameExample]) -> tuple[np.ndarray, np.ndarray]:
-    """(L, H) each: every head's attention from the last position to the right name's tokens and to the repeated
-    name's (both of its places), the mean over `examples`."""
+def name_reading(model, task: NameMoverTask, examples: list[NameExample]) -> dict[str, np.ndarray]:
+    """(L, H) each, the mean over `examples`: every head's attention from the last position to the right name's
+    tokens and to the repeated name's (both of its places), and what the head writes straight into each name's
+    logit there (direct logit attribution: the path through the parts after it not counted)."""
+    from ..analysis.attribution import direct_logit_attribution
     from ..model.trace import run_with_trace
     from ..text.inputs import prepare
 
-    to_io, to_s = [], []
+    rows = {key: [] for key in ("to_answer", "to_repeated", "writes_answer", "writes_repeated")}
     for ex in examples:
         ids = prepare(model, ex.prompt).src_ids  # (1, T)
         _, trace = run_with_trace(model, ids)
         last = np.stack([trace.attention("dec_self", layer).head("weights")[:, -1].numpy()
                          for layer in range(model.cfg.n_layers)])  # (L, H, T): from the last position
-        io, s = task.first_ids(ex)
         tokens = np.asarray(ids[0].tolist())
-        to_io.append(last[:, :, tokens == io].sum(-1))
-        to_s.append(last[:, :, tokens == s].sum(-1))
-    return np.mean(to_io, axis=0), np.mean(to_s, axis=0)
+        for name, tok in zip(("answer", "repeated"), task.first_ids(ex), strict=True):
+            rows[f"to_{name}"].append(last[:, :, tokens == tok].sum(-1))
+            rows[f"writes_{name}"].append(direct_logit_attribution(model, trace, len(tokens) - 1, tok).heads)
+    return {key: np.mean(value, axis=0) for key, value in rows.items()}
 
 
 def reads_a_name(heads: dict) -> np.ndarray:
@@ -400,8 +402,9 @@ def circuit_report(model, task: NameMoverTask, n: int = 200, seed: int = 77, swe
     the right name wins and the mean logit difference; and which heads move the names, found with the app's own
     head sweep (each head knocked out alone, mean-ablated over the sentence, on `sweep` held-out sentences per
     language): the mean change of the logit difference per head over the mean difference, each head's attention
-    from the last position to the two names, and the top head: the one whose knock-out removes most among those
-    that read a name there (READS_NAMES), with the share it removes."""
+    from the last position to the two names and what it writes straight into their logits (name_reading), and the
+    top head: the one whose knock-out removes most among those that read a name there (READS_NAMES), with the share
+    it removes and the change itself (to set beside its direct writes: the rest passes through the parts after it)."""
     from ..analysis.head_effects import head_effects
     from ..text.inputs import prepare
 
@@ -419,11 +422,11 @@ def circuit_report(model, task: NameMoverTask, n: int = 200, seed: int = 77, swe
             changes.append(fx.heads["dec_self"])  # (L, H) how the logit difference moves with the head knocked out
             intact.append(fx.intact)
         share = np.mean(changes, axis=0) / max(float(np.mean(intact)), 1e-6)  # (L, H) of the mean difference
-        to_io, to_s = name_attention(model, task, examples)
-        heads = {"relative_change": np.round(share, 3).tolist(), "to_answer": np.round(to_io, 3).tolist(),
-                 "to_repeated": np.round(to_s, 3).tolist()}
+        heads = {"relative_change": np.round(share, 3).tolist(),
+                 **{key: np.round(v, 3).tolist() for key, v in name_reading(model, task, examples).items()}}
         reading = np.where(reads_a_name(heads), share, np.inf)
         top = np.unravel_index(np.argmin(reading if np.isfinite(reading).any() else share), share.shape)
-        row["heads"] = {**heads, "top": [int(top[0]), int(top[1])], "top_removes": round(float(-share[top]), 3)}
+        row["heads"] = {**heads, "top": [int(top[0]), int(top[1])], "top_removes": round(float(-share[top]), 3),
+                        "top_change": round(float(np.mean(changes, axis=0)[top]), 3)}
         out["by_language"][lang] = row
     return out
