@@ -45,3 +45,27 @@ def test_chinese_page_shows_no_english_and_an_encoder_decoder_gets_a_message():
     at = open_app(PAGE, model="shipped:reverse", text="d a c b", tgt="= b c a", lang="en")
     assert_clean(at)
     assert EN["err.flow_decoder_only"] in messages(at)
+
+
+def test_the_try_caption_s_figures_are_the_routes_of_the_models_it_names():
+    """The caption's experiments quote shares and heads: recomputed here from the models' own flow, in both languages
+    (a model trained again changes them)."""
+    from ui.i18n import strings
+
+    ioi = "When Mary and John went to the store, John gave a drink to"
+    quoted = []
+    for name, text, edges in (("everyday-gpt", CAT, [(2, 5, 12), (0, 4, 5)]),
+                              ("name-movers", ioi, [(2, 1, 13), (2, 9, 13)])):
+        model, _ = load_model(name)
+        _, trace = trace_text(model, text)
+        routes = {(e.layer, e.source[2], e.target[2]): e for e in information_flow(model, trace).routes()
+                  if e.kind == "attention"}
+        for key in edges:
+            e = routes[key]
+            quoted.append((f"{e.share:.2f}", e.head))
+    for caption in strings()["try_flow"].values():
+        shares = [s for s, _ in quoted]
+        assert [s for s in shares if s in caption] == shares, (caption, quoted)
+        for share, head in quoted:  # each share is followed by its edge's head
+            after = caption[caption.index(share):]
+            assert str(head) in after[:after.find("）") if "）" in after else after.find(")")], (share, head, caption)
