@@ -222,3 +222,16 @@ def test_the_name_movers_card_says_which_name_its_top_head_reads_and_what_it_wri
         card["circuit"]["by_language"][k]["heads"]["to_answer"][r["layer"]][r["head"]]
         >= card["circuit"]["by_language"][k]["heads"]["to_repeated"][r["layer"]][r["head"]]
         for r in card["heads"] if r["kind"] == "name_mover" for k in ("en", "zh"))
+
+
+def test_a_circuit_card_measured_before_the_readings_gets_the_short_sentence():
+    from ui.cards import top_head_text
+
+    strings = json.loads((ROOT / "assets" / "strings" / "model.json").read_text(encoding="utf-8"))
+    heads = {"top": [1, 3], "top_removes": 0.52}
+    assert top_head_text(heads, "English") == strings["card_circuit_top"]["en"].format(
+        lang="English", layer=1, head=3, share="52%")
+    heads |= {"to_answer": [[0.0] * 4, [0.0, 0.0, 0.0, 0.7]], "to_repeated": [[0.0] * 4, [0.0] * 4],
+              "writes_answer": [[0.0] * 4, [0.0, 0.0, 0.0, 2.5]], "top_change": -4.0}  # no writes_repeated: still fine
+    said = top_head_text(heads, "English")
+    assert "reads the right name (attention 0.70) and writes +2.50" in said and "(-4.00)" in said
