@@ -27,6 +27,7 @@ from ui.figures import (
     block_max,
     click_targets,
     mark_cells,
+    marks_masked,
     scaled_weights,
     token_heatmap,
 )
@@ -217,7 +218,9 @@ def side_by_side(stages, head, q_lab, k_lab) -> None:
     value = f"{t('attn_queries')}: %{{y}}<br>{t('attn_keys')}: %{{x}}<br>%{{z:.4f}}<extra></extra>"
     kw["categories"] = (list(q_l), list(k_l))
     before = token_heatmap(scaled, q_l, k_l, title=t("att_before"), hovertemplate=value, **kw)
-    after = token_heatmap(np.where(mask, scaled, np.nan), q_l, k_l, title=t("att_after"), hovertemplate=value, **kw)
+    grey = (~mask).any() and not marks_masked(mask)  # masked cells of a larger map are grey only (no ✕)
+    title = t("att_after_grey" if grey else "att_after")
+    after = token_heatmap(np.where(mask, scaled, np.nan), q_l, k_l, title=title, hovertemplate=value, **kw)
     mark_cells(after, ~mask, hovertemplate=t("att_masked_hover"))
     for col, fig, key in zip(st.columns(2), (before, after), ("before", "after"), strict=True):
         with col:

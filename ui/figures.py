@@ -221,14 +221,23 @@ def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL
         layout={"title": {"text": title}, "height": height, "margin": margin, "xaxis": x_axis, "yaxis": y_axis})
 
 
+MARK_CAP = 32 * 32  # maps of up to this many cells mark each masked one with an ✕ (one text element each: at 64
+# tokens the ✕s of the large map and the after-mask map took about a quarter of a head switch's redraw in Chromium)
+
+
+def marks_masked(masked) -> bool:
+    """Whether mark_cells draws an ✕ on the masked cells of this map (else they are grey only: titles say which)."""
+    return np.asarray(masked).size <= MARK_CAP
+
+
 def mark_cells(fig, masked, *, hovertemplate: str, value: float = 1.0, row=None, col=None,
                marks: bool | None = None, step: int = 1) -> None:
-    """Masked cells (the heatmap holds NaN there) in grey with an ✕, answering hover instead of the gap (`step`:
-    cells of step × step tokens, as token_heatmap's)."""
+    """Masked cells (the heatmap holds NaN there) in grey, with an ✕ on a small map (marks_masked), answering hover
+    instead of the gap (`step`: cells of step × step tokens, as token_heatmap's)."""
     masked = np.asarray(masked, dtype=bool)
     if not masked.any():
         return
-    marks = masked.size <= 64 * 64 if marks is None else marks
+    marks = marks_masked(masked) if marks is None else marks
     n_q, n_k = masked.shape
     categorical = row is None and fig.layout.xaxis.type == "category"  # token_heatmap's categories: the same names
     add(fig, dict(type="heatmap",

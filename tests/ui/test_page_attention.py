@@ -547,3 +547,24 @@ def test_a_chosen_cell_of_the_induction_head_is_split_by_where_q_and_k_came_from
     np.testing.assert_allclose(shown, a.matrix, atol=1e-5)
     said = " ".join(m.value for m in at.markdown)
     assert f"against the model's own {a.score:.4f}" in said and "the softmax ignores it" in said
+
+
+def test_masked_cells_of_a_larger_map_are_grey_without_an_x_and_the_title_says_so():
+    """Up to 32 × 32 cells each masked cell carries an ✕ (a text element each in the browser: at 64 tokens they were
+    about a quarter of a head switch's redraw); on a larger map they are grey only, and the after-mask title says grey.
+    The values are the same either way: masked cells blank in the map, 0 in the main map's overlay."""
+    from harness.apptest import EN
+
+    text = " ".join(["The cat sat on the mat."] * 8)  # 56 tokens on the default
+    at = open_app(PAGE, model="shipped:everyday-gpt", text=text, lang="en")
+    assert_clean(at)
+    assert at.radio(key="mask_mode").value in ("causal", "both")  # one sentence: nothing is padding
+    after, main = figure(at, "att_after"), figure(at, "att_main")
+    n = values(after)[0].shape[0]
+    assert n * n > 32 * 32
+    assert EN["att_after_grey"] in after["layout"]["title"]["text"]
+    for fig in (after, main):
+        [overlay] = [tr for tr in fig["data"] if tr.get("name") == "mask"]
+        upper = np.triu(np.ones((n, n), dtype=bool), k=1)
+        assert (np.isnan(array(overlay["z"])) == ~upper).all() and not overlay.get("text")
+    assert np.isnan(values(after)[0][np.triu(np.ones((n, n), dtype=bool), k=1)]).all()
