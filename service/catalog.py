@@ -11,12 +11,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import secrets
 import threading
 import time
 import unicodedata
-import uuid
 from pathlib import Path
 
 from transformer_core.errors import ExplorerError, ModelSourceError
@@ -24,7 +22,7 @@ from transformer_core.sources import ModelEntry, list_entries, load_model
 from transformer_core.sources import load_bytes as sources_load_bytes
 from transformer_core.sources.folders import REF, folder_card
 from transformer_core.sources.presets import preset_key
-from transformer_core.train.checkpoint import CARD, WEIGHTS
+from transformer_core.train.checkpoint import CARD, WEIGHTS, write_card
 
 from . import budget
 from .settings import settings
@@ -196,16 +194,6 @@ def publish(key: str, admin_token: str, published: bool = True) -> None:
     card["published"] = bool(published)
     write_card(folder, card)
     refresh()
-
-
-def write_card(folder: Path, card: dict) -> None:
-    """Replace a model folder's card atomically (a temporary file, then a rename)."""
-    tmp = folder / f".{CARD}.{uuid.uuid4().hex[:8]}.tmp"
-    try:
-        tmp.write_text(json.dumps(card, indent=2, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, folder / CARD)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _name_key(name: str) -> str:

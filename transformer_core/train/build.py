@@ -10,7 +10,6 @@ when there is one (the card names the device). Recipes are in train/defaults.py.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import time
 from dataclasses import replace
@@ -282,11 +281,11 @@ def names_circuit(model) -> dict:
 
 def measure_names(folder: Path) -> dict:
     """Measure the shipped name-mover demo's circuit again from its weights (no training) and rewrite its card."""
-    from .checkpoint import CARD, load_checkpoint
+    from .checkpoint import load_checkpoint, write_card
 
     model, card = load_checkpoint(folder)
     card = {**card, **names_circuit(model.eval())}
-    (folder / CARD).write_text(json.dumps(card, indent=2, ensure_ascii=False), encoding="utf-8")
+    write_card(folder, card)
     return card
 
 

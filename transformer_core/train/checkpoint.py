@@ -47,12 +47,23 @@ def save_checkpoint(model: Transformer, folder: str | Path, card: dict | None = 
         save_file(_state_to_save(model, DTYPES[dtype]), str(tmp / WEIGHTS),
                   metadata={"dtype": dtype, "config": model.cfg.to_json()})
         (tmp / CONFIG).write_text(model.cfg.to_json(), encoding="utf-8")
-        (tmp / CARD).write_text(json.dumps(card or {}, indent=2, ensure_ascii=False), encoding="utf-8")
+        write_card(tmp, card or {})
         os.replace(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return folder
+
+
+def write_card(folder: str | Path, card: dict) -> None:
+    """Write or replace a model folder's card atomically (a temporary file, then a rename)."""
+    folder = Path(folder)
+    tmp = folder / f".{CARD}.{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        tmp.write_text(json.dumps(card, indent=2, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, folder / CARD)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
