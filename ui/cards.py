@@ -181,12 +181,14 @@ def show_circuit(card: dict, key: str) -> None:
 def top_head_text(heads: dict, lang: str) -> str:
     """The card's top head in a sentence: the share of the logit difference its knock-out removes, and, where the
     card measured them, the name it reads at the answer and what it writes straight into that name's logit."""
+    from transformer_core.train.ioi import name_read  # (only for this card: off the cold start)
+
     layer, head = heads["top"][:2]
     fields = {"lang": lang, "layer": layer, "head": head, "share": f"{heads.get('top_removes', 0):.0%}"}
     try:
-        att = {name: heads[f"to_{name}"][layer][head] for name in ("answer", "repeated")}
-        which = max(att, key=att.get)
-        return t("card_circuit_reads", **fields, change=float(heads["top_change"]), att=float(att[which]),
-                 which=t(f"card_circuit_which_{which}"), direct=float(heads[f"writes_{which}"][layer][head]))
+        which = str(name_read(heads)[layer][head])
+        return t("card_circuit_reads", **fields, change=float(heads["top_change"]),
+                 att=float(heads[f"to_{which}"][layer][head]), which=t(f"card_circuit_which_{which}"),
+                 direct=float(heads[f"writes_{which}"][layer][head]))
     except (KeyError, IndexError, TypeError, ValueError):  # a card measured before these fields
         return t("card_circuit_top", **fields)

@@ -293,20 +293,19 @@ def ioi_heads(circuit: dict) -> list[dict]:
     """The card's heads table for the name-mover demo: every head with the share of the logit difference knocking it
     out removes (English and Chinese), labelled by the name it reads at the answer when its knock-out removes enough in
     both languages: a name mover reads the right name, a repeated-name head the repeated one (both: ioi.READS_NAMES)."""
-    from .ioi import reads_a_name
+    from .ioi import name_read, reads_a_name
 
     by = {lang: circuit["by_language"][lang]["heads"] for lang in ("en", "zh")}
     en, zh = (np.asarray(by[lang]["relative_change"]) for lang in ("en", "zh"))
     named = reads_a_name(by["en"]) & reads_a_name(by["zh"])
-    answer = np.all([np.asarray(by[lang]["to_answer"]) >= np.asarray(by[lang]["to_repeated"]) for lang in by], axis=0)
-    repeated = np.all([np.asarray(by[lang]["to_answer"]) < np.asarray(by[lang]["to_repeated"]) for lang in by], axis=0)
+    read = {lang: name_read(heads) for lang, heads in by.items()}
     rows = []
     for layer in range(en.shape[0]):
         for head in range(en.shape[1]):
             removes = {"removes_en": round(float(-en[layer, head]), 3), "removes_zh": round(float(-zh[layer, head]), 3)}
-            strong = min(removes.values()) >= NAME_MOVER_SHARE and named[layer, head]
-            kind = ("name_mover" if strong and answer[layer, head] else
-                    "repeated_name" if strong and repeated[layer, head] else None)
+            which = {read[lang][layer, head] for lang in by}  # the same name in both languages, or no label
+            strong = min(removes.values()) >= NAME_MOVER_SHARE and named[layer, head] and len(which) == 1
+            kind = {"answer": "name_mover", "repeated": "repeated_name"}[which.pop()] if strong else None
             rows.append({"layer": layer, "head": head, "kind": kind, "score": max(removes.values()), **removes})
     return rows
 

@@ -397,6 +397,12 @@ def reads_a_name(heads: dict) -> np.ndarray:
     return np.asarray(heads["to_answer"]) + np.asarray(heads["to_repeated"]) >= READS_NAMES
 
 
+def name_read(heads: dict) -> np.ndarray:
+    """(L, H) of "answer" or "repeated": the name each head of a card's circuit row attends to more from the answer
+    position (the right one on a tie)."""
+    return np.where(np.asarray(heads["to_answer"]) >= np.asarray(heads["to_repeated"]), "answer", "repeated")
+
+
 def circuit_report(model, task: NameMoverTask, n: int = 200, seed: int = 77, sweep: int = 24) -> dict:
     """What the card says: per language, on training and held-out names and templates, the share of sentences
     the right name wins and the mean logit difference; and which heads move the names, found with the app's own
