@@ -655,10 +655,22 @@ def press_slider(page, label: str, key: str = "ArrowLeft", times: int = 1, where
 
 def press_button(page, name: str, where: str = MAIN, *, charts: bool = False) -> None:
     """Click a button (by its name) and wait for the run it starts to be over; a click no run followed within 20 s
-    (lost on a busy machine) is made again."""
-    for _ in range(3):
-        if run_after(page, lambda: page.locator(where).get_by_role("button", name=name, exact=True).first.click(),
-                     start_ms=20_000, charts=charts):
+    (lost on a busy machine) is made again, unless the button is disabled by then: a disabled button shows that the
+    click was taken (its run disabled it, e.g. a stepper at its end), and clicking it again would wait in vain."""
+    button = page.locator(where).get_by_role("button", name=name, exact=True).first
+
+    def click() -> None:
+        try:
+            button.click(timeout=30_000)
+        except Exception:  # noqa: BLE001 - playwright's TimeoutError: disabled meanwhile by the run of a click before
+            if not button.is_disabled():
+                raise
+
+    for attempt in range(3):
+        if attempt and button.is_disabled():
+            settle(page, charts=charts)
+            return
+        if run_after(page, click, start_ms=20_000, charts=charts):
             return
 
 
