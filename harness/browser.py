@@ -662,7 +662,7 @@ def press_button(page, name: str, where: str = MAIN, *, charts: bool = False) ->
     def click() -> None:
         try:
             button.click(timeout=30_000)
-        except Exception:  # noqa: BLE001 - playwright's TimeoutError: disabled meanwhile by the run of a click before
+        except Exception:  # playwright's TimeoutError: disabled meanwhile by the run of a click before
             if not button.is_disabled():
                 raise
 

@@ -160,12 +160,12 @@ if model.is_encoder_decoder:
     arrows.append([(memory["x"] + memory["w"] / 2, memory["y"]), (lane, memory["y"]), (lane, gap_y),
                    (cross["x"], gap_y), (cross["x"], cross["y"] - cross["h"] / 2)])
 dec_w = len(sublayers(trace, "decoder")) * 2 * (BOX_W + GAP)
-top = distribution(trace.logits[0, -1], top=1)
+top = distribution(trace.logits_at(-1), top=1)
 word = visible(token_labels(model, top.ids)[0])
 out_x, y = x + dec_w / 2, dec_bottom
 blocks += [{"id": "logits", "x": out_x, "y": y, "w": dec_w * 0.8, "h": BOX_H, "kind": "out",
             "title": t("map_logits" + ("_norm" if cfg.final_norm else "")),
-            "detail": shape(trace.logits.shape), "page": "logits"},
+            "detail": shape(trace.logits_shape), "page": "logits"},
            {"id": "softmax", "x": out_x, "y": y + ROW_H, "w": dec_w * 0.8, "h": BOX_H, "kind": "out",
             "title": t("map_softmax"), "detail": t("map_softmax_detail", tok=word, p=top.probs[0]), "page": "logits"}]
 arrows += [(dec_blocks[-1]["id"], "logits"), ("logits", "softmax")]
@@ -175,7 +175,7 @@ st.subheader(t("map_title"))
 look_for("map_pre" if cfg.norm_first else "map")
 picked = clicked(model_map(blocks, arrows, width=width, height=height), "model_map", trace_name="blocks")
 st.caption(t("map_hint_pre", norm=NORM_NAMES[cfg.norm]) if cfg.norm_first else t("map_hint"))
-st.caption(t("map_vocab", shape=shape(trace.logits.shape), size=f"{cfg.vocab_size:,}", parts=vocab_text(cfg)))
+st.caption(t("map_vocab", shape=shape(trace.logits_shape), size=f"{cfg.vocab_size:,}", parts=vocab_text(cfg)))
 if isinstance(picked, str):
     on_click(picked)
 

@@ -118,7 +118,7 @@ position = int(c1.selectbox(t("flow_position"), range(n), index=n - 1, format_fu
                             key=f"flow_position_{n}"))
 threshold = float(c2.slider(t("flow_threshold"), 0.01, 0.5, THRESHOLD, 0.01, key="flow_threshold",
                             help=t("flow_threshold_help")))
-probs = ctx.trace.logits[0, position].float().softmax(-1)
+probs = ctx.trace.logits_at(position).float().softmax(-1)
 top = int(probs.argmax())
 st.markdown(t("flow_predicts", tok=visible(labels[position]), top=visible(token_labels(model, [top])[0]),
               p=prob_text(probs[top])))

@@ -98,7 +98,7 @@ def rope_section() -> None:
     chart(fig, "emb_rope_angles")
     st.subheader(t("emb_rope_offset"))
     stages = ctx.trace.attention("dec_self" if side == "decoder" else "enc_self", ctx.layer)
-    if stages is None or stages.q is None:
+    if stages is None or not stages.has("q"):
         return
     c1, c2, c3 = st.columns(3)
     head = c1.selectbox(t("att_head"), range(cfg.n_heads), key=f"emb_rope_head_{cfg.n_heads}")

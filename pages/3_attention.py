@@ -111,24 +111,28 @@ def main_map(stages, head: int, q_lab, k_lab) -> tuple[int, int] | None:
         chart(fig, "att_main")
         st.caption(t("att_pooled_hint", n=max(n_q, n_k), step=step))
         return None
+    clickable = max(n_q, n_k) <= CLICK_CAP  # then the click targets on top carry the hover
     custom, hover, names = None, None, None
     if max(n_q, n_k) <= HOVER_CAP:
         raw, scaled = stages.head("scores", head).numpy(), stages.head("scaled", head).numpy()
         # numbers in customdata and the token labels in text/hovertext: an array mixing strings and numbers
         # made plotly's JSON fall back to a slow Python walk (5x the time of the whole chart)
         custom = np.stack([raw, scaled, weights], axis=-1).astype(np.float32)
-        names = (np.broadcast_to(np.asarray(q_lab, dtype=str)[:, None], (n_q, n_k)),
-                 np.broadcast_to(np.asarray(k_lab, dtype=str)[None, :], (n_q, n_k)))
-        hover = (f"{t('attn_queries')}: %{{text}}<br>{t('attn_keys')}: %{{hovertext}}<br>"
+        if clickable:  # the click targets sit on numbered axes: each names its cell's tokens
+            names = (np.broadcast_to(np.asarray(q_lab, dtype=str)[:, None], (n_q, n_k)),
+                     np.broadcast_to(np.asarray(k_lab, dtype=str)[None, :], (n_q, n_k)))
+        who = ("%{text}", "%{hovertext}") if clickable else ("%{y}", "%{x}")  # else the axes' categories
+        hover = (f"{t('attn_queries')}: {who[0]}<br>{t('attn_keys')}: {who[1]}<br>"
                  f"q·k = %{{customdata[0]:.4f}}<br>q·k/√d_k = %{{customdata[1]:.4f}}<br>{t('attn_col_weight')} = "
                  f"%{{customdata[2]:.4f}}<extra></extra>")
-    clickable = max(n_q, n_k) <= CLICK_CAP  # then the click targets on top carry the hover
-    named = clickable or custom is not None  # else the axes' categories name the tokens in the hover
+    # without click targets the axes' categories name the tokens in the hover: one string per row and column, where
+    # per-cell names cost 2 × rows × columns strings (at 88 tokens half the map's JSON for the server to write and
+    # the browser to parse; compressed on the wire they were a few KB)
     fig = token_heatmap(z, q_lab, k_lab, title=t("att_main_title", head=head, scale=t(f"att_scale_{ss.att_scale}")),
-                        **axis, customdata=None if clickable else custom, names=None if clickable else names,
+                        **axis, customdata=None if clickable else custom,
                         fixed_margins=True, x_title=t("attn_keys") if clickable else None,
                         y_title=t("attn_queries") if clickable else None,
-                        categories=None if named else (q_lab, k_lab),
+                        categories=None if clickable else (q_lab, k_lab),
                         hovertemplate="skip" if clickable and custom is not None else hover or (
                             f"{t('attn_queries')}: %{{y}}<br>{t('attn_keys')}: %{{x}}<br>{t('attn_col_weight')} = "
                             f"%{{z:.4f}}<extra></extra>"))
@@ -203,7 +207,7 @@ def mark_generated(fig, n_q: int, n_k: int, n_gen: int) -> None:
 
 def side_by_side(stages, head, q_lab, k_lab) -> None:
     """Scaled scores before and after the mask, one colour scale; long inputs show a window of SIDE_CAP."""
-    n_q, n_k = stages.weights.shape[-2:]
+    n_q, n_k = stages.n_q, stages.n_k
     lo = 0
     if max(n_q, n_k) > SIDE_CAP:
         lo = st.slider(t("att_window"), 0, max(n_q, n_k) - SIDE_CAP, 0, key="att_window")
@@ -343,7 +347,7 @@ def all_heads(ctx, stages, kind: str, q_lab, k_lab) -> None:
 
 def explain_cell(stages, head, q_lab, k_lab, cell) -> None:
     """The one-query arithmetic for the clicked cell: the row's numbers, the chosen key highlighted."""
-    n_q, n_k = stages.weights.shape[-2:]
+    n_q, n_k = stages.n_q, stages.n_k
     query, key = min(cell[0], n_q - 1), min(cell[1], n_k - 1)
     s = query_steps(stages, head, query)
     st.subheader(t("att_cell_title", q=q_lab[query], k=k_lab[key]))
@@ -383,7 +387,7 @@ def four_decimals(df: pd.DataFrame) -> dict[str, str]:
 def one_query(stages, head, q_lab, k_lab) -> None:
     st.subheader(t("att_step"))
     st.markdown(t("attn_step_intro"))
-    n_q = stages.weights.size(-2)
+    n_q = stages.n_q
     _clamp("att_query_idx", n_q, n_q // 2)
     query = st.selectbox(t("attn_query_pick"), range(n_q), key="att_query_idx", format_func=lambda i: q_lab[i])
     s = query_steps(stages, head, query)
@@ -394,7 +398,7 @@ def one_query(stages, head, q_lab, k_lab) -> None:
 def qkv(stages, head, q_lab, k_lab) -> None:
     """Q, K and V of the head, built when opened: three maps of T × d_k numbers were a third of the page's bytes on
     the wire, sent again at every switch of head or layer."""
-    n_heads, n_kv = stages.weights.size(1), stages.weights.size(1) // stages.group
+    n_heads, n_kv = stages.n_heads, stages.n_heads // stages.group
     if n_kv < n_heads:  # grouped-query attention: this head reads a K/V head it shares with its group
         kv = stages.kv_head(head)
         st.markdown(t("att_gqa", head=head, kv=kv, n=n_heads, n_kv=n_kv, g=stages.group,
@@ -405,7 +409,7 @@ def qkv(stages, head, q_lab, k_lab) -> None:
     if not box.open:
         return
     with box:
-        if stages.q_rot is not None:
+        if stages.has("q_rot"):
             st.caption(t("att_rope_qk"))
         mats = {s: stages.head(s, head).numpy() for s in ("q", "k", "v")}
         labels = {"q": q_lab, "k": k_lab, "v": k_lab}
@@ -514,7 +518,7 @@ try:
     cell = main_map(stages, head, list(q_lab), list(k_lab))
     if cell is not None:
         explain_cell(stages, head, list(q_lab), list(k_lab), cell)
-        query, key = min(cell[0], stages.weights.size(-2) - 1), min(cell[1], stages.weights.size(-1) - 1)
+        query, key = min(cell[0], stages.n_q - 1), min(cell[1], stages.n_k - 1)
         if kind == "dec_self" and key <= query:  # a key the query may see
             why_here(ctx, head, query, key, list(q_lab), list(k_lab))
     if kind == "cross" and ctx.card.get("task") == "dates":

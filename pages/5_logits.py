@@ -126,7 +126,7 @@ def next_word_table(prefix: list[int], src_ids: list[int] | None, top: int) -> N
     st.caption(t("log_words_caption", n=FIRST_TOKENS, k=MAX_PIECES))
 
 
-distribution_view(ctx.trace.logits[0, pos].clone(), bool(ctx.card.get("random_init")))
+distribution_view(ctx.trace.logits_at(pos).clone(), bool(ctx.card.get("random_init")))
 
 
 def _append(model, src: list[int], dec: list[int], steps: int) -> None:

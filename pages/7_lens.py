@@ -76,7 +76,7 @@ def no_final_norm_note() -> str:
 def answer_section(pos: int, rows: list[str]):
     """The answer the lens row and the attribution follow: the model's top tokens here, or any text (its first
     token: a logit is linear in the stream). Returns the lens row (or None after a message)."""
-    top = ctx.trace.logits[0, pos].float().topk(min(10, model.cfg.vocab_size)).indices.tolist()
+    top = ctx.trace.logits_at(pos).float().topk(min(10, model.cfg.vocab_size)).indices.tolist()
     picked = answer_picker(t("lens_answer"), "lens_answer", model, top, context=ctx.trace.decoder_ids.tolist())
     if picked is None:
         return None

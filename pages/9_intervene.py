@@ -270,7 +270,7 @@ def effects(ctx) -> Choice:
     model, cfg = ctx.model, ctx.model.cfg
     st.header(t("he_title"))
     explain("he_intro")
-    top = ctx.trace.logits[0, -1].float().topk(min(10, cfg.vocab_size)).indices.tolist()  # the model's top choices
+    top = ctx.trace.logits_at(-1).float().topk(min(10, cfg.vocab_size)).indices.tolist()  # the model's top choices
     c1, c2 = st.columns(2)
     metric = c1.radio(t("he_metric"), METRICS, key="he_metric", format_func=lambda m: t(f"he_metric_{m}"),
                       horizontal=True)

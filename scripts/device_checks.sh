@@ -8,7 +8,7 @@ out=${1:?usage: bash scripts/device_checks.sh OUT_FOLDER}
 export PYTHONUNBUFFERED=1
 python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
 tests=(
-  tests/core/test_model.py::test_cuda_trace_matches_cpu_and_returns_cpu_tensors
+  tests/core/test_model.py::test_cuda_trace_stays_on_the_gpu_and_reads_as_cpu_tensors_matching_cpu
   tests/core/test_training.py::test_training_runs_on_cuda
   tests/core/test_long_runs.py::test_amp_trains_on_cuda_and_the_card_names_the_gpu
   tests/service/test_jobs.py::test_a_job_trains_on_cuda_and_saves_a_cpu_checkpoint

@@ -263,7 +263,9 @@ def test_asking_for_cuda_without_cuda_raises_a_device_error():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_trace_matches_cpu_and_returns_cpu_tensors():
+def test_cuda_trace_stays_on_the_gpu_and_reads_as_cpu_tensors_matching_cpu():
+    """A GPU trace keeps its tensors on the GPU (copying them all cost 20x the forward); everything read from it is
+    a CPU tensor with the CPU trace's numbers, and a head's map brings over that head only."""
     cfg = preset("tiny")
     cpu, gpu = build_model(cfg, "cpu"), build_model(cfg, "cuda")
     src, tgt = torch.tensor([[1, 2, 3, 4, 5]]), torch.tensor([[6, 7, 8]])
@@ -272,6 +274,12 @@ def test_cuda_trace_matches_cpu_and_returns_cpu_tensors():
     assert logits_gpu.device.type == "cuda"
     torch.testing.assert_close(logits_gpu.cpu(), logits_cpu, atol=1e-4, rtol=1e-4)
     assert trace_gpu.names() == trace_cpu.names()
+    assert {t.device.type for t in trace_gpu.tensors.values()} == {"cuda"}
+    trace_gpu.fetched_bytes = 0
+    one = trace_gpu.attention("cross", 0).head("weights", 1)
+    assert one.device.type == "cpu" and trace_gpu.fetched_bytes == one.numel() * 4
+    torch.testing.assert_close(one, trace_cpu.attention("cross", 0).head("weights", 1), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(trace_gpu.logits_at(-1), trace_cpu.logits[0, -1], atol=1e-4, rtol=1e-4)
     for name in trace_cpu.names():
         assert trace_gpu[name].device.type == "cpu"
         a, b = trace_gpu[name], trace_cpu[name]
@@ -279,6 +287,23 @@ def test_cuda_trace_matches_cpu_and_returns_cpu_tensors():
             assert torch.equal(a, b), name
         else:
             torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4, msg=name)
+
+
+def test_reading_a_trace_brings_over_what_is_read_and_counts_it():
+    """What a reader asks for is what crosses to the CPU (counted in fetched_bytes, on the CPU too): one head's map,
+    one position's logits; a whole stage read twice from the same view crosses once; sizes cross nothing."""
+    cfg = preset("tiny")
+    model = build_model(cfg, "cpu")
+    _, trace = run_with_trace(model, torch.tensor([[1, 2, 3, 4, 5]]), torch.tensor([[6, 7, 8]]))
+    stages = trace.attention("cross", 0)
+    assert (stages.n_heads, stages.n_q, stages.n_k) == (cfg.n_heads, 3, 5) and trace.fetched_bytes == 0
+    assert stages.has("q") and not stages.has("q_rot") and stages.q_rot is None and trace.fetched_bytes == 0
+    one = stages.head("weights", 1)
+    assert trace.fetched_bytes == one.numel() * 4 == 3 * 5 * 4
+    assert stages.weights is stages.weights and trace.fetched_bytes == 15 * 4 + cfg.n_heads * 15 * 4
+    torch.testing.assert_close(one, stages.weights[0, 1])
+    trace.fetched_bytes = 0
+    assert torch.equal(trace.logits_at(-1), trace.logits[0, -1]) and trace.fetched_bytes == 4 * cfg.vocab_size * (1 + 3)
 
 
 # --- checkpoints ------------------------------------------------------------------------------------------

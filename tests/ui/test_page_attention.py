@@ -568,3 +568,62 @@ def test_masked_cells_of_a_larger_map_are_grey_without_an_x_and_the_title_says_s
         upper = np.triu(np.ones((n, n), dtype=bool), k=1)
         assert (np.isnan(array(overlay["z"])) == ~upper).all() and not overlay.get("text")
     assert np.isnan(values(after)[0][np.triu(np.ones((n, n), dtype=bool), k=1)]).all()
+
+
+def test_a_map_without_click_targets_names_its_tokens_by_the_axes_and_hovers_the_traced_numbers():
+    """Between the click cap (64) and the hover cap (96) tokens the main map hovers q·k, q·k/√d_k and the weight of
+    every cell; the tokens come from the axes' categories (one string per row and column), not from per-cell strings
+    (2 × rows × columns of them: half the map's JSON at 88 tokens)."""
+    from transformer_core import load_model, trace_text
+
+    text = " ".join(["The cat sat on the mat."] * 11)
+    at = open_app(PAGE, model="shipped:everyday-gpt", text=text, lang="en")
+    assert_clean(at)
+    main = figure(at, "att_main")
+    [heat] = [tr for tr in main["data"] if tr["type"] == "heatmap" and tr.get("name") != "mask"]
+    n = len(heat["y"])
+    assert 64 < n <= 96 and not any(tr["type"] == "scatter" for tr in main["data"])  # no click targets
+    assert main["layout"]["yaxis"]["type"] == main["layout"]["xaxis"]["type"] == "category"
+    assert len(set(heat["y"])) == n and heat["y"][5].startswith("5 ‘")
+    assert "text" not in heat and "hovertext" not in heat
+    assert "%{y}" in heat["hovertemplate"] and "%{x}" in heat["hovertemplate"]
+    model, _ = load_model("everyday-gpt")
+    _, trace = trace_text(model, text)
+    stages = trace.attention("dec_self", at.session_state["layer"])
+    head = at.session_state["head"]
+    custom = array(heat["customdata"]).reshape(n, n, 3)
+    for i, stage in enumerate(("scores", "scaled", "weights")):
+        np.testing.assert_allclose(custom[..., i], stages.head(stage, head).numpy(), atol=1e-5)
+
+
+def drawn_numbers(node) -> int:
+    """How many numbers a chart's traces draw (plain lists and typed arrays of z, x, y, customdata ...)."""
+    if isinstance(node, dict):
+        return array(node).size if "bdata" in node else sum(drawn_numbers(v) for v in node.values())
+    if isinstance(node, list):
+        if node and all(isinstance(x, (int, float)) or x is None for x in node):
+            return len(node)
+        return sum(drawn_numbers(v) for v in node)
+    return 0
+
+
+@pytest.mark.parametrize("switch", ["head", "layer"])
+def test_a_switch_reads_from_the_trace_about_what_it_draws(switch):
+    """A trace stays where the forward ran (on a GPU: copying all of it to the CPU cost 20x the forward) and a page
+    brings over only what it reads: a head or layer switch reads at most 1.25x the numbers its charts and tables
+    draw (4 bytes each), a few percent of the trace, and each whole stage once per run."""
+    import ui.cache
+
+    text = " ".join(["The cat sat on the mat."] * 9)  # 72 tokens on the default
+    at = open_app(PAGE, model="shipped:everyday-gpt", text=text, lang="en")
+    assert_clean(at)
+    for value, _ in ui.cache.TRACES._items.values():
+        value[1].fetched_bytes = 0
+    at.selectbox(key=switch).set_value(3 if switch == "head" else 2).run()  # a long text keeps a layer per trace
+    assert_clean(at)
+    traces = [value[1] for value, _ in ui.cache.TRACES._items.values()]
+    fetched = sum(trace.fetched_bytes for trace in traces)
+    drawn = 4 * (sum(drawn_numbers(json.loads(c.proto.spec)["data"]) for c in at.get("plotly_chart"))
+                 + sum(df.value.size for df in at.dataframe))
+    whole = max(ui.cache.held_bytes(trace) for trace in traces)
+    assert 0 < fetched <= 1.25 * drawn and fetched < 0.05 * whole, (fetched, drawn, whole)

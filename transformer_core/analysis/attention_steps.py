@@ -37,10 +37,10 @@ class QuerySteps:
 
 def query_steps(stages: AttentionStages, head: int, query: int) -> QuerySteps:
     """Every stage for one query token of one head (batch item 0), computed by the model's attention()."""
-    rotary = stages.q_rot is not None  # RoPE: the scores read the rotated q and k
-    q = (stages.q_rot if rotary else stages.q)[0, head, query : query + 1].float()  # (1, hs)
+    rotary = stages.has("q_rot")  # RoPE: the scores read the rotated q and k
+    q = stages.head("q_rot" if rotary else "q", head)[query : query + 1]  # (1, hs)
     k, v = stages.head("k_rot" if rotary else "k", head), stages.head("v", head)  # (Tk, hs) its K/V head's
-    mask = stages.mask[0, head, query : query + 1].bool()  # (1, Tk)
+    mask = stages.head("mask", head)[query : query + 1].bool()  # (1, Tk)
     seen: dict[str, torch.Tensor] = {}
 
     def keep(stage: str, x: torch.Tensor) -> torch.Tensor:
@@ -50,7 +50,7 @@ def query_steps(stages: AttentionStages, head: int, query: int) -> QuerySteps:
     out, _ = attention(q, k, v, mask, hook=keep)  # (1, hs)
     masked = seen.get("masked", seen["scaled"])
     return QuerySteps(d_k=int(q.size(-1)), raw=seen["scores"], scaled=seen["scaled"], mask=mask[0], masked=masked,
-                      weights=seen["weights"], v=v, output=out[0], traced_output=stages.z[0, head, query].float())
+                      weights=seen["weights"], v=v, output=out[0], traced_output=stages.head("z", head)[query])
 
 
 def row_sums(weights: torch.Tensor, mask: torch.Tensor) -> tuple[float, float, int]:

@@ -129,5 +129,5 @@ def direct_logit_attribution(model: Transformer, trace: Trace, position: int, to
             attn_bias[part[1]] = value
         else:
             ffn[part[1]] = value
-    return Attribution(int(token), p, float(trace.logits[0, p, int(token)]), embed, heads, attn_bias, ffn,
+    return Attribution(int(token), p, float(trace.logits_at(p)[int(token)]), embed, heads, attn_bias, ffn,
                        constant, scale, norm)

@@ -110,7 +110,7 @@ def _row_logits(model: Transformer, trace: Trace, names: list[str], translate=No
     `cols`: the positions read."""
     names = list(reversed(names))
     if "hook_logits" in trace:
-        yield trace.logits[0, cols].float()  # (T, vocab)
+        yield trace.logits_at(cols).float()  # (T, vocab): only the positions read
         names = names[1:]
     T = trace[names[0]][:, cols].size(1) if names else 1
     at_once = max(1, CHUNK_BYTES // (4 * T * model.cfg.vocab_size))

@@ -36,12 +36,12 @@ class QKNormEffect:
 def qk_norm_effect(model, stages: AttentionStages, head: int) -> QKNormEffect | None:
     """The QK-norm's effect on `head` of a traced decoder self-attention block (batch item 0); None for a block
     without QK-norm. The block's own rotary turns the raw q and k as the forward turned the normed ones."""
-    if stages.kind != "dec_self" or stages.q_normed is None:
+    if stages.kind != "dec_self" or not stages.has("q_normed"):
         return None
     attn = model.decoder.layers[stages.layer].self_attn
     q, k = stages.head("q", head), stages.head("k", head)  # (Tq, hs), (Tk, hs) before the norms
     qn, kn = stages.head("q_normed", head), stages.head("k_normed", head)
-    mask = stages.mask[0, head].bool()  # (Tq, Tk)
+    mask = stages.head("mask", head).bool()  # (Tq, Tk)
 
     def scores(qx, kx):
         if attn.rotary is not None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..model.hooks import act_name, addnorm_index
+from ..model.hooks import addnorm_index
 from ..model.trace import Trace
 
 SUBLAYERS = {"encoder": ("enc_self", "enc_ffn"), "decoder": ("dec_self", "cross", "dec_ffn")}
@@ -50,7 +50,7 @@ def added_norm(trace: Trace, side: str, layer: int, sub: str) -> torch.Tensor | 
     if sub.endswith("ffn"):
         out = trace.ffn(layer, side)[1]
     else:  # W_o's output is kept for every layer (only the per-head stages are kept for one)
-        out = trace.tensors.get(act_name("out", layer=layer, block=sub))
+        out = trace.get("out", layer=layer, block=sub)
     return None if out is None else out[0].float().norm(dim=-1)
 
 

@@ -20,7 +20,7 @@ _EDITS: contextvars.ContextVar[dict[str, Callable[[torch.Tensor], torch.Tensor]]
 
 class HookPoint(nn.Module):
     """Identity module; inside intervene() it returns edit(x) instead; while a capture is active it stores a
-    detached CPU snapshot of what it returns (so a trace shows the edit)."""
+    detached snapshot of what it returns (so a trace shows the edit)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -41,26 +41,30 @@ class CaptureDone(Exception):
 
 
 class _Capture:
-    def __init__(self, wanted: Callable[[str], bool], until: set[str] | None = None) -> None:
+    def __init__(self, wanted: Callable[[str], bool], until: set[str] | None = None, on_device: bool = False) -> None:
         self.wanted = wanted
         self.until = until  # stop the forward once all of these are stored
+        self.on_device = on_device  # keep snapshots where the forward ran (a Trace brings them over when read)
         self.tensors: dict[str, torch.Tensor] = {}
         self.shapes: dict[str, tuple[int, ...]] = {}  # every hook point reached, stored or not
 
     def save(self, name: str, x: torch.Tensor) -> None:
         self.shapes[name] = tuple(x.shape)
         if self.wanted(name):
-            self.tensors[name] = snapshot(x)
+            self.tensors[name] = snapshot(x, self.on_device)
             if self.until is not None and self.until <= self.tensors.keys():
                 raise CaptureDone
 
 
-def snapshot(x: torch.Tensor) -> torch.Tensor:
-    """A detached CPU tensor that nothing else can write: GPU tensors and views are copied; a fresh
-    CPU result of an inference-mode op is kept as is (inference tensors refuse in-place updates)."""
-    if x.device.type != "cpu" or x._is_view() or not x.is_inference():
-        return x.detach().to("cpu", copy=True)
-    return x.detach()
+def snapshot(x: torch.Tensor, on_device: bool = False) -> torch.Tensor:
+    """A detached tensor that nothing else can write, on the CPU (on its own device with `on_device`): views,
+    tensors of other devices and ones outside inference mode are copied; a fresh result of an inference-mode op is
+    kept as is (inference tensors refuse in-place updates)."""
+    if on_device and (x._is_view() or not x.is_inference()):
+        return x.detach().clone()
+    if on_device or (x.device.type == "cpu" and not x._is_view() and x.is_inference()):
+        return x.detach()
+    return x.detach().to("cpu", copy=True)
 
 
 def capturing() -> bool:
@@ -107,12 +111,13 @@ def capture(names: Iterable[str] | Callable[[str], bool] | None = None) -> Itera
 
 @contextmanager
 def capture_all(names: Iterable[str] | Callable[[str], bool] | None = None,
-                stop_when_done: bool = False) -> Iterator[_Capture]:
+                stop_when_done: bool = False, on_device: bool = False) -> Iterator[_Capture]:
     """Like capture(), yielding the store itself (tensors chosen by `names`, plus every hook's shape).
-    stop_when_done (names: a list of hook paths): CaptureDone is raised once all are stored."""
+    stop_when_done (names: a list of hook paths): CaptureDone is raised once all are stored. on_device: the
+    tensors stay on the forward's device (a Trace's; capture() hands out CPU tensors)."""
     if stop_when_done and (names is None or callable(names)):
         raise ValueError("stop_when_done needs the hook paths as a list")
-    store = _Capture(_selector(names), set(names) if stop_when_done else None)
+    store = _Capture(_selector(names), set(names) if stop_when_done else None, on_device)
     token = _ACTIVE.set(store)
     try:
         yield store

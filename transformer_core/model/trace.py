@@ -1,4 +1,5 @@
-"""One forward that returns the logits plus a Trace of every named intermediate (detached, on the CPU).
+"""One forward that returns the logits plus a Trace of every named intermediate (detached, on the forward's device;
+read on the CPU).
 
 Read a trace through its views (`attention`, `embeddings`, `ffn`, `addnorm`), never by spelling hook paths.
 """
@@ -16,48 +17,70 @@ KV_STAGES = ("k", "v", "k_normed", "k_rot")  # one per K/V head
 VECTOR_STAGES = tuple(s for s in PER_HEAD_STAGES if s not in MAP_STAGES)  # (T, hs) per head, not maps
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class AttentionStages:
-    """Every stage of one attention block, batch first: (B, nh, Tq, Tk) maps, (B, nh, T, hs) q/k/v/z."""
+    """Every stage of one attention block, batch first, each read as an attribute on the CPU (None when the trace did
+    not keep it): weights (softmax rows) and mask (bool, True = may attend; all True when the block had no mask),
+    (B, nh, Tq, Tk); scores (raw QKᵀ), scaled (/ √d_k), masked (−∞ where masked), the same; q, k, v, z per head
+    (B, nh, T, hs): k and v have fewer heads than q with grouped-query attention; q_normed / k_normed after QK-norm
+    (Qwen3), q_rot / k_rot after RoPE's rotation; concat (B, Tq, d) heads side by side; out (B, Tq, d) after W_o.
+    The tensors stay where the trace keeps them (a GPU trace on the GPU): an attribute brings a whole stage to the
+    CPU, `head()` only one head's slice of it, and the sizes come from the shapes (nothing is copied)."""
 
     kind: str  # enc_self, dec_self or cross
     layer: int
-    weights: torch.Tensor  # softmax rows
-    mask: torch.Tensor  # bool, True = may attend (all True when the block had no mask)
-    q: torch.Tensor | None = None  # the other stages are None when the trace did not keep them
-    k: torch.Tensor | None = None  # (B, kv_heads, Tk, hs): fewer heads than q with grouped-query attention
-    v: torch.Tensor | None = None
-    q_normed: torch.Tensor | None = None  # after QK-norm's RMSNorm (Qwen3)
-    k_normed: torch.Tensor | None = None
-    q_rot: torch.Tensor | None = None  # after RoPE's rotation (rotary models)
-    k_rot: torch.Tensor | None = None
-    scores: torch.Tensor | None = None  # raw QKᵀ
-    scaled: torch.Tensor | None = None  # / √d_k
-    masked: torch.Tensor | None = None  # scaled with −∞ where masked
-    z: torch.Tensor | None = None  # weights @ V per head
-    concat: torch.Tensor | None = None  # (B, Tq, d) heads side by side
-    out: torch.Tensor | None = None  # (B, Tq, d) after W_o
+    stored: dict[str, torch.Tensor | None] = field(repr=False)  # stage -> the trace's tensor
+    fetch: Callable[[torch.Tensor], torch.Tensor] = field(repr=False)  # the trace's way to the CPU (it counts)
+    fetched: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)  # whole stages already brought over
+
+    def __getattr__(self, stage: str) -> torch.Tensor | None:  # stages.weights: a whole stage on the CPU, once
+        stored = self.__dict__.get("stored")
+        if stored is None or stage not in ATTENTION_STAGES:
+            raise AttributeError(stage)
+        if stored.get(stage) is None:
+            return None
+        if stage not in self.fetched:  # a page reads these views once per run: each stage crosses once
+            self.fetched[stage] = self.fetch(stored[stage])
+        return self.fetched[stage]
 
     def __getitem__(self, stage: str) -> torch.Tensor:
         return getattr(self, stage)
 
+    def has(self, stage: str) -> bool:
+        """Whether the trace kept this stage (asks nothing of the tensor)."""
+        return self.stored.get(stage) is not None
+
+    @property
+    def n_heads(self) -> int:
+        return self.stored["weights"].size(1)
+
+    @property
+    def n_q(self) -> int:
+        return self.stored["weights"].size(-2)
+
+    @property
+    def n_k(self) -> int:
+        return self.stored["weights"].size(-1)
+
     @property
     def group(self) -> int:
         """Query heads per K/V head: 1, or more with grouped-query attention."""
-        return self.weights.size(1) // (self.k.size(1) if self.k is not None else self.weights.size(1))
+        k = self.stored.get("k")
+        return self.n_heads // (k.size(1) if k is not None else self.n_heads)
 
     def kv_head(self, head: int) -> int:
         """The K/V head query head `head` reads (query heads share K/V heads in consecutive groups)."""
         return int(head) // self.group
 
     def head(self, stage: str, head: int | None = None, limit: int | None = None) -> torch.Tensor:
-        """One stage of batch item 0, float32: (nh, Tq, Tk) or (Tq, Tk) for one head; cropped to `limit` tokens."""
-        x = getattr(self, stage)[0]
-        x = x.float() if x.dtype != torch.bool else x
+        """One stage of batch item 0, float32: (nh, Tq, Tk) or (Tq, Tk) for one head; cropped to `limit` tokens.
+        Only that slice is brought to the CPU."""
+        x = self.stored[stage][0]
         x = x if head is None else x[self.kv_head(head) if stage in KV_STAGES else head]
         if limit is not None:
             x = x[..., :limit, :limit] if stage not in VECTOR_STAGES else x[..., :limit, :]
-        return x
+        x = self.fetch(x)
+        return x.float() if x.dtype != torch.bool else x
 
 
 @dataclass(frozen=True)
@@ -72,7 +95,12 @@ class EmbeddingStages:
 
 @dataclass
 class Trace:
-    """Hook name -> tensor, in forward order. Shapes: see `shapes()`."""
+    """Hook name -> tensor, in forward order. Shapes: see `shapes()`.
+
+    The tensors stay on the device the forward ran on (a GPU trace on the GPU: copying every hook point to the CPU
+    cost 20x the forward). Every way of reading a trace (its views, `trace[name]`, `logits_at`) hands out CPU
+    tensors, bringing over only what was asked for; `fetched_bytes` counts what was handed out (on the CPU too,
+    where nothing moves), so a test can check that a page reads no more than it draws."""
 
     tensors: dict[str, torch.Tensor]
     src_ids: torch.Tensor
@@ -83,6 +111,12 @@ class Trace:
     all_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # every hook, stored or not
     _probs: torch.Tensor | None = None
     _derived: dict = field(default_factory=dict, repr=False)  # memo(): results computed from this trace
+    fetched_bytes: int = 0  # bytes handed out to readers (fetch)
+
+    def fetch(self, x: torch.Tensor) -> torch.Tensor:
+        """`x` (a stored tensor or a slice of one) on the CPU, counted in fetched_bytes."""
+        self.fetched_bytes += x.numel() * x.element_size()
+        return x if x.device.type == "cpu" else x.to("cpu")
 
     def memo(self, key: tuple, compute: Callable[[], object]):
         """What compute() returns, computed once per trace and key: a trace is shared by every session and page
@@ -92,7 +126,7 @@ class Trace:
         return self._derived[key]
 
     def __getitem__(self, name: str) -> torch.Tensor:
-        return self.tensors[name]
+        return self.fetch(self.tensors[name])
 
     def __contains__(self, name: str) -> bool:
         return name in self.tensors
@@ -119,12 +153,29 @@ class Trace:
         """The shape of a traced quantity (stored or not), by act_name's arguments."""
         return self.all_shapes.get(act_name(stage, cross=self.is_encoder_decoder, **where))
 
-    def _get(self, stage: str, **where) -> torch.Tensor | None:
+    def _stored(self, stage: str, **where) -> torch.Tensor | None:
         return self.tensors.get(act_name(stage, cross=self.is_encoder_decoder, **where))
+
+    def _get(self, stage: str, **where) -> torch.Tensor | None:
+        x = self._stored(stage, **where)
+        return None if x is None else self.fetch(x)
+
+    def get(self, stage: str, **where) -> torch.Tensor | None:
+        """A traced quantity by act_name's arguments, on the CPU; None when the trace did not keep it."""
+        return self._get(stage, **where)
 
     @property
     def logits(self) -> torch.Tensor:
-        return self.tensors["hook_logits"]  # (B, T, vocab)
+        return self.fetch(self.tensors["hook_logits"])  # (B, T, vocab)
+
+    def logits_at(self, position: int | slice) -> torch.Tensor:
+        """(vocab,) the logits at one position of batch item 0 ((T, vocab) for a slice of positions): only those
+        rows are brought to the CPU."""
+        return self.fetch(self.tensors["hook_logits"][0, position])
+
+    @property
+    def logits_shape(self) -> tuple[int, ...]:
+        return tuple(self.tensors["hook_logits"].shape)
 
     @property
     def probs(self) -> torch.Tensor:
@@ -156,13 +207,13 @@ class Trace:
 
     def attention(self, kind: str, layer: int) -> AttentionStages | None:
         """Every stage of one block (None when it was not kept); with no mask, 'mask' is all True."""
-        got = {s: self._get(s, layer=layer, block=kind) for s in ATTENTION_STAGES}
+        got = {s: self._stored(s, layer=layer, block=kind) for s in ATTENTION_STAGES}
         if got["weights"] is None:
             return None
         if got["mask"] is None:
             got["mask"] = torch.ones_like(got["weights"], dtype=torch.bool)
             got["masked"] = got["scaled"]
-        return AttentionStages(kind=kind, layer=layer, **got)
+        return AttentionStages(kind=kind, layer=layer, stored=got, fetch=self.fetch)
 
     def embeddings(self, side: str = "decoder") -> EmbeddingStages:
         """The embedding stages of one stack ("encoder" or "decoder")."""
@@ -218,7 +269,7 @@ def run_with_trace(
     src = src.to(device)
     tgt = tgt.to(device) if tgt is not None else None
     logits = None
-    with torch.inference_mode(), capture_all(names, stop_when_done=stop_early) as store:
+    with torch.inference_mode(), capture_all(names, stop_when_done=stop_early, on_device=True) as store:
         try:
             logits = model(src, tgt, src_lengths=src_lengths, tgt_lengths=tgt_lengths, masks=masks)
         except CaptureDone:
