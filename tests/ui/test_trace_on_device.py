@@ -37,16 +37,17 @@ def off_cpu_snapshot(real):
     return snapshot
 
 
-def plain_fetch(self, x):
-    self.fetched_bytes += x.numel() * x.element_size()
-    with torch._C.DisableTorchFunctionSubclass():
-        return x.as_subclass(torch.Tensor).clone()
+def plain_fetch(real):
+    def fetch(self, x):  # the trace's own fetch (it counts), then a plain CPU tensor as a GPU's copy would be
+        with torch._C.DisableTorchFunctionSubclass():
+            return real(self, x).as_subclass(torch.Tensor).clone()
+    return fetch
 
 
 @pytest.fixture
 def traces_off_cpu(monkeypatch):
     monkeypatch.setattr(hooks, "snapshot", off_cpu_snapshot(hooks.snapshot))
-    monkeypatch.setattr(Trace, "fetch", plain_fetch)
+    monkeypatch.setattr(Trace, "fetch", plain_fetch(Trace.fetch))
     ui.cache.TRACES.clear()  # no trace of an earlier test (plain tensors) may stand in
     yield
     ui.cache.TRACES.clear()  # nor may these reach a later test

@@ -85,7 +85,7 @@ HEAD = {"kind": "cross", "layer": 0, "head": 0}
 VIEWS: dict[str, tuple[str, str, str, dict]] = {
     "attention": ("", "trace", "trace.attention({kind}, {layer})", {"kind": "cross", "layer": 0}),
     "next_token": ("from transformer_core import distribution", "trace",
-                   "distribution(trace.logits[0, -1], top={top})", {"top": 10}),
+                   "distribution(trace.logits_at(-1), top={top})", {"top": 10}),
     "logit_lens": ("from transformer_core.analysis.logit_lens import logit_lens", "prep",
                    "logit_lens(model, prep, k={k})", {"k": 5}),
     "tuned_lens": ("from transformer_core.analysis.tuned_lens import load, shipped_folder, tuned_lens_from_trace",

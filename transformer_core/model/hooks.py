@@ -60,11 +60,11 @@ def snapshot(x: torch.Tensor, on_device: bool = False) -> torch.Tensor:
     """A detached tensor that nothing else can write, on the CPU (on its own device with `on_device`): views,
     tensors of other devices and ones outside inference mode are copied; a fresh result of an inference-mode op is
     kept as is (inference tensors refuse in-place updates)."""
-    if on_device and (x._is_view() or not x.is_inference()):
+    if not on_device and x.device.type != "cpu":
+        return x.detach().to("cpu")
+    if x._is_view() or not x.is_inference():
         return x.detach().clone()
-    if on_device or (x.device.type == "cpu" and not x._is_view() and x.is_inference()):
-        return x.detach()
-    return x.detach().to("cpu", copy=True)
+    return x.detach()
 
 
 def capturing() -> bool:

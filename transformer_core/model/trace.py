@@ -156,13 +156,10 @@ class Trace:
     def _stored(self, stage: str, **where) -> torch.Tensor | None:
         return self.tensors.get(act_name(stage, cross=self.is_encoder_decoder, **where))
 
-    def _get(self, stage: str, **where) -> torch.Tensor | None:
-        x = self._stored(stage, **where)
-        return None if x is None else self.fetch(x)
-
     def get(self, stage: str, **where) -> torch.Tensor | None:
         """A traced quantity by act_name's arguments, on the CPU; None when the trace did not keep it."""
-        return self._get(stage, **where)
+        x = self._stored(stage, **where)
+        return None if x is None else self.fetch(x)
 
     @property
     def logits(self) -> torch.Tensor:
@@ -217,11 +214,11 @@ class Trace:
 
     def embeddings(self, side: str = "decoder") -> EmbeddingStages:
         """The embedding stages of one stack ("encoder" or "decoder")."""
-        return EmbeddingStages(*(self._get(s, side=side) for s in ("embed_tok", "embed_scaled", "pe", "embed")))
+        return EmbeddingStages(*(self.get(s, side=side) for s in ("embed_tok", "embed_scaled", "pe", "embed")))
 
     def ffn(self, layer: int, side: str = "decoder") -> tuple[torch.Tensor, torch.Tensor]:
         """(hidden (B, T, d_ffn) after the activation, output (B, T, d)) of one layer's FFN."""
-        return self._get("ffn_hidden", layer=layer, side=side), self._get("ffn_out", layer=layer, side=side)
+        return self.get("ffn_hidden", layer=layer, side=side), self.get("ffn_out", layer=layer, side=side)
 
     def addnorm(self, layer: int, sublayer: str) -> tuple[torch.Tensor, torch.Tensor]:
         """(input, output) of the Add & Norm around a sub-layer (enc_self, dec_self, cross, enc_ffn, dec_ffn).
@@ -229,24 +226,24 @@ class Trace:
         Post-norm: input = x + sublayer(x), output = LayerNorm(input).
         Pre-norm: input = x, output = x + sublayer(LN(x)).
         """
-        return (self._get("addnorm_in", layer=layer, block=sublayer),
-                self._get("addnorm_out", layer=layer, block=sublayer))
+        return (self.get("addnorm_in", layer=layer, block=sublayer),
+                self.get("addnorm_out", layer=layer, block=sublayer))
 
     def norm_io(self, layer: int, sublayer: str) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """(input, output) of the norm itself in the Add & Norm around a sub-layer: post-norm x + sublayer(x) and
         LN of it; pre-norm the stream x and LN(x), what the sub-layer reads."""
-        normed = self._get("addnorm_normed", layer=layer, block=sublayer)
+        normed = self.get("addnorm_normed", layer=layer, block=sublayer)
         ln_in, ln_out = self.addnorm(layer, sublayer)
         return ln_in, (normed if normed is not None else ln_out)
 
     def gated(self, layer: int, side: str = "decoder") -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """(gate after its activation, up-projection), each (B, T, d_ffn), of a gated FFN (SwiGLU); None otherwise.
         Their product is the hidden layer (`ffn`)."""
-        return self._get("ffn_gate", layer=layer, side=side), self._get("ffn_up", layer=layer, side=side)
+        return self.get("ffn_gate", layer=layer, side=side), self.get("ffn_up", layer=layer, side=side)
 
     def stack_out(self, side: str) -> torch.Tensor | None:
         """(B, T, d) a stack's output (after its final LayerNorm when it has one): the encoder's is the memory."""
-        return self._get("stack_out", side=side)
+        return self.get("stack_out", side=side)
 
 
 def run_with_trace(
