@@ -58,8 +58,16 @@ def wait_rendered(page, *, charts: bool = False, timeout: float = 120_000, chart
         except Exception as exc:  # playwright's TimeoutError
             raise AssertionError(f"no plotly chart drew on {page.url} within {chart_timeout / 1000:.0f} s") from exc
 
-def full_screenshot(page, path, *, max_height: int = 12_000) -> None:
-    """A screenshot of the whole page: Streamlit scrolls inside stMain, so grow the viewport to fit first."""
+# screenshots are for a person to look at (SCREENSHOTS=1 python3 -m pytest tests/browser): each one relays every chart
+# out at the page's full height and encodes a large PNG, CPU a test run spends on nothing it asserts
+SCREENSHOTS = os.environ.get("SCREENSHOTS", "0") not in ("", "0")
+
+
+def full_screenshot(page, path, *, max_height: int = 12_000, always: bool = False) -> None:
+    """A screenshot of the whole page when SCREENSHOTS=1 (or always): Streamlit scrolls inside stMain, so grow the
+    viewport to fit first."""
+    if not (SCREENSHOTS or always):
+        return
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     size = page.viewport_size
     height = page.evaluate("""() => Math.max(...['stMain', 'stSidebarContent'].map(
@@ -549,10 +557,11 @@ def internal_words(text: str) -> list[str]:
 
 
 def screenshot(page, path) -> None:
-    """A settled full-page screenshot (charts drawn), for a person to look at."""
+    """A settled full-page screenshot (charts drawn), for a person to look at (taken when SCREENSHOTS=1)."""
     try:
         settle(page)
-        page.wait_for_timeout(300)
+        if SCREENSHOTS:
+            page.wait_for_timeout(300)
     finally:
         full_screenshot(page, path)
 

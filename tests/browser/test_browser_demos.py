@@ -2,7 +2,8 @@
 on a fresh server, the first of them as that server's very first request, shows what the demo's two lines say: the
 figures they cite are read back from the opened page's own data (the numbers of its charts, the sentences it writes).
 Then the gallery itself, in English and 中文: its cards show those lines and those links. The name-mover model and
-GPT-2 small are skipped where this checkout has neither (the gallery then says so). Screenshots go to screenshots/."""
+GPT-2 small are skipped where this checkout has neither (the gallery then says so). With SCREENSHOTS=1,
+screenshots go to screenshots/."""
 import re
 
 import pytest

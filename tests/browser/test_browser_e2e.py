@@ -1,6 +1,6 @@
 """Real browser (Debian Chromium): every step page renders, a shared deep link works as a fresh server's first
 request, typed text reaches the tokens and the URL, HTML in the text stays text, 中文 titles render. Models are named
-in every URL (never the default). Screenshots go to artifacts/screenshots/ (git-ignored)."""
+in every URL (never the default). With SCREENSHOTS=1, screenshots go to artifacts/screenshots/ (git-ignored)."""
 import re
 import time
 from urllib.parse import parse_qs, quote, urlparse
@@ -102,8 +102,10 @@ def test_page_renders_in_a_real_browser(server, tab, name):
         if PAGES[name][1]:
             assert tab.locator(CHART_SVG).count() >= 1
         assert not tab.dialogs
-    finally:
-        full_screenshot(tab, SHOTS / f"{name}.png")  # also of a failing page, to see what went wrong
+    except BaseException:
+        full_screenshot(tab, SHOTS / f"{name}.png", always=True)  # a failing page, to see what went wrong
+        raise
+    full_screenshot(tab, SHOTS / f"{name}.png")
 
 
 def test_typed_text_becomes_tokens_and_goes_into_the_url(server, tab):

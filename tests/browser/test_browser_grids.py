@@ -4,7 +4,7 @@ catalogue and the Attention page is measured against every other: no two may ove
 tick labels of every axis, colour-bar titles and ticks, subplot titles).
 
 The 16 × 16 model is a random-init checkpoint written into this module's own checkpoints folder (a learner's trained
-model is listed the same way). Screenshots go to screenshots/ (git-ignored).
+model is listed the same way). With SCREENSHOTS=1, screenshots go to screenshots/ (git-ignored).
 """
 import re
 from dataclasses import replace

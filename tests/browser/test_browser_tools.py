@@ -4,7 +4,7 @@ chips, one interaction works (the logit lens's position, a click in the head cat
 B, the BPE step slider), and the Export expander's .npz download holds the page's numbers.
 
 Models are named in every URL. The server is the one the browser modules share (conftest.py's `app`).
-Screenshots go to screenshots/ (git-ignored).
+With SCREENSHOTS=1, screenshots go to screenshots/ (git-ignored).
 """
 import io
 import re

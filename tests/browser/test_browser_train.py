@@ -1,6 +1,6 @@
 """Real browser (Debian Chromium), a newcomer's first visit end to end: a newcomer trains a model on the reverse task,
 sees cross-attention form the anti-diagonal, switches to a shipped checkpoint (repeat) and generates text step by
-step. Screenshots go to artifacts/screenshots/ (git-ignored)."""
+step. With SCREENSHOTS=1, screenshots go to artifacts/screenshots/ (git-ignored)."""
 import json
 import time
 from urllib.parse import parse_qs, urlparse

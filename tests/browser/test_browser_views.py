@@ -5,8 +5,8 @@ model in one picture (a click opens its block), the FFN & residual page, "what t
 CSV).
 
 Models are named in every URL (shipped reverse / repeat / copy, the course-base preset), never the default. The
-server is the one the browser modules share (a second, fresh one only for the shared-link test). Screenshots go to
-screenshots/ (git-ignored).
+server is the one the browser modules share (a second, fresh one only for the shared-link test). With SCREENSHOTS=1,
+screenshots go to screenshots/ (git-ignored).
 """
 import json
 import re
