@@ -74,14 +74,15 @@ def harness_language(code: str):
 
 
 def open_app(page: str | None = None, timeout: float = 120, **query) -> AppTest:
-    """Run the app once with these URL query params, then (if given) switch to a page by name and run it."""
+    """Run the app once with these URL query params, on a page (by name) or the home page: the session's first run is
+    that page's, as a link to it opens it (before the first run AppTest finds a page by its file's name, which is the
+    name app.py gives it; one run, not the home page's first)."""
     at = AppTest.from_file(APP, default_timeout=timeout)
     for k, v in query.items():
         at.query_params[k] = v
-    at.run()
     if page:
-        at.switch_page(page_file(page)).run()
-    return at
+        at.switch_page(page_file(page))
+    return at.run()
 
 
 def open_export(at: AppTest, *views: str) -> AppTest:

@@ -16,7 +16,12 @@ from harness.server import ROOT, App, log_tail
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync"]
+                 "--disable-sync",
+                 # the tabs of one browser context share one renderer process: a tab in a process of its own cost the
+                 # CPU about 2 s more than one in the process already running the app's scripts (a Streamlit page
+                 # opened, 2-core machine), most of the browser tests' Chromium time
+                 "--renderer-process-limit=1", "--disable-site-isolation-trials",
+                 "--disable-features=site-per-process,IsolateOrigins"]
 APP = "[data-testid='stApp']"
 IDLE_APP = "[data-testid='stApp'][data-test-script-state='notRunning'][data-test-connection-state='CONNECTED']"
 RUNNING_ICON = "[data-testid='stStatusWidgetRunningIcon'], [data-testid='stStatusWidgetRunningManIcon']"

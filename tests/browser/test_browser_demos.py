@@ -1,9 +1,9 @@
-"""Real browser (Debian Chromium): every link of the demo gallery, each opened in a browser of its own (a new session)
-on a fresh server, the first of them as that server's very first request, shows what the demo's two lines say: the
-figures they cite are read back from the opened page's own data (the numbers of its charts, the sentences it writes).
-Then the gallery itself, in English and 中文: its cards show those lines and those links. The name-mover model and
-GPT-2 small are skipped where this checkout has neither (the gallery then says so). With SCREENSHOTS=1,
-screenshots go to screenshots/."""
+"""Real browser (Debian Chromium): every link of the demo gallery, each opened in a tab of its own by a new learner
+(a new session, no cookies) on a fresh server, the first of them as that server's very first request, shows what the
+demo's two lines say: the figures they cite are read back from the opened page's own data (the numbers of its charts,
+the sentences it writes). Then the gallery itself, in English and 中文: its cards show those lines and those links.
+The name-mover model and GPT-2 small are skipped where this checkout has neither (the gallery then says so). With
+SCREENSHOTS=1, screenshots go to screenshots/."""
 import re
 
 import pytest
@@ -12,7 +12,6 @@ from harness.browser import (
     MAIN,
     app_text,
     assert_clean,
-    new_tab,
     require_browser,
     s,
     screenshot,
@@ -168,7 +167,7 @@ VIEWS += [("ioi", 0, "zh"), ("neuron", 0, "zh")]
 
 
 @pytest.mark.parametrize(("name", "view", "lang"), VIEWS, ids=[f"{n}-{v}-{lang}" for n, v, lang in VIEWS])
-def test_a_demo_link_opens_its_view_and_the_page_shows_the_lines_figures(app, browser, name, view, lang):
+def test_a_demo_link_opens_its_view_and_the_page_shows_the_lines_figures(app, tab, name, view, lang):
     demo = next(d for d in demos.DEMOS if d.name == name)
     if not available(demo):
         pytest.skip(f"{demo.model} is not on this server (the gallery says so)")
@@ -176,17 +175,13 @@ def test_a_demo_link_opens_its_view_and_the_page_shows_the_lines_figures(app, br
     if r is None:
         pytest.skip(f"{name} cannot be measured on this checkout's {demo.model} (the gallery says why)")
     shown = r.views[view]
-    page = new_tab(browser)  # a browser of its own: a new session, as a shared link gives
-    try:
-        page.goto(f"{app.url}/{href(shown, demo.model, lang)}")
-        settle(page, timeout=FIRST_MS, charts=shown.page != "intervene")
-        assert_clean(page, app, f"{name} → /{shown.page} ({lang})")
-        title = page.locator(MAIN).locator("h1").first.inner_text()
-        assert s(f"nav_{shown.page}", lang) in title
-        CHECKS[shown.page](page, r, lang)
-        screenshot(page, SHOTS / f"{name}-{view}-{lang}.png")
-    finally:
-        page.context.close()
+    tab.goto(f"{app.url}/{href(shown, demo.model, lang)}")  # a learner of its own: a new session, as a link gives
+    settle(tab, timeout=FIRST_MS, charts=shown.page != "intervene")
+    assert_clean(tab, app, f"{name} → /{shown.page} ({lang})")
+    title = tab.locator(MAIN).locator("h1").first.inner_text()
+    assert s(f"nav_{shown.page}", lang) in title
+    CHECKS[shown.page](tab, r, lang)
+    screenshot(tab, SHOTS / f"{name}-{view}-{lang}.png")
 
 
 def expected_lines(demo, r, lang: str) -> list[str]:
@@ -197,41 +192,33 @@ def expected_lines(demo, r, lang: str) -> list[str]:
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
-def test_the_gallery_shows_each_demos_lines_and_links(app, browser, lang):
-    page = new_tab(browser)
-    try:
-        page.goto(f"{app.url}/demos?lang={lang}")
-        settle(page, timeout=FIRST_MS)
-        assert_clean(page, app, f"/demos ({lang})")
-        for demo in demos.DEMOS:
-            card = page.locator(f".st-key-demo_{demo.name}")
-            text = card.inner_text()
-            assert s(f"demo_{demo.name}_title", lang) in text
-            r = reading(demo, lang) if available(demo) else None
-            if r is None:
-                assert s("demo_unavailable", lang).split("{")[0] in text
-                continue
-            for line in expected_lines(demo, r, lang):
-                assert line in text, (line, text)
-            links = card.locator("a[href]").evaluate_all(
-                "els => els.map(e => e.getAttribute('href')).filter(h => !h.startsWith('#'))")
-            assert links == [href(v, demo.model, lang) for v in r.views]
-        screenshot(page, SHOTS / f"gallery-{lang}.png")
-    finally:
-        page.context.close()
+def test_the_gallery_shows_each_demos_lines_and_links(app, tab, lang):
+    tab.goto(f"{app.url}/demos?lang={lang}")
+    settle(tab, timeout=FIRST_MS)
+    assert_clean(tab, app, f"/demos ({lang})")
+    for demo in demos.DEMOS:
+        card = tab.locator(f".st-key-demo_{demo.name}")
+        text = card.inner_text()
+        assert s(f"demo_{demo.name}_title", lang) in text
+        r = reading(demo, lang) if available(demo) else None
+        if r is None:
+            assert s("demo_unavailable", lang).split("{")[0] in text
+            continue
+        for line in expected_lines(demo, r, lang):
+            assert line in text, (line, text)
+        links = card.locator("a[href]").evaluate_all(
+            "els => els.map(e => e.getAttribute('href')).filter(h => !h.startsWith('#'))")
+        assert links == [href(v, demo.model, lang) for v in r.views]
+    screenshot(tab, SHOTS / f"gallery-{lang}.png")
 
 
-def test_a_demo_button_opens_its_view_in_the_same_tab(app, browser):
+def test_a_demo_button_opens_its_view_in_the_same_tab(app, tab):
     demo = next(d for d in demos.DEMOS if d.name == "positions")
     r = reading(demo, "en")
-    page = new_tab(browser)
-    try:
-        page.goto(f"{app.url}/demos?lang=en")
-        settle(page, timeout=FIRST_MS)
-        page.locator(".st-key-demo_positions_0 button").click()
-        page.wait_for_url(re.compile(r"/embeddings(\?|$)"), timeout=120_000)  # (default model and text: no query)
-        settle(page, timeout=FIRST_MS, charts=True)
-        assert_clean(page, app, "positions button")
-        check_embeddings(page, r, "en")
-    finally:
-        page.context.close()
+    tab.goto(f"{app.url}/demos?lang=en")
+    settle(tab, timeout=FIRST_MS)
+    tab.locator(".st-key-demo_positions_0 button").click()
+    tab.wait_for_url(re.compile(r"/embeddings(\?|$)"), timeout=120_000)  # (default model and text: no query)
+    settle(tab, timeout=FIRST_MS, charts=True)
+    assert_clean(tab, app, "positions button")
+    check_embeddings(tab, r, "en")
