@@ -10,8 +10,9 @@ from harness.server import fresh_app
 
 @pytest.fixture(scope="session")
 def browser():
-    """One Debian Chromium for every browser test (skips when Playwright or Chromium is missing); each test gets its
-    own tab in a context of its own (another browser profile: cookies, storage)."""
+    """One Debian Chromium for every browser test of a worker (skips when Playwright or Chromium is missing); each
+    test gets its own tab (`tab`: a new learner), and `new_tab(browser)` opens another browser (a context of its own:
+    cookies, storage) where a test needs two learners at once."""
     sync_api = require_browser()
     sync_api.expect.set_options(timeout=60_000)
     with sync_api.sync_playwright() as p:
