@@ -565,10 +565,8 @@ def screenshot(page, path) -> None:
     """A settled full-page screenshot (charts drawn), for a person to look at (taken when SCREENSHOTS=1)."""
     try:
         settle(page)
-        if SCREENSHOTS:
-            page.wait_for_timeout(300)
     finally:
-        full_screenshot(page, path)
+        full_screenshot(page, path)  # (it waits for plotly's relayout)
 
 
 def assert_clean(page, app: App, where: str) -> None:

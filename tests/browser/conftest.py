@@ -39,7 +39,7 @@ def tab(learners):
     cookies; what the app kept in the browser's storage for the origins it visited is cleared after the test). A
     second tab of the same browser: `tab.context.new_page()`; another learner: `new_tab(browser)`."""
     learners.clear_cookies()
-    page = new_tab(None, learners)
+    page = new_tab(learners.browser, learners)
     origins = set()
 
     def visited(frame) -> None:
@@ -58,7 +58,6 @@ def tab(learners):
     for opened in learners.pages:  # this test's tabs (a second tab of the same browser too)
         if opened is not learners.keeper:
             opened.close()
-    learners.clear_cookies()
 
 
 @pytest.fixture(scope="session")
