@@ -1,11 +1,13 @@
 """Real browser (Debian Chromium), hostile input: HTML/script payloads in every text field stay text and never run,
 a 1 MB paste is cut to max_len and leaves the app responsive, a checkpoint with pickled code is refused unrun.
 
-Then the attacks on a shared server that have a UI path, each on a fresh server with its own checkpoints folder (test
-names carry the attack's number, why1 to why11, shared with test_browser_workshop.py): model files that would exhaust
-the server (200 000 layers, a zip bomb, a stride-0 tensor, deep nesting, a float d_model), training settings that would
-exhaust memory, broken files in the checkpoints folder, hostile URL values, impersonating names. Each asserts no
-traceback, a clear message, the server alive, its peak RSS and the checkpoints folder within bounds."""
+Then the attacks on a shared server that have a UI path (test names carry the attack's number, why1 to why11,
+shared with test_browser_workshop.py): model files that would exhaust the server (200 000 layers, a zip bomb, a
+stride-0 tensor, deep nesting, a float d_model), training settings that would exhaust memory, broken files in the
+checkpoints folder, hostile URL values, impersonating names. Each asserts no traceback, a clear message, the server
+alive, its peak RSS and the checkpoints folder within bounds. The attacks a room's default server meets share this
+module's server, as a room does (each tab a new learner: no cookie, so none sees another's uploads); those that need
+their own settings or checkpoints folder get a fresh server."""
 import json
 import re
 import time
@@ -31,7 +33,7 @@ from harness.browser import (
     wait_rendered,
 )
 from harness.model_files import hostile_model_files, save_pt, small_config, small_model
-from harness.server import ROOT, saved, start_app
+from harness.server import ROOT, fresh_app, saved
 from ui.i18n import strings
 
 sync_api = require_browser()
@@ -50,16 +52,17 @@ CHIP_LABELS_JS = """() => Array.from(document.querySelectorAll("[data-testid='st
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("user-checkpoints")  # nothing uploaded here may reach the repo's folder
+    """The module's server (harness.server.App) at the default settings, its checkpoints folder a temporary one
+    (nothing uploaded here may reach the repo's folder)."""
     t0 = time.monotonic()
-    with start_app(env={"TRANSFORMER_EXPLORER_CHECKPOINTS": str(folder)}) as (proc, url):
-        yield proc, url, folder
+    with fresh_app(tmp_path_factory.mktemp("user-checkpoints")) as app:
+        yield app
     print(f"\nbrowser hostile: server up for {time.monotonic() - t0:.1f} s")
 
 
 def assert_safe(page, server, where: str) -> None:
     """No exception box, no modal, no JS dialog, the payload's script never ran and its <img> was never made."""
-    problem = page_problem(page, server[0])
+    problem = page_problem(page, server.proc)
     if problem:
         pytest.fail(f"{where}: {problem}")
     assert page.dialogs == [], f"{where}: a JS dialog opened: {page.dialogs}"
@@ -75,7 +78,7 @@ def submit(page, box, text: str, key: str = "Control+Enter") -> None:
 
 
 def test_html_payload_in_the_sidebar_texts_is_literal_and_never_runs(server, tab):
-    tab.goto(f"{server[1]}/tokenizer?{FULL_VOCAB}")
+    tab.goto(f"{server.url}/tokenizer?{FULL_VOCAB}")
     wait_rendered(tab, timeout=FIRST_RUN_MS)
     sidebar = tab.locator(SIDEBAR)
     for label in (INPUT_LABEL, TARGET_LABEL):  # course-base is an encoder-decoder: both boxes are there
@@ -90,7 +93,7 @@ def test_html_payload_in_the_sidebar_texts_is_literal_and_never_runs(server, tab
 
 
 def test_html_payload_in_every_train_page_field_is_literal_and_never_runs(server, tab):
-    tab.goto(f"{server[1]}/train")
+    tab.goto(f"{server.url}/train")
     wait_rendered(tab)
     main = tab.locator(MAIN)
     run_after(tab, main.locator("[data-testid='stRadio']").get_by_text(strings()["tr_text"]["en"], exact=True).click)
@@ -114,7 +117,7 @@ def test_html_payload_in_every_train_page_field_is_literal_and_never_runs(server
 
 
 def test_a_1mb_paste_is_truncated_and_the_app_stays_responsive(server, tab):
-    tab.goto(f"{server[1]}/tokenizer")  # the app's default model, as a learner who has just arrived
+    tab.goto(f"{server.url}/tokenizer")  # the app's default model, as a learner who has just arrived
     wait_rendered(tab, timeout=FIRST_RUN_MS)
     big = ("The quick brown fox jumps over the lazy dog. 敏捷的棕色狐狸。" * 20_000)[:1_000_000]
     box = tab.locator(SIDEBAR).get_by_role("textbox", name=INPUT_LABEL, exact=True)
@@ -176,8 +179,9 @@ def test_a_checkpoint_with_pickled_code_is_refused_without_running_it(server, ta
     torch.load(_evil_checkpoint(control_dir, control_marker), weights_only=False)
     assert control_marker.exists()
     pt = _evil_checkpoint(tmp_path, marker)
+    before = saved(server.folder)
 
-    tab.goto(f"{server[1]}/train")
+    tab.goto(f"{server.url}/train")
     wait_rendered(tab)
     main = tab.locator(MAIN)
     upload = main.locator("[data-testid='stExpander']").filter(has_text=strings()["tr_ckpt_title"]["en"])
@@ -188,10 +192,10 @@ def test_a_checkpoint_with_pickled_code_is_refused_without_running_it(server, ta
     assert_safe(tab, server, "/train, malicious checkpoint upload")
     assert upload.get_by_text(strings()["tr_ckpt_ok"]["en"].split("{", 1)[0].strip()).count() == 0
     assert not marker.exists(), "the uploaded pickle's code ran on the server"
-    assert list(server[2].iterdir()) == [], "a refused upload was saved"
+    assert saved(server.folder) == before, "a refused upload was saved"
 
 
-# ---- a server a whole workshop can share; each test on a fresh server with its own checkpoints folder ----------------
+# ---- the attacks on a server a whole workshop shares -----------------------------------------------------------------
 
 S = strings()
 HWM_SLACK_MB = 300  # what one refused file may add to the server's peak RSS (the attacks aim at gigabytes)
@@ -203,7 +207,7 @@ URL_MODEL_UNKNOWN = S["err.url_model_unknown"]["en"]
 def refused(page, app, path, message: str, box: str = ERROR_BOX, name: str | None = None) -> str:
     """Upload a model file on the Train page: refused with `message` in a `box` within REFUSAL_S, the server alive,
     its peak RSS up by less than HWM_SLACK_MB, nothing saved. Returns the message shown."""
-    before = app.memory()
+    before, kept, disk = app.memory(), saved(app.folder), app.disk()
     t0 = time.monotonic()
     upload_model_file(page, path, name)
     alert = page.locator(MAIN).locator(box).filter(has_text=message)
@@ -216,7 +220,7 @@ def refused(page, app, path, message: str, box: str = ERROR_BOX, name: str | Non
     assert took < REFUSAL_S
     assert grew < HWM_SLACK_MB, f"the server's peak RSS grew by {grew:.0f} MB checking {path.name}"
     assert page.locator(MAIN).get_by_text(UPLOAD_OK).count() == 0
-    assert saved(app.folder) == [] and app.disk() == 0, f"a refused upload left files: {saved(app.folder)}"
+    assert saved(app.folder) == kept and app.disk() == disk, f"a refused upload left files: {saved(app.folder)}"
     return shown
 
 
@@ -235,22 +239,22 @@ def hostile_files(tmp_path_factory):
     return {path.name: (path, message) for path, message in hostile_model_files(tmp_path_factory.mktemp("hostile"))}
 
 
-def test_why1_a_model_file_declaring_200000_layers_is_refused_at_once(fresh, tab, hostile_files):
-    app = fresh()
+def test_why1_a_model_file_declaring_200000_layers_is_refused_at_once(server, tab, hostile_files):
+    app = server
     open_train(tab, app)
     for name in ("layers.pt", "layers.safetensors"):
         refused(tab, app, *hostile_files[name])
     assert not any("trained here" in o for o in sidebar_model_options(tab))
 
 
-def test_why2_a_zip_bomb_and_a_stride0_tensor_are_refused_without_being_unpacked(fresh, tab, hostile_files):
+def test_why2_a_zip_bomb_and_a_stride0_tensor_are_refused_without_being_unpacked(server, tab, hostile_files):
     import zipfile
 
     bomb, stride0 = hostile_files["bomb.pt"][0], hostile_files["stride0.pt"][0]
     with zipfile.ZipFile(bomb) as z:
         assert sum(i.file_size for i in z.infolist()) > 10**9 and bomb.stat().st_size < 10**6  # 1 GB in < 1 MB
     assert stride0.stat().st_size < 10_000  # 4 bytes of storage, 2.5 GB once expanded
-    app = fresh()
+    app = server
     open_train(tab, app)
     for name in ("bomb.pt", "stride0.pt"):
         refused(tab, app, *hostile_files[name])
@@ -260,18 +264,18 @@ def test_why2_a_zip_bomb_and_a_stride0_tensor_are_refused_without_being_unpacked
     assert not any("trained here" in o for o in sidebar_model_options(tab))
 
 
-def test_why11_deep_nesting_a_float_d_model_and_a_path_as_encoding_get_clear_messages(fresh, tab, hostile_files):
-    app = fresh()
+def test_why11_deep_nesting_a_float_d_model_and_a_path_as_encoding_get_clear_messages(server, tab, hostile_files):
+    app = server
     open_train(tab, app)
     for name in ("deep.pt", "deep.safetensors", "float.pt", "enc.pt"):
         refused(tab, app, *hostile_files[name])
     assert "RecursionError" not in app.log() and "TypeError" not in app.log()
 
 
-def test_why3_training_settings_that_would_exhaust_memory_are_refused_naming_the_limit(fresh, tab):
+def test_why3_training_settings_that_would_exhaust_memory_are_refused_naming_the_limit(server, tab):
     from transformer_core.train.corpus import TEXT
 
-    app = fresh()
+    app = server
     open_train(tab, app)
     main = tab.locator(MAIN)
     run_after(tab, main.locator("[data-testid='stRadio']").get_by_text(S["tr_text"]["en"], exact=True).click)
@@ -279,7 +283,7 @@ def test_why3_training_settings_that_would_exhaust_memory_are_refused_naming_the
     type_into(tab, body, TEXT * 16, "Control+Enter", paste=True)  # about 8,000 tokens: enough for 1024-token windows
     for label, value in (("Batch size", 512), ("Context length", 1024), ("d_model", 1024)):
         set_number(tab, label, value)
-    before = app.memory()
+    before, kept, jobs = app.memory(), saved(app.folder), records_of(app.folder)
     start = main.get_by_role("button", name=S["tr_start"]["en"], exact=True)
     for layers, message in ((8, "the limit on this server is 50,000,000"),  # the course GPT's 8 layers: 101 M
                             (1, "one task may use at most 1,536 MB on this server")):  # 1 layer: 130 GB of activations
@@ -294,7 +298,13 @@ def test_why3_training_settings_that_would_exhaust_memory_are_refused_naming_the
         check_clean(tab, app, f"/train, {layers} layers")
     assert main.get_by_text(S["tr_idle"]["en"].split("{", 1)[0].strip()).count() == 1  # nothing started
     assert app.memory()["hwm"] - before["hwm"] < HWM_SLACK_MB
-    assert saved(app.folder) == [] and not (app.folder / ".jobs").exists()
+    assert saved(app.folder) == kept and records_of(app.folder) == jobs  # no model, no job record
+
+
+def records_of(folder) -> list[str]:
+    """The job records in a checkpoints folder (a training that started leaves one)."""
+    jobs = folder / ".jobs"
+    return sorted(p.name for p in jobs.iterdir()) if jobs.is_dir() else []
 
 
 def notice(page) -> list[str]:
@@ -344,10 +354,10 @@ def test_why7_hostile_url_values_open_the_defaults_with_a_one_line_notice(fresh,
     assert "Traceback" not in app.log()
 
 
-def test_why7_a_layer_beyond_the_model_falls_back_to_the_default_with_a_notice(fresh, tab):
+def test_why7_a_layer_beyond_the_model_falls_back_to_the_default_with_a_notice(server, tab):
     """Found by this suite: the attention page used to move ?layer=99 to the last layer silently, keeping it in the
     URL (urlstate.clamp, with its notice, was never called)."""
-    app = fresh()
+    app = server
     tab.goto(f"{app.url}/attention?layer=99")
     wait_rendered(tab, charts=True)
     check_clean(tab, app, "/attention?layer=99")
@@ -422,10 +432,10 @@ def test_why6_broken_files_in_the_checkpoints_folder_do_not_break_the_model_list
     assert "Traceback" not in log
 
 
-def test_why10_names_that_impersonate_a_shipped_model_or_hide_bidi_characters_are_cleaned(fresh, tab, tmp_path):
+def test_why10_names_that_impersonate_a_shipped_model_or_hide_bidi_characters_are_cleaned(server, tab, tmp_path):
     import unicodedata
 
-    app = fresh()
+    app = server
     open_train(tab, app)
     pt = save_pt(tmp_path / "tiny.pt", {"config": small_config(), "state_dict": small_model().state_dict()})
     for typed, shown in (("abc\u202efdp.exe", "abcfdp.exe"),  # U+202E shows "abcexe.pdf"
@@ -452,10 +462,10 @@ def test_why10_names_that_impersonate_a_shipped_model_or_hide_bidi_characters_ar
     assert tab.locator(f"{MAIN} b, {SIDEBAR} b").count() == 0
 
 
-def test_an_expander_opened_on_a_new_browsers_first_page_stays_open(fresh, tab, tmp_path):
+def test_an_expander_opened_on_a_new_browsers_first_page_stays_open(server, tab, tmp_path):
     """Found by this suite: the owner-cookie iframe was drawn into the main area on a new browser's first run only,
     so the next run remounted every main element and the opened expander closed."""
-    app = fresh()
+    app = server
     tab.goto(f"{app.url}/train")  # a browser that has no owner cookie yet
     wait_rendered(tab)
     upload = tab.locator(MAIN).locator("[data-testid='stExpander']").filter(has_text=S["tr_ckpt_title"]["en"])
@@ -469,10 +479,10 @@ def test_an_expander_opened_on_a_new_browsers_first_page_stays_open(fresh, tab, 
     sync_api.expect(chooser).to_be_visible(timeout=5_000)
 
 
-def test_the_upload_expander_stays_open_after_the_first_model_was_added(fresh, tab, tmp_path):
+def test_the_upload_expander_stays_open_after_the_first_model_was_added(server, tab, tmp_path):
     """Found by this suite: the expander (without a key) came after "Models trained here", whose element count changes
     with the first model, so the next run made it a new, closed element."""
-    app = fresh()
+    app = server
     open_train(tab, app)  # a returning browser: the cookie iframe is not the cause here
     pt = save_pt(tmp_path / "tiny.pt", {"config": small_config(), "state_dict": small_model().state_dict()})
     upload_model_file(tab, pt, "first")

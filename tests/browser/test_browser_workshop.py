@@ -2,8 +2,9 @@
 with its own owner cookie) at once. Long texts on the course's big model in two tabs are cut to what the memory budget
 allows; a training whose tab closed frees its slot within a minute; a server killed mid-training shows the training
 as interrupted to its owner only and leaves no partial files; what one learner trains, uploads or types is invisible
-to another, who cannot open it by its URL key either. Each test starts a fresh server with its own checkpoints
-folder; the test names carry the attack's number (why1 to why11, shared with test_browser_hostile.py)."""
+to another, who cannot open it by its URL key either. The tests at the default settings share the module's server (a
+room's); those that need other settings or kill the server start a fresh one with its own checkpoints folder. The test
+names carry the attack's number (why1 to why11, shared with test_browser_hostile.py)."""
 import json
 import re
 import time
@@ -26,7 +27,7 @@ from harness.browser import (
     upload_model_file,
     wait_rendered,
 )
-from harness.server import saved
+from harness.server import fresh_app, saved
 from service.settings import SETTINGS
 from ui.i18n import strings
 
@@ -46,6 +47,13 @@ ABANDONED_WITHIN_S = 60  # within a minute: 45 s without a heartbeat, a janitor 
 ABANDON_DEFAULT_S, ABANDON_TEST_S = SETTINGS["abandon_seconds"].default, SETTINGS["abandon_seconds"].lo
 INTERRUPTED = "was interrupted when the server restarted"
 assert INTERRUPTED in S["err.job_interrupted"]["en"]
+
+
+@pytest.fixture(scope="module")
+def room(tmp_path_factory):
+    """The module's server at the default settings (harness.server.App), its checkpoints folder a temporary one."""
+    with fresh_app(tmp_path_factory.mktemp("room-checkpoints")) as app:
+        yield app
 
 
 @pytest.fixture
@@ -100,8 +108,8 @@ def press_start(page) -> None:
     wait_rendered(page)
 
 
-def test_why4_a_long_text_on_the_course_model_in_two_tabs_is_cut_to_what_fits(fresh, tabs):
-    app = fresh()  # the default budget: 3,072 MB for work in flight, 1,536 MB for one task
+def test_why4_a_long_text_on_the_course_model_in_two_tabs_is_cut_to_what_fits(room, tabs):
+    app = room  # the default budget: 3,072 MB for work in flight, 1,536 MB for one task
     texts = {"a": "cat" + " cat" * 999, "b": "dog" + " dog" * 999}  # 1000 cl100k tokens each (course-base's max_len)
     pages = {k: tabs() for k in texts}
     for page in pages.values():
@@ -156,14 +164,18 @@ def test_why5_a_training_whose_tab_closed_is_stopped_and_its_slot_freed_within_a
     choose_training(b, "copy", "after-a", **TINY, Iterations=30)
     press_start(b)  # the one slot is A's
     expect(b.locator(f"{MAIN} {ALERT}").filter(has_text=JOBS_FULL)).to_be_visible()
+    [held] = [r["id"] for r in records(app.folder) if r["status"] == "running"]
     a.context.close()  # the learner closes the tab (and the browser) mid-training
     closed = time.monotonic()
-    while True:
-        b.wait_for_timeout(2_000)
+    while True:  # B presses Start once A's training is no longer running (its record, read every second, says so)
+        b.wait_for_timeout(1_000)
+        if any(r["id"] == held and r["status"] == "running" for r in records(app.folder)):
+            assert time.monotonic() - closed < 120, "the closed tab's training still holds the server's only slot"
+            continue
         press_start(b)
         if b.locator(f"{MAIN} {ALERT}").filter(has_text=JOBS_FULL).count() == 0:
             break
-        assert time.monotonic() - closed < 120, "the closed tab's training still holds the server's only slot"
+        assert time.monotonic() - closed < 120, "the closed tab's training stopped but still holds the only slot"
     freed = time.monotonic() - closed
     check_clean(b, app, "tab B starting after A closed")
     print(f"\nthe closed tab's slot was free {freed:.0f} s after the tab closed")
@@ -213,13 +225,14 @@ def test_why5_a_server_killed_mid_training_shows_it_interrupted_to_its_owner_and
     assert "Traceback" not in app.log()
 
 
-def test_why8_what_one_browser_trains_uploads_or_types_is_invisible_to_another(fresh, tabs, tmp_path):
+def test_why8_what_one_browser_trains_uploads_or_types_is_invisible_to_another(room, tabs, tmp_path):
     import torch
 
     from transformer_core.model.transformer import build_model
     from transformer_core.train.tasks import TASKS
 
-    app = fresh()
+    app = room
+    before = saved(app.folder)
     alice, bob = tabs(), tabs()
     returning(alice, app)
     choose_training(alice, "copy", "copy", **TINY, Iterations=20)  # named like the shipped model: made unique
@@ -237,7 +250,7 @@ def test_why8_what_one_browser_trains_uploads_or_types_is_invisible_to_another(f
     check_clean(alice, app, "Alice's train page")
     mine = [o for o in sidebar_model_options(alice) if o.endswith("· trained here")]
     assert mine == ["alice-upload · trained here", "copy-2 · trained here"], mine
-    keys = [f"user:{name}" for name in saved(app.folder)]
+    keys = [f"user:{name}" for name in saved(app.folder) if name not in before]
     assert len(keys) == 2
 
     goto(bob, app, "/train")
