@@ -350,7 +350,10 @@ def upload_model_file(page, path, name: str | None = None) -> None:
         chosen.evaluate("el => { el.value = ''; }")  # an input still holding this very file would ignore it
         chosen.set_input_files(str(path))
 
-    act_until_run(page, choose_file)  # the upload is complete and its run is over
+    # the upload is complete and its run is over. Streamlit's uploader sometimes sends the file (the server answers
+    # 204) yet starts no run; the harness saw it in about half of a tab's first uploads: choose the file again after
+    # 5 s with no run ended and none going (the uploader keeps one file, so a second choice replaces the first)
+    act_until_run(page, choose_file, start_ms=5_000)
     if name is not None:
         box = opened().get_by_role("textbox", name=s["tr_name"]["en"], exact=True)
         if box.input_value() != name:
