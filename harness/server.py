@@ -129,6 +129,14 @@ def saved(folder) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name != ".jobs") if folder.is_dir() else []
 
 
+def job_records(folder) -> list[dict]:
+    """The job records in a checkpoints folder's .jobs (a training that started leaves one), read as JSON."""
+    import json
+
+    jobs = Path(folder) / ".jobs"
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(jobs.glob("*.json"))] if jobs.is_dir() else []
+
+
 class App:
     """A running server started by fresh_app: its process, URL and checkpoints folder."""
 

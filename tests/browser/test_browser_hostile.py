@@ -33,7 +33,7 @@ from harness.browser import (
     wait_rendered,
 )
 from harness.model_files import hostile_model_files, save_pt, small_config, small_model
-from harness.server import ROOT, fresh_app, saved
+from harness.server import ROOT, fresh_app, job_records, saved
 from ui.i18n import strings
 
 sync_api = require_browser()
@@ -284,7 +284,7 @@ def test_why3_training_settings_that_would_exhaust_memory_are_refused_naming_the
     type_into(tab, body, TEXT * 16, "Control+Enter", paste=True)  # about 8,000 tokens: enough for 1024-token windows
     for label, value in (("Batch size", 512), ("Context length", 1024), ("d_model", 1024)):
         set_number(tab, label, value)
-    before, kept, jobs = app.memory(), saved(app.folder), records_of(app.folder)
+    before, kept, jobs = app.memory(), saved(app.folder), job_records(app.folder)
     start = main.get_by_role("button", name=S["tr_start"]["en"], exact=True)
     for layers, message in ((8, "the limit on this server is 50,000,000"),  # the course GPT's 8 layers: 101 M
                             (1, "one task may use at most 1,536 MB on this server")):  # 1 layer: 130 GB of activations
@@ -299,13 +299,7 @@ def test_why3_training_settings_that_would_exhaust_memory_are_refused_naming_the
         check_clean(tab, app, f"/train, {layers} layers")
     assert main.get_by_text(S["tr_idle"]["en"].split("{", 1)[0].strip()).count() == 1  # nothing started
     assert app.memory()["hwm"] - before["hwm"] < HWM_SLACK_MB
-    assert saved(app.folder) == kept and records_of(app.folder) == jobs  # no model, no job record
-
-
-def records_of(folder) -> list[str]:
-    """The job records in a checkpoints folder (a training that started leaves one)."""
-    jobs = folder / ".jobs"
-    return sorted(p.name for p in jobs.iterdir()) if jobs.is_dir() else []
+    assert saved(app.folder) == kept and job_records(app.folder) == jobs  # no model, no job record
 
 
 def notice(page) -> list[str]:

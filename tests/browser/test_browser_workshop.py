@@ -27,7 +27,7 @@ from harness.browser import (
     upload_model_file,
     wait_rendered,
 )
-from harness.server import fresh_app, saved
+from harness.server import fresh_app, job_records, saved
 from service.settings import SETTINGS
 from ui.i18n import strings
 
@@ -72,11 +72,6 @@ def tabs(browser):
             ctx.close()
         except Exception:  # noqa: BLE001 - closed by the test already
             pass
-
-
-def records(folder) -> list[dict]:
-    jobs = folder / ".jobs"
-    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(jobs.glob("*.json"))] if jobs.is_dir() else []
 
 
 def goto(page, app, path: str, **wait) -> None:
@@ -164,12 +159,12 @@ def test_why5_a_training_whose_tab_closed_is_stopped_and_its_slot_freed_within_a
     choose_training(b, "copy", "after-a", **TINY, Iterations=30)
     press_start(b)  # the one slot is A's
     expect(b.locator(f"{MAIN} {ALERT}").filter(has_text=JOBS_FULL)).to_be_visible()
-    [held] = [r["id"] for r in records(app.folder) if r["status"] == "running"]
+    [held] = [r["id"] for r in job_records(app.folder) if r["status"] == "running"]
     a.context.close()  # the learner closes the tab (and the browser) mid-training
     closed = time.monotonic()
     while True:  # B presses Start once A's training is no longer running (its record, read every second, says so)
         b.wait_for_timeout(1_000)
-        if any(r["id"] == held and r["status"] == "running" for r in records(app.folder)):
+        if any(r["id"] == held and r["status"] == "running" for r in job_records(app.folder)):
             assert time.monotonic() - closed < 120, "the closed tab's training still holds the server's only slot"
             continue
         press_start(b)
@@ -187,7 +182,7 @@ def test_why5_a_training_whose_tab_closed_is_stopped_and_its_slot_freed_within_a
     assert len(models) == 1 and models[0].startswith("m-"), models
     card = json.loads((app.folder / models[0] / "card.json").read_text(encoding="utf-8"))
     assert card["name"] == "after-a"
-    assert records(app.folder) == []
+    assert job_records(app.folder) == []
 
 
 def test_why5_a_server_killed_mid_training_shows_it_interrupted_to_its_owner_and_leaves_no_partial_files(
@@ -199,7 +194,7 @@ def test_why5_a_server_killed_mid_training_shows_it_interrupted_to_its_owner_and
     choose_training(owner, "reverse", "lost-in-crash", **TINY, Iterations=100_000)
     press_start(owner)
     expect(owner.locator(f"{MAIN} {PROGRESS}")).to_be_visible()
-    [rec] = records(folder)
+    [rec] = job_records(folder)
     assert rec["status"] == "running" and rec["pid"] == app.proc.pid
     app.kill()  # kill -9: no clean-up runs
     # a kill in the middle of the save leaves its temporary folder (the rename to the model folder never happened)
@@ -221,7 +216,7 @@ def test_why5_a_server_killed_mid_training_shows_it_interrupted_to_its_owner_and
     wait_rendered(again)
     check_clean(again, app, "/train after the notice")
     assert again.locator(MAIN).get_by_text(INTERRUPTED).count() == 0
-    assert records(folder) == [] and saved(folder) == []
+    assert job_records(folder) == [] and saved(folder) == []
     assert "Traceback" not in app.log()
 
 
