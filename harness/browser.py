@@ -24,6 +24,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-features=site-per-process,IsolateOrigins"]
 APP = "[data-testid='stApp']"
 IDLE_APP = "[data-testid='stApp'][data-test-script-state='notRunning'][data-test-connection-state='CONNECTED']"
+RUN_GOING = "[data-testid='stApp'][data-test-script-state='running']"
 RUNNING_ICON = "[data-testid='stStatusWidgetRunningIcon'], [data-testid='stStatusWidgetRunningManIcon']"
 CHART = "[data-testid='stPlotlyChart']"
 CHART_SVG = "[data-testid='stPlotlyChart'] .main-svg"
@@ -183,28 +184,70 @@ def sidebar_model_options(page) -> list[str]:
     return labels
 
 
-RUNS_ENDED_JS = """() => {  // how many script runs have ended since this was first called on the page
-    if (window.__runsEnded === undefined) {
-        window.__runsEnded = 0;
-        // the whole document, not the app element: React may replace that element, and an observer on the old one
-        // would never count again
-        new MutationObserver(records => records.forEach(r => {
-            if (r.oldValue === 'running') window.__runsEnded++;
-        })).observe(document.body, {subtree: true, attributes: true, attributeOldValue: true,
-                                    attributeFilter: ['data-test-script-state']});
-    }
-    return window.__runsEnded;
-}"""
+# Counts the script runs a tab has seen end: the server's "script finished" messages on the app's websocket (a
+# ForwardMsg whose field 6 is set; a run cut short for a rerun, status 2, is not counted), a frame after each message
+# so that the page has drawn it. Not the app element's data-test-script-state: on a busy machine the browser handles
+# a fast run's "running" and "finished" in one render, and the attribute never changes. Kept in sessionStorage: the
+# count goes on across a reload or a link to another page in the same tab. Installed in every page of a context that
+# browser_context() made, before the app's own scripts.
+RUNS_ENDED_INIT = """(() => {
+    const KEY = '__runsEnded';
+    const bump = () => sessionStorage.setItem(KEY, String(Number(sessionStorage.getItem(KEY) || 0) + 1));
+    const finished = bytes => {  // the top-level fields of one protobuf message: field 6's varint, or -1
+        let i = 0;
+        const varint = () => { let v = 0, m = 1, c; do { c = bytes[i++]; v += (c & 127) * m; m *= 128; }
+                               while (c & 128 && i < bytes.length); return v; };
+        while (i < bytes.length) {
+            const key = varint(), field = Math.floor(key / 8), wire = key & 7;
+            if (wire === 0) { const v = varint(); if (field === 6) return v; }
+            else if (wire === 2) { const length = varint(); i += length; }  // (not i += varint(): i is read first)
+            else if (wire === 1) i += 8;
+            else if (wire === 5) i += 4;
+            else return -1;
+        }
+        return -1;
+    };
+    const Native = window.WebSocket;
+    window.WebSocket = class extends Native {
+        constructor(...args) {
+            super(...args);
+            this.addEventListener('message', e => {
+                if (!(e.data instanceof ArrayBuffer)) return;
+                const status = finished(new Uint8Array(e.data));
+                if (status >= 0 && status !== 2) setTimeout(() => requestAnimationFrame(() => setTimeout(bump)));
+            });
+        }
+    };
+})()"""
+RUNS_ENDED_JS = "() => Number(sessionStorage.getItem('__runsEnded') || 0)"
+ENDED_SINCE_JS = "(n) => Number(sessionStorage.getItem('__runsEnded') || 0) > n"
+
+
+def browser_context(browser, **options):
+    """A new browser context (another browser, with its own cookies: another learner) whose pages count their runs
+    (runs_ended); English, 1400 × 1000 unless `options` say otherwise."""
+    context = browser.new_context(**{"locale": "en-US", "viewport": {"width": 1400, "height": 1000}, **options})
+    context.add_init_script(RUNS_ENDED_INIT)
+    return context
 
 
 def runs_ended(page) -> int:
-    """Script runs this page has seen end (counting starts at the first call on a page)."""
+    """Script runs this tab has seen end (a page of a context that browser_context made)."""
     return page.evaluate(RUNS_ENDED_JS)
+
+
+def ended_since(page, before: int, timeout: float) -> bool:
+    """Wait up to `timeout` ms until a run has ended after runs_ended() said `before`; False if none did."""
+    try:
+        page.wait_for_function(ENDED_SINCE_JS, arg=before, timeout=timeout)
+        return True
+    except Exception:  # noqa: BLE001 - playwright's TimeoutError
+        return False
 
 
 def wait_next_run(page, since: int, timeout: float = 120_000) -> None:
     """Wait until a script run that started after runs_ended() said `since` is over, and the app is idle."""
-    page.wait_for_function(f"() => window.__runsEnded > {since}", timeout=timeout)
+    page.wait_for_function(ENDED_SINCE_JS, arg=since, timeout=timeout)
     wait_rendered(page, timeout=timeout)
 
 
@@ -212,17 +255,14 @@ def act_until_run(page, action, *, tries: int = 4, start_ms: float = 20_000, tim
     """Do `action` and wait for the script run it causes to end; when no run has ended after start_ms and none is
     going (the event was lost: a click or an upload that landed while the element was being redrawn on a busy
     machine), do it again. A run still going is waited for (up to `timeout`), never doubled."""
-    ended = "() => window.__runsEnded > {}"
     for attempt in range(tries):
         before = runs_ended(page)
         action()
-        try:
-            page.wait_for_function(ended.format(before), timeout=start_ms)
-        except Exception:  # playwright's TimeoutError: no run has ended yet
-            if page.locator("[data-testid='stApp'][data-test-script-state='running']").count():
-                page.wait_for_function(ended.format(before), timeout=timeout)
+        if not ended_since(page, before, start_ms):  # no run has ended yet
+            if page.locator(RUN_GOING).count():
+                page.wait_for_function(ENDED_SINCE_JS, arg=before, timeout=timeout)
             elif attempt == tries - 1:
-                raise
+                raise TimeoutError(f"no script run followed the action after {tries} tries")
             else:
                 continue
         wait_rendered(page, timeout=timeout)
@@ -239,7 +279,6 @@ WIDGET_JS = """el => {  // what a text, number or range input shows, and whether
     const hint = box && box.querySelector("[data-testid='InputInstructions']");
     return {value: el.value, pending: !!hint && /apply/i.test(hint.textContent)};
 }"""
-RUN_GOING = "[data-testid='stApp'][data-test-script-state='running']"
 
 
 def run_after(page, act, *, start_ms: float = 10_000, timeout: float = 120_000, charts: bool = False) -> bool:
@@ -247,14 +286,10 @@ def run_after(page, act, *, start_ms: float = 10_000, timeout: float = 120_000, 
     within start_ms and none is going (the action changed nothing, or a busy machine lost it)."""
     before = runs_ended(page)
     act()
-    ended = f"() => window.__runsEnded > {before}"
-    try:
-        page.wait_for_function(ended, timeout=start_ms)
+    ran = ended_since(page, before, start_ms)
+    if not ran and page.locator(RUN_GOING).count():  # a run still going is waited for
+        page.wait_for_function(ENDED_SINCE_JS, arg=before, timeout=timeout)
         ran = True
-    except Exception:  # noqa: BLE001 - playwright's TimeoutError: no run has ended yet
-        ran = page.locator(RUN_GOING).count() > 0
-        if ran:
-            page.wait_for_function(ended, timeout=timeout)
     settle(page, timeout=timeout, charts=charts)
     return ran
 
@@ -378,7 +413,7 @@ def set_number(page, label: str, value) -> None:
 def new_tab(browser, context=None):
     """An English tab (in a new browser context, i.e. another browser with its own cookies, unless `context` is
     given) that records every JS dialog in `tab.dialogs` (tests/browser/conftest.py's `tab` fixture is one)."""
-    ctx = context or browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1000})
+    ctx = context or browser_context(browser)
     page = ctx.new_page()
     page.set_default_timeout(60_000)
     page.dialogs = []

@@ -4,7 +4,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from harness.browser import launch_browser, new_tab, require_browser
+from harness.browser import browser_context, launch_browser, new_tab, require_browser
 from harness.server import fresh_app
 
 
@@ -27,7 +27,7 @@ def learners(browser):
     tab keeps alive (a tab in a new context, or in a context with no tab open, starts a process of its own and
     compiles the app's scripts afresh: about 2 s more CPU per tab, twice that of a tab here, on a 2-core machine).
     Each `tab` starts with no cookies and leaves no storage: to the server, a new learner."""
-    context = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1000})
+    context = browser_context(browser)
     context.keeper = context.new_page()  # a blank tab that keeps the renderer process (and its compiled scripts) alive
     yield context
     context.close()

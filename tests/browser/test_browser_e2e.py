@@ -11,6 +11,7 @@ from harness.browser import (
     CHART_SVG,
     MAIN,
     SIDEBAR,
+    browser_context,
     choose,
     full_screenshot,
     new_tab,
@@ -193,7 +194,7 @@ def test_a_chart_is_drawn_anew_with_new_data_and_in_the_browsers_light_or_dark_l
     arrays, so a new text must give a new revision and the chart drawn must show the new tokens, not the old."""
     from ui.chart_theme import PALETTES
 
-    context = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1000}, color_scheme=scheme)
+    context = browser_context(browser, color_scheme=scheme)
     tab = new_tab(browser, context)
     try:
         tab.goto(page_url(server[1], "attention", f"{REVERSE}&text={quote('b d a c')}"))
