@@ -19,8 +19,8 @@ from harness.browser import (
     WARNING_BOX,
     check_clean,
     new_tab,
+    radio,
     require_browser,
-    run_after,
     set_number,
     sidebar_model_options,
     type_into,
@@ -90,7 +90,7 @@ def returning(page, app, path: str = "/train") -> None:
 def choose_training(page, target: str, name: str | None = None, **numbers) -> None:
     """On the Train page: pick what to train, type the hyper-parameters (labels as shown) and the name."""
     main = page.locator(MAIN)
-    run_after(page, main.locator("[data-testid='stRadio']").get_by_text(target, exact=True).click)
+    radio(page, S["tr_what"]["en"], target)  # (a click on the option already chosen would start no run)
     for label, value in numbers.items():
         set_number(page, label, value)
     if name is not None:
