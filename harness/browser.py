@@ -223,10 +223,16 @@ RUNS_ENDED_JS = "() => Number(sessionStorage.getItem('__runsEnded') || 0)"
 ENDED_SINCE_JS = "(n) => Number(sessionStorage.getItem('__runsEnded') || 0) > n"
 
 
+# a learner's browser, English; prefers reduced motion: Streamlit's skeletons, spinners and fades, repainted every frame
+# while they show, cost the suite's renderer CPU it spends on nothing it asserts
+CONTEXT = {"locale": "en-US", "viewport": {"width": 1400, "height": 1000}, "reduced_motion": "reduce"}
+POLL_MS = 50  # how often a wait for a run's end looks (not every frame: a frame's work the page would not need)
+
+
 def browser_context(browser, **options):
     """A new browser context (another browser, with its own cookies: another learner) whose pages count their runs
-    (runs_ended); English, 1400 × 1000 unless `options` say otherwise."""
-    context = browser.new_context(**{"locale": "en-US", "viewport": {"width": 1400, "height": 1000}, **options})
+    (runs_ended); CONTEXT unless `options` say otherwise."""
+    context = browser.new_context(**{**CONTEXT, **options})
     context.add_init_script(RUNS_ENDED_INIT)
     return context
 
@@ -239,7 +245,7 @@ def runs_ended(page) -> int:
 def ended_since(page, before: int, timeout: float) -> bool:
     """Wait up to `timeout` ms until a run has ended after runs_ended() said `before`; False if none did."""
     try:
-        page.wait_for_function(ENDED_SINCE_JS, arg=before, timeout=timeout)
+        page.wait_for_function(ENDED_SINCE_JS, arg=before, timeout=timeout, polling=POLL_MS)
         return True
     except Exception:  # noqa: BLE001 - playwright's TimeoutError
         return False
@@ -247,7 +253,7 @@ def ended_since(page, before: int, timeout: float) -> bool:
 
 def wait_next_run(page, since: int, timeout: float = 120_000) -> None:
     """Wait until a script run that started after runs_ended() said `since` is over, and the app is idle."""
-    page.wait_for_function(ENDED_SINCE_JS, arg=since, timeout=timeout)
+    page.wait_for_function(ENDED_SINCE_JS, arg=since, timeout=timeout, polling=POLL_MS)
     wait_rendered(page, timeout=timeout)
 
 
@@ -260,7 +266,7 @@ def act_until_run(page, action, *, tries: int = 4, start_ms: float = 20_000, tim
         action()
         if not ended_since(page, before, start_ms):  # no run has ended yet
             if page.locator(RUN_GOING).count():
-                page.wait_for_function(ENDED_SINCE_JS, arg=before, timeout=timeout)
+                page.wait_for_function(ENDED_SINCE_JS, arg=before, timeout=timeout, polling=POLL_MS)
             elif attempt == tries - 1:
                 raise TimeoutError(f"no script run followed the action after {tries} tries")
             else:
@@ -288,7 +294,7 @@ def run_after(page, act, *, start_ms: float = 10_000, timeout: float = 120_000, 
     act()
     ran = ended_since(page, before, start_ms)
     if not ran and page.locator(RUN_GOING).count():  # a run still going is waited for
-        page.wait_for_function(ENDED_SINCE_JS, arg=before, timeout=timeout)
+        page.wait_for_function(ENDED_SINCE_JS, arg=before, timeout=timeout, polling=POLL_MS)
         ran = True
     settle(page, timeout=timeout, charts=charts)
     return ran
@@ -477,7 +483,7 @@ def settle(page, *, timeout: float = 120_000, charts: bool = False) -> None:
     over a moment before the last elements replace their placeholders."""
     wait_rendered(page, timeout=timeout, charts=charts, settle_ms=250)
     if page.locator(NOT_SETTLED).count():
-        page.wait_for_function(f"() => !document.querySelector(\"{NOT_SETTLED}\")", timeout=30_000)
+        page.wait_for_function(f"() => !document.querySelector(\"{NOT_SETTLED}\")", timeout=30_000, polling=POLL_MS)
         wait_rendered(page, timeout=timeout, settle_ms=250)
 
 
