@@ -7,8 +7,8 @@ One Chromium, N Playwright contexts (own cookies, own websocket), started --ramp
 Each session opens the app, types its own sentence (a unique marker word) into the sidebar text box, then
 until --duration is over visits every page through the sidebar links and types a new sentence after each
 round. Per action it records the time from the click/typing to the page being rendered: a script run it
-caused is over (app idle; counted in the browser by a MutationObserver), the new page's URL or the new text
-in the URL, and every plotly chart drawn.
+caused is over (app idle; counted in the browser from the websocket's "script finished" messages), the new
+page's URL or the new text in the URL, and every plotly chart drawn.
 
 Reported: p50/p95 per action kind and overall, errors (stException elements shown, timeouts) and cross-talk
 (another session's marker in this session's URL or main area; the own marker missing from the URL).
@@ -39,6 +39,8 @@ from common import (
     write_result,
 )
 
+from harness.browser import RUNS_ENDED_INIT
+
 STATE_JS = """() => {
   const app = document.querySelector("[data-testid='stApp']");
   const charts = [...document.querySelectorAll("[data-testid='stPlotlyChart']")];
@@ -49,17 +51,9 @@ STATE_JS = """() => {
           charts: charts.length, drawn: charts.every(c => c.querySelector(".main-svg")),
           exc: [...document.querySelectorAll("[data-testid='stException']")].map(e => e.innerText.slice(0, 300)),
           h1: (main && main.querySelector("h1")) ? main.querySelector("h1").innerText : "",
-          sig: main ? main.textContent.slice(0, 300) : "", runs: window.__teRuns || 0, href: location.href};
+          sig: main ? main.textContent.slice(0, 300) : "",
+          runs: Number(sessionStorage.getItem('__runsEnded') || 0), href: location.href};
 }"""
-# Counts finished script runs: a MutationObserver sees every change of the app's script state, even runs
-# shorter than the polling interval; a change whose old value was "running" is a run that ended. (A run of
-# a few ms may never show "running" in the DOM at all, so actions also accept a change of content.)
-COUNT_RUNS_JS = """
-window.__teRuns = 0;
-new MutationObserver(ms => { for (const m of ms) if (m.oldValue === "running") window.__teRuns++; })
-  .observe(document, {subtree: true, attributes: true, attributeOldValue: true,
-                      attributeFilter: ["data-test-script-state"]});
-"""
 NAV_LINKS_JS = """() => [...document.querySelectorAll("[data-testid='stSidebarNav'] a")]
                      .map(a => new URL(a.href).pathname.replace(/^\\/+|\\/+$/g, ""))"""
 MAIN_TEXT_JS = """() => (document.querySelector("[data-testid='stMain']") || {}).textContent || ''"""
@@ -189,7 +183,7 @@ class Session:
 async def explorer(browser, url: str, s: Session, start_at: float, stop_at: float) -> None:
     await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
     ctx = await browser.new_context(viewport={"width": 1280, "height": 900})
-    await ctx.add_init_script(COUNT_RUNS_JS)
+    await ctx.add_init_script(RUNS_ENDED_INIT)  # the tests' run counter (harness/browser.py)
     page = await ctx.new_page()
     try:
         await s.open(page, url)

@@ -251,12 +251,6 @@ def ended_since(page, before: int, timeout: float) -> bool:
         return False
 
 
-def wait_next_run(page, since: int, timeout: float = 120_000) -> None:
-    """Wait until a script run that started after runs_ended() said `since` is over, and the app is idle."""
-    page.wait_for_function(ENDED_SINCE_JS, arg=since, timeout=timeout, polling=POLL_MS)
-    wait_rendered(page, timeout=timeout)
-
-
 def act_until_run(page, action, *, tries: int = 4, start_ms: float = 20_000, timeout: float = 120_000) -> None:
     """Do `action` and wait for the script run it causes to end; when no run has ended after start_ms and none is
     going (the event was lost: a click or an upload that landed while the element was being redrawn on a busy
