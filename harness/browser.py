@@ -220,7 +220,7 @@ RUNS_ENDED_INIT = """(() => {
     };
 })()"""
 RUNS_ENDED_JS = "() => Number(sessionStorage.getItem('__runsEnded') || 0)"
-ENDED_SINCE_JS = "(n) => Number(sessionStorage.getItem('__runsEnded') || 0) > n"
+ENDED_SINCE_JS = f"(n) => ({RUNS_ENDED_JS})() > n"
 
 
 # a learner's browser, English; prefers reduced motion: Streamlit's skeletons, spinners and fades, repainted every frame
@@ -242,31 +242,30 @@ def runs_ended(page) -> int:
     return page.evaluate(RUNS_ENDED_JS)
 
 
-def ended_since(page, before: int, timeout: float) -> bool:
-    """Wait up to `timeout` ms until a run has ended after runs_ended() said `before`; False if none did."""
+def ended_since(page, before: int, start_ms: float, timeout: float = 120_000) -> bool:
+    """Whether a run ended after runs_ended() said `before`: one that ends within start_ms, or one still going then
+    (waited for up to `timeout` ms, never taken for lost); False if none ended and none is going."""
     try:
-        page.wait_for_function(ENDED_SINCE_JS, arg=before, timeout=timeout, polling=POLL_MS)
+        page.wait_for_function(ENDED_SINCE_JS, arg=before, timeout=start_ms, polling=POLL_MS)
         return True
-    except Exception:  # noqa: BLE001 - playwright's TimeoutError
-        return False
+    except Exception:  # noqa: BLE001 - playwright's TimeoutError: no run has ended yet
+        if not page.locator(RUN_GOING).count():
+            return False
+    page.wait_for_function(ENDED_SINCE_JS, arg=before, timeout=timeout, polling=POLL_MS)
+    return True
 
 
 def act_until_run(page, action, *, tries: int = 4, start_ms: float = 20_000, timeout: float = 120_000) -> None:
     """Do `action` and wait for the script run it causes to end; when no run has ended after start_ms and none is
     going (the event was lost: a click or an upload that landed while the element was being redrawn on a busy
     machine), do it again. A run still going is waited for (up to `timeout`), never doubled."""
-    for attempt in range(tries):
+    for _ in range(tries):
         before = runs_ended(page)
         action()
-        if not ended_since(page, before, start_ms):  # no run has ended yet
-            if page.locator(RUN_GOING).count():
-                page.wait_for_function(ENDED_SINCE_JS, arg=before, timeout=timeout, polling=POLL_MS)
-            elif attempt == tries - 1:
-                raise TimeoutError(f"no script run followed the action after {tries} tries")
-            else:
-                continue
-        wait_rendered(page, timeout=timeout)
-        return
+        if ended_since(page, before, start_ms, timeout):
+            wait_rendered(page, timeout=timeout)
+            return
+    raise TimeoutError(f"no script run followed the action after {tries} tries")
 
 
 # ---- setting a widget's value: do it, then wait until the widget shows it and the run it started is over ----------
@@ -286,10 +285,7 @@ def run_after(page, act, *, start_ms: float = 10_000, timeout: float = 120_000, 
     within start_ms and none is going (the action changed nothing, or a busy machine lost it)."""
     before = runs_ended(page)
     act()
-    ran = ended_since(page, before, start_ms)
-    if not ran and page.locator(RUN_GOING).count():  # a run still going is waited for
-        page.wait_for_function(ENDED_SINCE_JS, arg=before, timeout=timeout, polling=POLL_MS)
-        ran = True
+    ran = ended_since(page, before, start_ms, timeout)
     settle(page, timeout=timeout, charts=charts)
     return ran
 
