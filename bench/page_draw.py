@@ -11,8 +11,10 @@ how long the browser's main thread was busy during the first (Chrome's Performan
 every page of a 128-token text drawn in < 2 s.
 
 --switches N (default 5; 0: none): then the view switches a learner makes most, each N times, from the change to the
-page redrawn (stamped as above): the Attention page's head, layer, colour scale and mask, the Logits page's
-temperature (one slider step). Target: a switch redrawn within 0.2 s (p95); today each is a server run.
+page redrawn (stamped as above), on the pages among --pages that have them: the Attention page's head, layer,
+colour scale and mask, the Logits page's temperature (one slider step: redrawn in the browser for a vocabulary of
+the default's size, stamped in its view, and the short run that tells the server, timed as a switch). Target: a
+switch redrawn within 0.2 s (p95).
 
 Drawn is stamped inside the page, as bench/cold_start.py stamps it: a MutationObserver on the whole page keeps the
 time of the frame after its last change (two animation frames later, once painted), from the click on the link.
@@ -38,7 +40,13 @@ STAMP_JS = """window.__drawn = 0;
 new MutationObserver(() => requestAnimationFrame(() => requestAnimationFrame(() => {
   window.__drawn = performance.timeOrigin + performance.now(); })))
   .observe(document, {subtree: true, childList: true, attributes: true, characterData: true});"""
-NOW_JS = "performance.timeOrigin + performance.now()"
+NOW_JS = "window.__pressed = performance.timeOrigin + performance.now()"
+AFTER_REDRAW = ("logits: temperature, the run after it",)  # timed, but after what the learner waits for
+VIEW = ".sv"  # the Logits page's sampling view (ui/frontend/sampling.js), when the model's vocabulary goes to it
+VIEW_STAMP_JS = """el => { window.__viewDrawn = 0;  // the frame after the view's first change from now on
+  new MutationObserver((_, obs) => { obs.disconnect(); requestAnimationFrame(() => requestAnimationFrame(() => {
+    window.__viewDrawn = performance.timeOrigin + performance.now(); })); })
+  .observe(el, {subtree: true, childList: true, characterData: true, attributes: true}); }"""
 DRAWN_JS = f"""() => [...document.querySelectorAll("{CHART}")].every(c => c.querySelector('.main-svg'))
     && !document.querySelector("{NOT_SETTLED}")"""
 
@@ -65,8 +73,9 @@ def visit(page, cdp, path: str) -> tuple[float, float, float, int]:
     return (page.evaluate("window.__drawn") - clicked) / 1000, seen, busy_s(cdp) - busy, page.locator(CHART).count()
 
 
-def switch_times(page, lang: str, times: int) -> dict[str, list[float]]:
-    """Seconds from each view switch to the page's last change (stamped in the page), `times` of each kind."""
+def switch_times(page, lang: str, times: int, pages: list[str]) -> dict[str, list[float]]:
+    """Seconds from each view switch to the page's last change (stamped in the page), `times` of each kind, on the
+    pages among `pages` that have switches (attention, logits)."""
     def timed(act) -> float:
         clicked = page.evaluate(NOW_JS)
         act()
@@ -77,6 +86,14 @@ def switch_times(page, lang: str, times: int) -> dict[str, list[float]]:
         return next(o for o in options if o != now(label))
 
     out: dict[str, list[float]] = {}
+    if "attention" in pages:
+        attention_switches(page, lang, times, timed, other, out)
+    if "logits" in pages:
+        logits_switches(page, lang, times, timed, out)
+    return out
+
+
+def attention_switches(page, lang: str, times: int, timed, other, out: dict) -> None:
     nav(page, "attention")
     drawn(page)
     radios = {"scale": (s("att_scale", lang), [s(f"att_scale_{k}", lang) for k in ("01", "row", "log")]),
@@ -88,13 +105,23 @@ def switch_times(page, lang: str, times: int) -> dict[str, list[float]]:
         for kind, (label, options) in radios.items():
             pick = other(label, options, lambda lab: radio_value(page, lab))
             out.setdefault(f"attention: {kind}", []).append(timed(lambda lab=label, o=pick: radio(page, lab, o)))
+
+
+def logits_switches(page, lang: str, times: int, timed, out: dict) -> None:
     nav(page, "logits")
     drawn(page)
     box = slider(page, s("log_temperature", lang))
+    view = page.locator(VIEW)
     for i in range(times):
         key = "ArrowLeft" if i % 2 else "ArrowRight"
-        out.setdefault("logits: temperature", []).append(timed(lambda k=key: (box.focus(), box.press(k))))
-    return out
+        if not view.count():  # a vocabulary the server draws: the fragment's run redraws it
+            out.setdefault("logits: temperature", []).append(timed(lambda k=key: (box.focus(), box.press(k))))
+            continue
+        view.evaluate(VIEW_STAMP_JS)  # drawn in the browser (in its own shadow root: the page's stamp misses it)
+        run = timed(lambda k=key: (box.focus(), box.press(k)))  # then the short run that tells the server
+        out.setdefault("logits: temperature (in the browser)", []).append(
+            (page.evaluate("window.__viewDrawn") - page.evaluate("window.__pressed")) / 1000)
+        out.setdefault(AFTER_REDRAW[0], []).append(run)
 
 
 def main() -> None:
@@ -143,7 +170,7 @@ def main() -> None:
                                note=f"seen by the driver {seen:.2f} s"))
             print(f"{name}: {first:.2f} s first (the driver saw it at {seen:.2f} s), {again:.2f} s again, main thread "
                   f"{busy:.2f} s, {charts} charts", flush=True)
-        switches = switch_times(page, args.lang, args.switches) if args.switches else {}
+        switches = switch_times(page, args.lang, args.switches, pages) if args.switches else {}
         browser.close()
     print(f"\n{key}, {args.tokens} tokens of {model.cfg.encoding} (context {model.cfg.max_len}), lang {args.lang}")
     print_table(["page", "first s", "first, seen s", "again s", "browser busy s", "charts", "errors"], rows)
@@ -153,6 +180,9 @@ def main() -> None:
         for name, xs in switches.items():
             xs = sorted(xs)
             p95 = xs[min(len(xs) - 1, round(0.95 * (len(xs) - 1)))]
+            if name in AFTER_REDRAW:  # the learner already sees the redraw: a figure, not a target
+                srows.append([name, len(xs), f"{xs[len(xs) // 2]:.2f}", f"{p95:.2f}", "(after the redraw)"])
+                continue
             verdict = "PASS" if p95 <= SWITCH_S else "MISS"
             srows.append([name, len(xs), f"{xs[len(xs) // 2]:.2f}", f"{p95:.2f}", verdict])
             figs.append(figure(f"switch redrawn, {name} (p95)", round(p95, 2), "s", SWITCH_S))

@@ -62,7 +62,7 @@ SHARED_CACHE = next((p / "shared" / "tiktoken-cache" for p in ROOT.parents[:2]
 class Action:
     """One step of a learner: `kind` says what to do, `name` is the row it is reported under."""
     name: str
-    kind: str  # open | text | page | pick | slider | click
+    kind: str  # open | text | page | pick | slider | temperature | click
     arg: str = ""  # url path (page), widget key (text, pick, slider, click)
     values: tuple = ()  # slider: (low, high) a learner drags within
 
@@ -75,7 +75,7 @@ SCRIPT: list[Action] = [
     Action("head", "pick", "head"),
     Action("mask_mode", "pick", "mask_mode"),
     Action("goto_logits", "page", "logits"),
-    Action("temperature", "slider", "log_T", (0.3, 2.0)),
+    Action("temperature", "temperature", "log_T", (0.3, 2.0)),
     Action("append_five", "click", "log_five"),
     Action("goto_tokenizer", "page", "tokenizer"),
     Action("goto_embeddings", "page", "embeddings"),
@@ -427,6 +427,13 @@ async def do_action(c: StreamlitClient, a: Action, learner: int, round_: int, rn
         step = p.step or 0.01
         v = round(round(rng.uniform(lo, hi) / step) * step, 6)
         return await c.set_value(a.arg, v)
+    if a.kind == "temperature":  # the Logits page's view tells the server (ui/sampling_view.py), else its slider
+        if any(w.key == "sampling_view" for w in c.widgets.values()):
+            held = c.states.get(c.widget("sampling_view").id)
+            rule = json.loads(held.json_value).get("rule", {}) if held is not None and held.json_value else {}
+            t = round(round(rng.uniform(*a.values) / 0.05) * 0.05, 2)
+            return await c.set_view_state("sampling_view", "rule", {"k": 0, "p": 1.0, **rule, "T": t})
+        return await do_action(c, replace(a, kind="slider"), learner, round_, rng, cfg)
     if a.kind == "click":
         return await c.click(a.arg)
     raise ValueError(f"unknown action kind {a.kind!r}")

@@ -27,7 +27,7 @@ IDLE_APP = "[data-testid='stApp'][data-test-script-state='notRunning'][data-test
 RUN_GOING = "[data-testid='stApp'][data-test-script-state='running']"
 RUNNING_ICON = "[data-testid='stStatusWidgetRunningIcon'], [data-testid='stStatusWidgetRunningManIcon']"
 CHART = "[data-testid='stPlotlyChart']"
-CHART_SVG = "[data-testid='stPlotlyChart'] .main-svg"
+CHART_SVG = "[data-testid='stPlotlyChart'] .main-svg, .sv svg"  # a plotly chart, or the Logits page's own bars
 EXCEPTION = "[data-testid='stException']"
 
 
@@ -62,7 +62,7 @@ def wait_rendered(page, *, charts: bool = False, timeout: float = 120_000, chart
         try:
             page.wait_for_selector(CHART_SVG, state="visible", timeout=chart_timeout)
         except Exception as exc:  # playwright's TimeoutError
-            raise AssertionError(f"no plotly chart drew on {page.url} within {chart_timeout / 1000:.0f} s") from exc
+            raise AssertionError(f"no chart drew on {page.url} within {chart_timeout / 1000:.0f} s") from exc
 
 # screenshots are for a person to look at (SCREENSHOTS=1 python3 -m pytest tests/browser): each one relays every chart
 # out at the page's full height and encodes a large PNG, CPU a test run spends on nothing it asserts
@@ -421,6 +421,7 @@ def new_tab(browser, context=None):
 
 PLOTS = "[data-testid='stPlotlyChart'] .js-plotly-plot"
 INFO_BOX = "[data-testid='stAlertContentInfo']"
+LOOK_BOX = f"{INFO_BOX}, .sv .look"  # a "what to look for" box: Streamlit's, or the Logits page's view's own
 NOT_SETTLED = "[data-testid='stSkeleton'], [data-stale='true']"
 # every drawn plotly chart: its title (tags removed), trace names, the token ticks of its axes
 PLOTS_JS = """() => Array.from(document.querySelectorAll("[data-testid='stPlotlyChart'] .js-plotly-plot")).map(p => {
@@ -460,7 +461,9 @@ APP_TEXT_JS = """() => ['stSidebarUserContent', 'stSidebarNav', 'stMain'].map(id
     document.body.appendChild(copy);
     const text = copy.innerText;
     copy.remove();
-    return text;
+    const views = [...el.querySelectorAll('*')].filter(e => e.shadowRoot)  // components.v2 views (shadow roots)
+        .map(e => [...e.shadowRoot.children].map(c => c.innerText || '').join('\\n'));
+    return [text, ...views].join('\\n');
 }).join('\\n')"""
 RERUN_STARTED_JS = """() => document.querySelector("[data-testid='stApp']")?.dataset.testScriptState === 'running'
     || !!document.querySelector("[data-stale='true']")"""

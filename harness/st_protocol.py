@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import time
 from dataclasses import dataclass, field
@@ -55,6 +56,7 @@ DONE_STATUSES = {FINISHED.FINISHED_SUCCESSFULLY, FINISHED.FINISHED_WITH_COMPILE_
 VALUE_WIDGETS = {"selectbox", "radio", "text_area", "text_input", "checkbox", "slider", "number_input",
                  "multiselect", "color_picker"}
 TRIGGER_WIDGETS = {"button", "download_button"}
+VIEW_WIDGETS = {"bidi_component"}  # a components.v2 view: no state until its script sets one (set_view_state)
 
 
 class ProtocolError(Exception):
@@ -79,6 +81,7 @@ class Widget:
     kind: str  # the Element oneof name: "selectbox", "slider", ...
     proto: object  # the element's own proto (Selectbox, Slider, ...)
     script_hash: str  # metadata.active_script_hash: which script (entry or page) rendered it
+    fragment_id: str = ""  # the fragment that drew it: a change reruns that fragment only, as in a browser
 
     @property
     def key(self) -> str | None:
@@ -322,7 +325,17 @@ class StreamlitClient:
         if w.disabled:
             raise ProtocolError(f"widget {key!r} is disabled")
         self.states[w.id] = widget_value_state(w, value)
-        return await self.rerun()
+        return await self.rerun(fragment_id=w.fragment_id)
+
+    async def set_view_state(self, key: str, name: str, value) -> RunResult:
+        """What a components.v2 view's setStateValue(name, value) sends: the view's whole state as JSON."""
+        w = self.widget(key)
+        if w.kind not in VIEW_WIDGETS:
+            raise ProtocolError(f"widget {key!r} is a {w.kind}, not a components.v2 view")
+        held = self.states.get(w.id)
+        state = json.loads(held.json_value) if held is not None and held.json_value else {}
+        self.states[w.id] = WidgetState(id=w.id, json_value=json.dumps({**state, name: value}))
+        return await self.rerun(fragment_id=w.fragment_id)
 
     async def click(self, key: str) -> RunResult:
         """Press a button: its trigger_value goes out with this one request only."""
@@ -335,10 +348,11 @@ class StreamlitClient:
         return await self.rerun(extra=[trig])
 
     # --- the protocol -------------------------------------------------------------------------------
-    def _rerun_msg(self, page_script_hash, page_name, widget_states, extra) -> BackMsg:
+    def _rerun_msg(self, page_script_hash, page_name, widget_states, extra, fragment_id="") -> BackMsg:
         msg = BackMsg()
         r = msg.rerun_script
         r.query_string = self.query_string
+        r.fragment_id = fragment_id
         r.page_script_hash = self.page_hash if page_script_hash is None else page_script_hash
         r.page_name = page_name
         states = list(self.states.values()) if widget_states is None else list(widget_states)
@@ -351,13 +365,13 @@ class StreamlitClient:
         return msg
 
     async def rerun(self, *, page_script_hash: str | None = None, page_name: str = "",
-                    widget_states: list | None = None, extra: tuple = ()) -> RunResult:
+                    widget_states: list | None = None, extra: tuple = (), fragment_id: str = "") -> RunResult:
         """Send one rerun_script and wait for the script_finished of the run it starts."""
         if self.ws is None or self.closed_reason:
             raise ProtocolError(f"not connected ({self.closed_reason})")
         if self._run_done is not None and not self._run_done.done():
             raise ProtocolError("a run is already in flight")
-        msg = self._rerun_msg(page_script_hash, page_name, widget_states, extra)
+        msg = self._rerun_msg(page_script_hash, page_name, widget_states, extra, fragment_id)
         self.last_rerun = msg
         self._run = res = RunResult()
         self._run_done = asyncio.get_running_loop().create_future()
@@ -472,11 +486,11 @@ class StreamlitClient:
             self._error(f"st.error: {el.alert.body[:200]}")
         elif kind == "alert" and el.alert.format == Alert.WARNING and self._run is not None:
             self._run.warnings.append(el.alert.body[:200])
-        if kind in VALUE_WIDGETS or kind in TRIGGER_WIDGETS:
+        if kind in VALUE_WIDGETS or kind in TRIGGER_WIDGETS or kind in VIEW_WIDGETS:
             proto = getattr(el, kind)
             if not proto.id:
                 return
-            w = Widget(proto.id, kind, proto, msg.metadata.active_script_hash)
+            w = Widget(proto.id, kind, proto, msg.metadata.active_script_hash, d.fragment_id)
             self._run_ids.add(w.id)
             self._run_widgets[w.id] = w
             self.widgets[w.id] = w
@@ -486,10 +500,12 @@ class StreamlitClient:
                     self.states[w.id] = st
 
     def _finished(self, status) -> None:
-        if status in (FINISHED.FINISHED_SUCCESSFULLY, FINISHED.FINISHED_FRAGMENT_RUN_SUCCESSFULLY):
+        if status == FINISHED.FINISHED_SUCCESSFULLY:
             # clearStaleNodes + removeInactive: only this run's widgets remain
             self.widgets = dict(self._run_widgets)
             self.states = {i: s for i, s in self.states.items() if i in self._run_ids}
+        elif status == FINISHED.FINISHED_FRAGMENT_RUN_SUCCESSFULLY:  # the widgets outside the fragment stay
+            self.widgets.update(self._run_widgets)
         if status != FINISHED.FINISHED_EARLY_FOR_RERUN and self._saw_new_session:
             self._run_count += 1  # ForwardMsgCache.incrementRunCount
             self._cache = {h: e for h, e in self._cache.items() if self._run_count - e[1] <= self.max_cached_age}

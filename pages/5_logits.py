@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from transformer_core.analysis.kv_steps import cache_layout, cache_report
-from transformer_core.analysis.next_token import GREEDY, Sampling, distribution, generate
+from transformer_core.analysis.next_token import GREEDY, Sampling, distribution, generate, top_ids
 from transformer_core.analysis.next_word import FIRST_TOKENS, MAX_PIECES, next_words
 from transformer_core.errors import SamplingError
 from transformer_core.text.inputs import end_of_text_id, real_ids, sequence_labels, token_labels, unknown_id
@@ -14,6 +14,7 @@ from ui.errors import error_text, show_error
 from ui.figures import bars, lines, ranked_labels, visible
 from ui.guidance import look_for
 from ui.i18n import t
+from ui.sampling_view import MAX_SHOWN, in_browser, sampling_view, view_data
 from ui.session import page_context, through_app
 from ui.state import generated, set_generated, sync_url
 from ui.widgets import chart, count_text, explain, table, token_chips
@@ -63,8 +64,12 @@ def rule_now(greedy: bool = False) -> Sampling:
 @st.fragment
 def distribution_view(row, random_init: bool) -> None:
     """Temperature, top-k, top-p and the distribution they give from `row`, the chosen position's logits: a change
-    reruns only this part (no forward, no sidebar, nothing below sent again), and the link records it."""
+    reruns only this part (no forward, no sidebar, nothing below sent again), and the link records it. A vocabulary
+    the browser takes is drawn there instead, where a change redraws before any run (browser_distribution)."""
     st.subheader(t("log_controls"))
+    if in_browser(row.numel()):
+        browser_distribution(row, random_init)
+        return
     c1, c2, c3, c4 = st.columns(4)
     c1.slider(t("log_temperature"), 0.05, 5.0, step=0.05, key="log_T", help=t("log_temperature_help"))
     c2.number_input(t("log_topk"), 0, cfg.vocab_size, step=1, key="log_topk", help=t("log_topk_help"))
@@ -100,6 +105,23 @@ def distribution_view(row, random_init: bool) -> None:
         t("col_prob_raw"): dist.raw,
     }), "log_top", formats={t("col_logit"): "%.4f", t("col_prob"): "%.4g", t("col_prob_raw"): "%.4g"})
     next_word_table(dec[: pos + 1], src if model.is_encoder_decoder else None, len(names))
+
+
+def browser_distribution(row, random_init: bool) -> None:
+    """Temperature, top-k and top-p answered in the browser (ui.sampling_view): the whole row goes once, a change
+    redraws there first, then reaches the server in a short run of this fragment (which records it in the link).
+    How many tokens are shown and the ⟨unk⟩ rule are the server's."""
+    c1, c2 = st.columns(2)
+    shown = int(c1.number_input(t("log_show"), 1, 100, 10, 1, key="log_show"))
+    if unk is not None:
+        c2.checkbox(t("log_no_unk"), True, key="log_no_unk", help=t("log_no_unk_help"))
+    sync_url()
+    order = top_ids(row, MAX_SHOWN)
+    names = token_labels(model, order, dec)
+    look = None if random_init else {"after": f"‘{visible(labels[pos])}’", "tok": f"‘{visible(names[0])}’"}
+    sampling_view(view_data(row, names, real_ids(model, order), order, banned=rule_now().banned, shown=shown,
+                            look=look))
+    next_word_table(dec[: pos + 1], src if model.is_encoder_decoder else None, shown)
 
 
 @st.cache_data(show_spinner=False, max_entries=64, ttl=600)

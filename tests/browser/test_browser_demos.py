@@ -84,13 +84,26 @@ def number(template: str, field: str, text: str) -> float:
 
 # ---- what each view must show, read from the page ------------------------------------------------------------------
 
+def distribution_shown(page) -> tuple[list[str], list[float]]:
+    """The Logits page's ranked tokens and their probabilities: drawn in the browser (ui.sampling_view: the bars'
+    labels, the table's probabilities) for a vocabulary it takes, else the server's bar chart."""
+    view = page.locator(f"{MAIN} .sv")
+    try:  # the view draws once its script has loaded, which may be after the run ended
+        view.locator("table.top tbody tr").first.wait_for(timeout=15_000)
+    except Exception:  # noqa: BLE001 - playwright's TimeoutError: no view, the server drew the distribution
+        bars = chart(page, "log_probs")
+        return bars["y"], bars["x"]
+    labels = view.locator("svg text.tok").all_text_contents()  # (SVG text has no innerText)
+    probs = [float(row.locator("td").nth(3).inner_text()) for row in view.locator("table.top tbody tr").all()]
+    return labels, probs
+
+
 def check_logits(page, r, lang: str) -> None:
     if r.demo == "kv":
         x = r.numbers
         assert s("kv_total", lang, bytes=f"{x['bytes']:,}", n=x["layers"], t=x["t"]) in app_text(page)
         return
-    bars = chart(page, "log_probs")
-    labels, probs = bars["y"], bars["x"]
+    labels, probs = distribution_shown(page)
     assert labels[0] == f"#1 ‘{visible(r.tokens['top'])}’"
     assert probs[0] == pytest.approx(r.numbers["p_top"], abs=1e-4)
     if r.numbers["rank"] <= len(labels):

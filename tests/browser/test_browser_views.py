@@ -11,6 +11,7 @@ screenshots go to screenshots/ (git-ignored).
 import json
 import re
 import time
+from csv import reader as csv_rows
 from urllib.parse import parse_qs, unquote, urlparse
 
 import pytest
@@ -18,6 +19,7 @@ import pytest
 from harness.browser import (
     ERROR_BOX,
     INFO_BOX,
+    LOOK_BOX,
     MAIN,
     PLOTS,
     SIDEBAR,
@@ -340,7 +342,7 @@ def test_each_step_page_says_what_to_look_for(app, tab, lang):
     english = {}
     for path in STEP_PAGES:
         go(tab, app, path, lang, model=REVERSE)
-        box = tab.locator(INFO_BOX).filter(has_text=LOOK[lang])
+        box = tab.locator(LOOK_BOX).filter(has_text=LOOK[lang])
         assert box.count() == 1, f"/{path}: {box.count()} boxes saying {LOOK[lang]!r}"
         assert len(box.inner_text()) > 40, box.inner_text()
         if path == "ffn":
@@ -422,6 +424,7 @@ def test_url_reproduces_the_view_on_a_fresh_server(app, tab, browser, tmp_path):
     press_slider(tab, s("log_temperature"), times=6)  # 1.00 -> 0.70
     press_slider(tab, s("log_topp"), times=10)  # 1.00 -> 0.90
     enter_number(tab, s("log_topk"), 5)
+    check_view_csv(tab, tmp_path)
     radio(tab, s("log_mode"), s("log_sample"))
     enter_number(tab, s("log_seed"), 7)
     next_token(tab, 1)
@@ -520,7 +523,7 @@ def test_defects_are_gone(app, tab, lang):
     assert not re.search(r"\d+\s*/\s*2[,.]?000[,.]?000", side.inner_text()), "a character counter shows"
     assert tab.locator("[data-testid='stAppDeployButton']").count() == 0
     assert tab.get_by_role("button", name="Deploy").count() == 0
-    expect(tab.locator(INFO_BOX).filter(has_text=LOOK[lang])).to_be_visible()
+    expect(tab.locator(LOOK_BOX).filter(has_text=LOOK[lang])).to_be_visible()
     next_token(tab, 1, lang)
     assert "gen" in parse_qs(urlparse(tab.url).query)
     type_sidebar_text(tab, "d b a c", lang)
@@ -531,20 +534,70 @@ def test_defects_are_gone(app, tab, lang):
     assert_clean(tab, app, f"logits after a model switch ({lang})")
 
 
+def check_view_csv(page, tmp_path) -> None:
+    """The Logits page's view (ui/frontend/sampling.js) downloads the table it shows, at full precision, without a
+    run."""
+    runs = runs_ended(page)
+    csv = download(page, s("download_csv"), page.locator(f"{MAIN} .sv"))
+    assert csv.suggested_filename == "log_top.csv"
+    csv.save_as(tmp_path / "log_top.csv")
+    rows = list(csv_rows((tmp_path / "log_top.csv").read_text(encoding="utf-8").splitlines()))
+    assert rows[0] == [s(c) for c in ("col_token", "col_id", "col_logit", "col_prob", "col_prob_raw")], rows[0]
+    shown = [[td.inner_text() for td in tr.locator("td").all()]
+             for tr in page.locator(f"{MAIN} .sv table tbody tr").all()]
+    assert len(rows) - 1 == len(shown) == 10
+    for row, seen in zip(rows[1:], shown, strict=True):
+        assert row[:2] == seen[:2] and f"{float(row[2]):.4f}" == seen[2], (row, seen)
+        assert all(float(a) == pytest.approx(float(b), rel=5e-4) for a, b in zip(row[3:], seen[3:], strict=True))
+    assert runs_ended(page) == runs, "the view's download ran the page"
+
+
+def test_the_views_sampling_rule_is_the_cores(tab):
+    """sampling.js's temperature, top-k and top-p against transformer_core's distribution(), on rows of the default
+    model's vocabulary size: the same kept tokens, and probabilities, entropy and sum to within float64 rounding."""
+    import torch
+
+    from transformer_core.analysis.next_token import Sampling, distribution
+
+    source = (ROOT / "ui" / "frontend" / "sampling.js").read_text(encoding="utf-8")
+    tab.goto("about:blank")
+    torch.manual_seed(0)
+    rows = [torch.randn(12_293) * 4, torch.randn(300) * 0.5, torch.randn(12_293) * 12]
+    rules = [Sampling(), Sampling(0.7, 5, 0.9), Sampling(0.05, 0, 1.0), Sampling(5.0, 0, 0.5), Sampling(1.3, 40, 1.0),
+             Sampling(0.7, 0, 0.01), Sampling(1.0, 3, 1.0, banned=(1, 7)), Sampling(2.0, 12_293, 0.95, banned=(0,))]
+    for row in rows:
+        for rule in rules:
+            got = tab.evaluate(SAMPLE_JS, {"source": source, "row": row.tolist(), "banned": list(rule.banned),
+                                           "T": rule.temperature, "k": rule.top_k, "p": rule.top_p})
+            want = distribution(row, rule, top=row.numel())
+            probs = dict(zip(want.ids, want.probs, strict=True))
+            assert got["kept"] == want.kept, (rule, row.numel())
+            assert got["probs"] == pytest.approx([probs[i] for i in range(row.numel())], rel=1e-9, abs=1e-15)
+            assert got["entropy"] == pytest.approx(want.entropy, rel=1e-9) and got["sum"] == pytest.approx(want.total)
+
+
+SAMPLE_JS = """async ({source, row, banned, T, k, p}) => {
+    const url = URL.createObjectURL(new Blob([source], {type: "text/javascript"}));
+    const { sample } = await import(url);
+    const out = sample(new Float32Array(row), banned, T, k, p);
+    return {probs: Array.from(out.probs), kept: out.kept, entropy: out.entropy, sum: out.sum};
+}"""
+
+
 # ---- downloads ------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_chart_downloads_png_then_svg_and_table_downloads_csv(app, tab, lang, tmp_path):
     """The chart toolbar's camera saves transformer-explorer-….png, then .svg once the sidebar says SVG; a table's
     Download CSV saves its columns."""
-    go(tab, app, "logits", lang, model=REVERSE)
-    i = plot_index(tab, s("log_chart", lang))
-    png = camera(tab, i)
+    go(tab, app, "attention", lang, model=REVERSE)
+    title = s("att_main_title", lang).split("{")[0]
+    png = camera(tab, plot_index(tab, title))
     assert png.suggested_filename.startswith("transformer-explorer-") and png.suggested_filename.endswith(".png")
     png.save_as(tmp_path / "chart.png")
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     radio(tab, s("img_fmt", lang), "SVG", where=SIDEBAR)
-    svg = camera(tab, plot_index(tab, s("log_chart", lang)))
+    svg = camera(tab, plot_index(tab, title))
     assert svg.suggested_filename.startswith("transformer-explorer-") and svg.suggested_filename.endswith(".svg")
     svg.save_as(tmp_path / "chart.svg")
     assert "<svg" in (tmp_path / "chart.svg").read_text(encoding="utf-8", errors="replace")[:2000]
@@ -555,5 +608,5 @@ def test_chart_downloads_png_then_svg_and_table_downloads_csv(app, tab, lang, tm
     assert runs_ended(tab) == runs, "the download click ran the page again"  # (its file id would change under it)
     csv.save_as(tmp_path / "table.csv")
     header = (tmp_path / "table.csv").read_text(encoding="utf-8").splitlines()[0]
-    assert s("col_token", lang) in header and s("col_prob", lang) in header, header
-    assert_clean(tab, app, f"logits after downloads ({lang})")
+    assert s("attn_col_key", lang) in header and s("attn_col_weight", lang) in header, header
+    assert_clean(tab, app, f"attention after downloads ({lang})")

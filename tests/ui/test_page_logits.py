@@ -22,6 +22,14 @@ from transformer_core.text.inputs import trace_text
 from transformer_core.text.tokenizer import tokens_of
 from ui.figures import axis_labels, visible
 
+
+@pytest.fixture(autouse=True)
+def server_side_distribution(monkeypatch):
+    """The distribution as the server draws it (a fragment): every vocabulary larger than the browser takes. A
+    smaller one goes to the browser instead (ui.sampling_view, tests/ui/test_sampling_view.py)."""
+    monkeypatch.setattr("ui.sampling_view.BROWSER_VOCAB", 0)
+
+
 SENT_1 = "同志们!我踩着地雷了"  # 13 cl100k tokens; the small preset's max_len is 16
 
 

@@ -88,11 +88,16 @@ def distribution(logits: torch.Tensor, s: Sampling = Sampling(), top: int = 10) 
     z = (logits.double() / s.temperature).masked_fill(~keep, float("-inf"))  # (vocab,) banned ids are not kept
     probs = torch.softmax(z, dim=-1)  # (vocab,) float64
     raw = torch.softmax(logits.double(), dim=-1)  # (vocab,) float64, T = 1
-    order = torch.topk(logits, min(top, logits.numel())).indices  # (top,)
+    order = torch.tensor(top_ids(logits, top), dtype=torch.long)  # (top,)
     return Distribution(
         ids=order.tolist(), logits=logits[order].tolist(), probs=probs[order].tolist(), raw=raw[order].tolist(),
         entropy=entropy_bits(probs), total=float(probs.double().sum()), kept=int((probs > 0).sum()),
     )
+
+
+def top_ids(logits: torch.Tensor, n: int) -> list[int]:
+    """The ids of the n highest (vocab,) logits, highest first: the order of the Logits page's table and bars."""
+    return torch.topk(logits.float().cpu(), min(n, logits.numel())).indices.tolist()
 
 
 def choose(probs: torch.Tensor, s: Sampling, generator: torch.Generator | None = None) -> int:
