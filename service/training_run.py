@@ -23,7 +23,6 @@ from .job_records import drop_record
 from .settings import settings
 
 NAME_CHARS = catalog.NAME_CHARS
-TRAIN_NICE = 10  # a training's CPU priority below the pages' (0): pages stay quick for a room while trainings run
 ACCURACY_WINDOWS = 256  # validation windows a text model's accuracy is measured on
 TASK_ACCURACY_N = 128  # fresh examples a task model's accuracy is measured on (one batch)
 
@@ -32,7 +31,6 @@ def run(job) -> None:
     """The thread: train each run, then measure and save; every failure is kept as job.error."""
     try:
         own_threads(settings().train_threads)
-        give_way(TRAIN_NICE)
         job.status = "running"
         results: dict[str, TrainResult] = {}
         offset = 0
@@ -83,16 +81,6 @@ def own_threads(n: int) -> None:
     helper = threading.Thread(target=torch.set_num_threads, args=(before,), daemon=True)
     helper.start()
     helper.join()
-
-
-def give_way(nice: int) -> None:
-    """Run the calling thread at this niceness (Linux keeps it per thread; the threads it starts inherit it): when
-    the cores are busy, the pages' script runs come first and a training takes what is left. A system that cannot
-    (no per-thread priority, or not allowed) leaves it as it was."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), max(nice, os.getpriority(os.PRIO_PROCESS, 0)))
-    except (AttributeError, OSError):
-        pass
 
 
 def _progress(job, label: str, offset: int):

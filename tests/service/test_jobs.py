@@ -83,30 +83,6 @@ def test_a_job_thread_has_its_own_cpu_thread_count():
     assert seen == {"job": 1, "later": 2} and torch.get_num_threads() == 2
 
 
-@pytest.mark.skipif(not hasattr(threading, "get_native_id") or not hasattr(__import__("os"), "getpriority"),
-                    reason="per-thread priority is Linux's")
-def test_a_training_gives_way_to_the_pages_and_the_pages_keep_their_priority():
-    import os
-
-    page = os.getpriority(os.PRIO_PROCESS, 0)  # this thread, as a page's script run
-    job = jobs.start("s1", TrainConfig(task="copy", **LONG), "low")
-    try:
-        assert wait_for_iteration(job, 2)
-        training = os.getpriority(os.PRIO_PROCESS, job.thread.native_id)
-        assert training == max(training_run.TRAIN_NICE, page)  # 10 below a page run (never above its own)
-        assert os.getpriority(os.PRIO_PROCESS, 0) == page  # only the training's thread gave way
-    finally:
-        job.stop.set()
-        assert job.wait(60)
-
-
-def wait_for_iteration(job, n: int, timeout: float = 30.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end and job.iteration < n:
-        time.sleep(0.02)
-    return job.iteration >= n
-
-
 def test_server_limit_refuses_a_third_job(server_env):
     server_env(TRANSFORMER_EXPLORER_MAX_TRAININGS=2)
     a = jobs.start("a", TrainConfig(task="copy", **LONG), "a")
