@@ -21,6 +21,7 @@ from service import urlstate
 
 from .figures import ranked_labels, visible
 from .i18n import t
+from .widgets import IMAGE_FORMATS, file_stem
 
 BROWSER_VOCAB = 16_384  # the default model's 12,293 logits: 48 KB of float32 (66 KB as base64, less compressed)
 FRONTEND = Path(__file__).resolve().parent / "frontend"
@@ -46,9 +47,14 @@ def view_data(row: torch.Tensor, labels: list[str], real_ids: list[int], order: 
               banned: tuple[int, ...], shown: int, look: dict | None) -> dict:
     """What the browser gets: the (vocab,) row as base64 float32, the top MAX_SHOWN tokens by logit (their index in
     the row, id, label as the table shows it, label as the bars rank it, logit), the ids ruled out, how many tokens
-    to show and the page's words. Not the temperature, top-k or top-p: the browser holds those (see the module)."""
+    to show, how the chart downloads (the sidebar's format, a file name like the other charts') and the page's
+    words. Not the temperature, top-k or top-p: the browser holds those (see the module)."""
     logits = row.detach().float().cpu().numpy().astype("<f4")  # (vocab,)
+    fmt = st.session_state.get("img_fmt", "png")
+    fmt = fmt if fmt in IMAGE_FORMATS else "png"
+    stem = file_stem("transformer-explorer", "log_probs", str(st.session_state.get("model", "")).split(":")[-1])
     return {
+        "chart": {"format": fmt, "file": f"{stem}.{fmt}"},
         "row": base64.b64encode(logits.tobytes()).decode("ascii"), "vocab": int(logits.size),
         "top": [{"index": int(i), "id": int(r), "label": visible(lab), "rank": rank, "logit": float(logits[i])}
                 for i, r, lab, rank in zip(order, real_ids, labels, ranked_labels(labels), strict=True)],
@@ -59,7 +65,7 @@ def view_data(row: torch.Tensor, labels: list[str], real_ids: list[int], order: 
                  "entropy": t("log_entropy"), "sum": t("log_sum"), "kept": t("log_kept"), "chart": t("log_chart"),
                  "table": t("log_table"), "token": t("col_token"), "id": t("col_id"), "logit": t("col_logit"),
                  "prob": t("col_prob"), "raw": t("col_prob_raw"),
-                 "download": t("download_csv")},
+                 "download": t("download_csv"), "download_chart": t("log_chart_download", fmt=fmt.upper())},
     }
 
 

@@ -424,7 +424,7 @@ def test_url_reproduces_the_view_on_a_fresh_server(app, tab, browser, tmp_path):
     press_slider(tab, s("log_temperature"), times=6)  # 1.00 -> 0.70
     press_slider(tab, s("log_topp"), times=10)  # 1.00 -> 0.90
     enter_number(tab, s("log_topk"), 5)
-    check_view_csv(tab, tmp_path)
+    check_view_downloads(tab, tmp_path)
     radio(tab, s("log_mode"), s("log_sample"))
     enter_number(tab, s("log_seed"), 7)
     next_token(tab, 1)
@@ -534,10 +534,14 @@ def test_defects_are_gone(app, tab, lang):
     assert_clean(tab, app, f"logits after a model switch ({lang})")
 
 
-def check_view_csv(page, tmp_path) -> None:
-    """The Logits page's view (ui/frontend/sampling.js) downloads the table it shows, at full precision, without a
-    run."""
+def check_view_downloads(page, tmp_path) -> None:
+    """The Logits page's view (ui/frontend/sampling.js) downloads its chart (PNG, the sidebar's default, named as the
+    other charts' downloads) and the table it shows at full precision, without a run."""
     runs = runs_ended(page)
+    png = download(page, s("log_chart_download", fmt="PNG"), page.locator(f"{MAIN} .sv"))
+    assert png.suggested_filename == "transformer-explorer-log_probs-reverse.png", png.suggested_filename
+    png.save_as(tmp_path / "bars.png")
+    assert (tmp_path / "bars.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     csv = download(page, s("download_csv"), page.locator(f"{MAIN} .sv"))
     assert csv.suggested_filename == "log_top.csv"
     csv.save_as(tmp_path / "log_top.csv")

@@ -52,9 +52,11 @@ function build(parent, d) {
     box.append(el("div", { class: "mlabel" }, d.text[m]), el("div", { class: "mvalue" }));
     metrics.append(box);
   }
-  const download = el("button", { type: "button", class: "download" }, d.text.download);
+  const download = el("button", { type: "button", class: "download csv" }, d.text.download);
   download.addEventListener("click", () => saveCsv(root));
-  root.append(el("div", { class: "look", role: "note" }), controls, metrics, el("div", { class: "bars" }),
+  const picture = el("button", { type: "button", class: "download chart" });
+  picture.addEventListener("click", () => saveChart(root));
+  root.append(el("div", { class: "look", role: "note" }), controls, metrics, el("div", { class: "bars" }), picture,
               el("h4", {}, d.text.table), el("table", { class: "top" }), download);
   parent.append(root);
   const linked = new URLSearchParams(window.location.search);  // the server writes the page's values in the link
@@ -162,6 +164,7 @@ function draw(root) {
   if (d.look) root.querySelector(".look").textContent = "👀 " + d.look.replace("{p}", pct(out.probs[top[0].index]));
   root.querySelector(".look").hidden = !d.look;
   drawBars(root.querySelector(".bars"), top, out.probs, raw, d.text);
+  root.querySelector("button.chart").textContent = d.text.download_chart;
   drawTable(root.querySelector("table.top"), top, out.probs, raw, d.text);
 }
 
@@ -175,6 +178,35 @@ function saveCsv(root) {  // the table as the server's "Download CSV" writes it 
   a.href = URL.createObjectURL(new Blob([lines.join("\n") + "\n"], { type: "text/csv" }));
   a.click();
   setTimeout(() => URL.revokeObjectURL(a.href), 10_000);
+}
+
+function saveChart(root) {  // the bars as the other charts' camera saves them: PNG (twice the size) or SVG
+  const d = root.__data, svg = root.querySelector(".bars svg").cloneNode(true);
+  const drawn = root.querySelectorAll(".bars svg *"), copies = svg.querySelectorAll("*");
+  drawn.forEach((e, i) => {  // the page's styles, written into the picture (it leaves the page)
+    const css = getComputedStyle(e);
+    for (const k of ["fill", "opacity", "font-size", "font-family", "font-weight"]) copies[i].style[k] = css[k];
+  });
+  const paper = getComputedStyle(document.querySelector("[data-testid='stApp']") || document.body).backgroundColor;
+  svg.setAttribute("xmlns", "http://www.w3.org/2000/svg");
+  svg.style.background = paper;
+  const text = new XMLSerializer().serializeToString(svg);
+  const save = (blob) => {
+    const a = el("a", { download: d.chart.file });
+    a.href = URL.createObjectURL(blob);
+    a.click();
+    setTimeout(() => URL.revokeObjectURL(a.href), 10_000);
+  };
+  if (d.chart.format === "svg") { save(new Blob([text], { type: "image/svg+xml" })); return; }
+  const img = new Image(), w = Number(svg.getAttribute("width")), h = Number(svg.getAttribute("height"));
+  img.onload = () => {
+    const canvas = el("canvas", { width: 2 * w, height: 2 * h }), g = canvas.getContext("2d");
+    g.fillStyle = paper;
+    g.fillRect(0, 0, canvas.width, canvas.height);
+    g.drawImage(img, 0, 0, canvas.width, canvas.height);
+    canvas.toBlob(save, "image/png");
+  };
+  img.src = "data:image/svg+xml;charset=utf-8," + encodeURIComponent(text);
 }
 
 function drawBars(box, top, probs, raw, text) {
