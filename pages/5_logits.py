@@ -14,7 +14,7 @@ from ui.errors import error_text, show_error
 from ui.figures import bars, lines, ranked_labels, visible
 from ui.guidance import look_for
 from ui.i18n import t
-from ui.sampling_view import MAX_SHOWN, in_browser, sampling_view, view_data
+from ui.sampling_view import MAX_SHOWN, RANGES, in_browser, sampling_view, view_data
 from ui.session import page_context, through_app
 from ui.state import generated, set_generated, sync_url
 from ui.widgets import chart, count_text, explain, table, token_chips
@@ -46,8 +46,8 @@ else:
 st.caption(t("log_position_caption", pos=pos, tok=repr(labels[pos]), next=pos + 1))
 
 # the controls' values may come from a shared link: defaults are set once, then the widgets own them
-for key, default, lo, hi in (("log_T", 1.0, 0.05, 5.0), ("log_topk", 0, 0, cfg.vocab_size),
-                             ("log_topp", 1.0, 0.01, 1.0), ("log_seed", 0, 0, 2**31 - 1)):
+for key, default, lo, hi in (("log_T", *RANGES["T"][:3]), ("log_topk", 0, 0, cfg.vocab_size),
+                             ("log_topp", *RANGES["p"][:3]), ("log_seed", 0, 0, 2**31 - 1)):
     ss[key] = min(max(ss.get(key, default), lo), hi)
 unk = unknown_id(model)  # a compacted vocabulary's ⟨unk⟩ stands for every token it lacks: a learner may rule it out
 
@@ -71,9 +71,10 @@ def distribution_view(row, random_init: bool) -> None:
         browser_distribution(row, random_init)
         return
     c1, c2, c3, c4 = st.columns(4)
-    c1.slider(t("log_temperature"), 0.05, 5.0, step=0.05, key="log_T", help=t("log_temperature_help"))
+    (_, t_lo, t_hi, t_step), (_, p_lo, p_hi, p_step) = RANGES["T"], RANGES["p"]
+    c1.slider(t("log_temperature"), t_lo, t_hi, step=t_step, key="log_T", help=t("log_temperature_help"))
     c2.number_input(t("log_topk"), 0, cfg.vocab_size, step=1, key="log_topk", help=t("log_topk_help"))
-    c3.slider(t("log_topp"), 0.01, 1.0, step=0.01, key="log_topp", help=t("log_topp_help"))
+    c3.slider(t("log_topp"), p_lo, p_hi, step=p_step, key="log_topp", help=t("log_topp_help"))
     shown = c4.number_input(t("log_show"), 1, 100, 10, 1, key="log_show")
     if unk is not None:
         st.checkbox(t("log_no_unk"), True, key="log_no_unk", help=t("log_no_unk_help"))

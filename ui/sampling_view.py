@@ -21,7 +21,8 @@ from service import urlstate
 
 from .figures import ranked_labels, visible
 from .i18n import t
-from .widgets import IMAGE_FORMATS, file_stem
+from .state import URL_STATE
+from .widgets import picture_download
 
 BROWSER_VOCAB = 16_384  # the default model's 12,293 logits: 48 KB of float32 (66 KB as base64, less compressed)
 FRONTEND = Path(__file__).resolve().parent / "frontend"
@@ -29,7 +30,9 @@ _view = st.components.v2.component("sampling_view", js=(FRONTEND / "sampling.js"
                                    css=(FRONTEND / "sampling.css").read_text(encoding="utf-8"))
 MAX_SHOWN = 100  # the page's "tokens shown" goes up to this
 KEY = "sampling_view"
-RULE_KEYS = {"T": "log_T", "k": "log_topk", "p": "log_topp"}  # the view's names -> the page's session keys (URL_STATE)
+RULE_KEYS = {name: URL_STATE[name] for name in ("T", "k", "p")}  # the view's names (the link's) -> session keys
+# the temperature's and top-p's (default, lowest, highest, step): the page's sliders, its clamps and the view's
+RANGES = {"T": (1.0, 0.05, 5.0, 0.05), "p": (1.0, 0.01, 1.0, 0.01)}
 
 
 class _Slot:
@@ -50,11 +53,9 @@ def view_data(row: torch.Tensor, labels: list[str], real_ids: list[int], order: 
     to show, how the chart downloads (the sidebar's format, a file name like the other charts') and the page's
     words. Not the temperature, top-k or top-p: the browser holds those (see the module)."""
     logits = row.detach().float().cpu().numpy().astype("<f4")  # (vocab,)
-    fmt = st.session_state.get("img_fmt", "png")
-    fmt = fmt if fmt in IMAGE_FORMATS else "png"
-    stem = file_stem("transformer-explorer", "log_probs", str(st.session_state.get("model", "")).split(":")[-1])
+    fmt, stem = picture_download("log_probs")
     return {
-        "chart": {"format": fmt, "file": f"{stem}.{fmt}"},
+        "chart": {"format": fmt, "file": f"{stem}.{fmt}"}, "ranges": RANGES,
         "row": base64.b64encode(logits.tobytes()).decode("ascii"), "vocab": int(logits.size),
         "top": [{"index": int(i), "id": int(r), "label": visible(lab), "rank": rank, "logit": float(logits[i])}
                 for i, r, lab, rank in zip(order, real_ids, labels, ranked_labels(labels), strict=True)],

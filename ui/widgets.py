@@ -40,13 +40,19 @@ def file_stem(*parts: str) -> str:
     return stem[:80] or "chart"
 
 
+def picture_download(key: str) -> tuple[str, str]:
+    """(format, file name without its ending) of chart `key`'s download: the sidebar's format, the page's view and
+    the model in the name."""
+    fmt = st.session_state.get("img_fmt", "png")
+    stem = file_stem("transformer-explorer", key, str(st.session_state.get("model", "")).split(":")[-1])
+    return (fmt if fmt in IMAGE_FORMATS else "png"), stem
+
+
 def chart(fig, key: str, *, on_select: bool = False):
     """A plotly chart; its toolbar camera downloads it as PNG or SVG (the sidebar's choice) under a file name
     that says what it is. With on_select, clicks select points and the selection event is returned."""
-    fmt = st.session_state.get("img_fmt", "png")
-    config = {"displaylogo": False, "toImageButtonOptions": {
-        "format": fmt if fmt in IMAGE_FORMATS else "png", "scale": 2,
-        "filename": file_stem("transformer-explorer", key, str(st.session_state.get("model", "")).split(":")[-1])}}
+    fmt, stem = picture_download(key)
+    config = {"displaylogo": False, "toImageButtonOptions": {"format": fmt, "scale": 2, "filename": stem}}
     fig = sendable(fig, st.context.theme.type)  # the look written into the chart (ui.chart_theme): drawn once
     if on_select:
         return st.plotly_chart(fig, key=key, config=config, width="stretch", theme=None, on_select="rerun",

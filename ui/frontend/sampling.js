@@ -43,9 +43,10 @@ function build(parent, d) {
     if (attrs.type === "range") box.append(el("output", { for: id, class: "value" }));
     controls.append(box);
   };
-  field("T", { type: "range", min: 0.05, max: 5, step: 0.05 }, d.text.temperature);
+  const range = (name) => { const [, min, max, step] = d.ranges[name]; return { type: "range", min, max, step }; };
+  field("T", range("T"), d.text.temperature);
   field("k", { type: "number", min: 0, max: d.vocab, step: 1 }, d.text.topk);
-  field("p", { type: "range", min: 0.01, max: 1, step: 0.01 }, d.text.topp);
+  field("p", range("p"), d.text.topp);
   const metrics = el("div", { class: "metrics" });
   for (const m of ["entropy", "sum", "kept"]) {
     const box = el("div", { class: "metric", "data-metric": m });
@@ -60,7 +61,8 @@ function build(parent, d) {
               el("h4", {}, d.text.table), el("table", { class: "top" }), download);
   parent.append(root);
   const linked = new URLSearchParams(window.location.search);  // the server writes the page's values in the link
-  const asked = [linked.get("T") ?? 1, linked.get("k") ?? 0, linked.get("p") ?? 1].map(Number);
+  const asked = [linked.get("T") ?? d.ranges.T[0], linked.get("k") ?? 0, linked.get("p") ?? d.ranges.p[0]]
+    .map(Number);
   set(root, ...asked);
   const shown = rule(root, d);  // a range snaps to its steps: the server is told a value it does not hold
   set(root, shown.T, shown.k, shown.p);
@@ -84,11 +86,11 @@ function set(root, T, k, p) {
 }
 
 function rule(root, d = root.__data) {  // the controls' values, clamped as the page clamps them (pages/5_logits.py)
-  const num = (n, lo, hi, dflt) => {
+  const num = (n, [dflt, lo, hi]) => {
     const v = Number(input(root, n).value);
     return Number.isFinite(v) ? Math.min(Math.max(v, lo), hi) : dflt;
   };
-  return { T: num("T", 0.05, 5, 1), k: Math.round(num("k", 0, d.vocab, 0)), p: num("p", 0.01, 1, 1) };
+  return { T: num("T", d.ranges.T), k: Math.round(num("k", [0, 0, d.vocab])), p: num("p", d.ranges.p) };
 }
 
 // The kept tokens, as next_token_probs picks them: z = logit / T in float32 (the banned at -inf), top-k keeps z at or
