@@ -36,6 +36,24 @@ def pytest_cmdline_main(config):
         config.option.numprocesses = max(2, min(4, os.cpu_count() or 1))
         config.option.dist = "loadfile"  # (workers parse only the command line: a per-test group mark set here
         # never reached them, and "loadgroup" spread the browser tests one by one over both workers)
+        config.option.loadscopereorder = False  # the files go in pytest_collection_modifyitems' order
+
+
+# The files that take longest (browser modules: minutes each), first: a worker takes the next file when it is done
+# with one, so the longest first let both workers end together. In pytest-xdist's own order (most tests first) they
+# came after the CPU modules, and one worker ran the last browser module alone for half a minute.
+LONGEST_FIRST = ("test_browser_views", "test_browser_hostile", "test_browser_workshop", "test_browser_tools",
+                 "test_browser_demos", "test_browser_e2e", "test_browser_train", "test_browser_grids")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Longest files first (LONGEST_FIRST), then the others by their number of tests, most first (every worker
+    sorts alike: pytest-xdist checks that their collections are the same)."""
+    count: dict[str, int] = {}
+    for item in items:
+        count[item.path.stem] = count.get(item.path.stem, 0) + 1
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: (rank.get(item.path.stem, len(rank)), -count[item.path.stem], str(item.path)))
 
 
 @pytest.fixture
