@@ -146,3 +146,18 @@ def array(value) -> np.ndarray:
             shape = [int(s) for s in shape.split(",")]
         return arr.reshape(shape) if shape else arr
     return np.asarray(value, dtype=float)
+
+
+def attention_view(at: AppTest) -> dict | None:
+    """The data of the Attention page's view (ui.attention_view: the maps the browser draws), or None where the page
+    drew its own charts (a map of more than its VIEW_TOKENS tokens)."""
+    found = [json.loads(e.proto.json) for e in at.get("bidi_component")]
+    found = [d for d in found if "four" in d]
+    return found[0] if found else None
+
+
+def shown_head(at: AppTest) -> int:
+    """The head the Attention page shows large: its Head box, or where the browser's view holds the head, the pick
+    the server gave the view."""
+    view = attention_view(at)
+    return int(view["pick"]["head"]) if view is not None else int(at.selectbox(key="head").value)

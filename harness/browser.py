@@ -768,3 +768,68 @@ def not_chinese(texts, strings: dict[str, dict[str, str]]) -> list[str]:
     spelled by no Chinese string (formulas such as "d0 (sin, i=0)" pass)."""
     zh = {v.get("zh", "") for v in strings.values()}
     return [x for x in texts if re.search(r"[A-Za-z]{4,}", x) and not CJK.search(x) and x not in zh]
+
+
+# ---- the Attention page's view (ui/attention_view.py, ui/frontend/attention.js) ----------------------------------
+ATT_VIEW = ".av"
+# every head's weights as the view holds them (4 decimals; None where masked), the values its colours stand for on
+# each scale (the chosen head), and what it shows: the head, the scale, the title
+ATT_VIEW_JS = """root => {
+    const d = root.__data, n = d.n_q * d.n_k, heads = [];
+    for (let h = 0; h < d.heads; h++) {
+        const rows = [];
+        for (let q = 0; q < d.n_q; q++) {
+            rows.push(Array.from({length: d.n_k}, (_, k) => {
+                const i = h * n + q * d.n_k + k;
+                return root.__mask[i] ? root.__four[i] / 1e4 : null;
+            }));
+        }
+        heads.push(rows);
+    }
+    const drawn = Array.from(root.__z, v => Number.isNaN(v) ? null : v);
+    return {weights: heads, drawn, head: Number(root.querySelector("select[name='head']").value),
+            scale: root.querySelector("input[name='scale']:checked").value, n_q: d.n_q, n_k: d.n_k,
+            title: root.querySelector('.title').textContent, q: d.q, k: d.k,
+            chosen: Array.from(root.querySelectorAll('.thumb.chosen'), f => Number(f.dataset.head))};
+}"""
+
+
+def view_state(page) -> dict:
+    """What the Attention page's view holds and shows (ATT_VIEW_JS)."""
+    return page.locator(ATT_VIEW).evaluate(ATT_VIEW_JS)
+
+
+def view_head(page) -> str:
+    """The head the Attention page's view shows large (its list's value)."""
+    return page.locator(f"{ATT_VIEW} select[name='head']").input_value()
+
+
+def view_pick(page, *, head: int | None = None, scale: str | None = None, thumbnail: bool = False) -> None:
+    """Pick a head (in the view's list, or with thumbnail=True a click on its small map) or a colour scale in the
+    Attention page's view, and wait for the run that tells the server to be over (the view redraws at once)."""
+    view = page.locator(ATT_VIEW)
+    if head is not None:
+        if thumbnail:
+            run_after(page, view.locator(f".thumb[data-head='{head}']").click)
+        else:
+            run_after(page, lambda: view.locator("select[name='head']").select_option(str(head)))
+    if scale is not None:
+        run_after(page, view.locator(f"input[name='scale'][value='{scale}']").check)
+
+
+def view_cell(page, q: int, k: int, *, hover: bool = False) -> list[str]:
+    """Hover (hover=True) or click the cell (query q, key k) of the view's large map; returns the hover's lines (after
+    a click, once the run it starts is over: the server's explanation is on the page)."""
+    canvas = page.locator(f"{ATT_VIEW} canvas.cells")
+    canvas.scroll_into_view_if_needed()
+    box = canvas.bounding_box()
+    d = page.locator(ATT_VIEW).evaluate("root => [root.__data.n_q, root.__data.n_k]")
+    x, y = box["x"] + (k + 0.5) * box["width"] / d[1], box["y"] + (q + 0.5) * box["height"] / d[0]
+    page.mouse.move(x - 2, y - 2)
+    page.mouse.move(x, y)
+    tip = page.locator(f"{ATT_VIEW} .tip")
+    tip.wait_for(state="visible")
+    lines = tip.locator("div").all_inner_texts()
+    if not hover:
+        run_after(page, lambda: page.mouse.click(x, y))
+    return lines

@@ -1,5 +1,6 @@
 """Page 3: attention. One head large (every token labelled; click a cell to explain it), all heads of the layer as
-thumbnails that pick the head, scores before and after masking side by side, Q/K/V and one query step by step."""
+thumbnails that pick the head (both drawn and switched in the browser: ui.attention_view; a longer text gets the
+server's charts), scores before and after masking side by side, Q/K/V and one query step by step."""
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -18,6 +19,7 @@ from transformer_core.model.memory import KEEP_ALL
 from transformer_core.model.transformer import DEFAULT_MASKS
 from transformer_core.text.inputs import sequence_labels
 from ui import cache
+from ui.attention_view import attention_view, in_browser, view_data
 from ui.errors import show_error
 from ui.figures import (
     COLUMN_PX,
@@ -25,7 +27,6 @@ from ui.figures import (
     axis_labels,
     block_labels,
     block_max,
-    click_targets,
     mark_cells,
     marks_masked,
     scaled_weights,
@@ -44,9 +45,8 @@ from ui.widgets import chart, clicked, explain, table, tensor_frame
 
 through_app()
 
-HOVER_CAP = 96  # up to this many tokens, hover shows q·k, the scaled score and the weight of each cell
-CLICK_CAP = 64  # up to this many tokens, a click on a cell explains it (one invisible SVG marker per cell: the
-# 16,384 of 128 tokens took a browser 5 s to draw, and cells of a longer map are too small to aim at)
+HOVER_CAP = 96  # up to this many tokens, hover shows q·k, the scaled score and the weight of each cell (up to
+# ui.attention_view.VIEW_TOKENS the browser's view draws the map, and a click on a cell explains it)
 SIDE_CAP = 256  # the before/after pair shows a window of at most this many tokens
 MAIN_CAP = 256  # the large map's most rows and columns (longer: blocks of tokens, each its largest weight)
 THUMB_CAP = 96  # thumbnails are pooled to at most this many rows and columns
@@ -65,8 +65,9 @@ def _on_block_change() -> None:
     ss.pop("att_cell", None)
 
 
-def selectors(model) -> str:
-    """Layer, block, head, mask and colour-scale widgets (before the trace, which depends on them)."""
+def selectors(model) -> tuple[str, object, object]:
+    """Layer, block and mask widgets (before the trace, which depends on them); the block, and the places of the head
+    and colour-scale widgets, which the page draws after the trace unless the browser's view holds them."""
     cfg = model.cfg
     if "_pick_layer" in ss:  # a model-view thumbnail was clicked in the last run
         ss.layer = ss.pop("_pick_layer")
@@ -86,74 +87,69 @@ def selectors(model) -> str:
     c1.selectbox(t("att_layer"), range(cfg.n_layers), key="layer")
     c2.selectbox(t("att_block"), kinds, key="block", on_change=_on_block_change,
                  format_func=lambda k: t("block_gpt_self" if not model.is_encoder_decoder else KIND_LABEL[k]))
-    c3.selectbox(t("att_head"), range(cfg.n_heads), key="head")
+    head_slot = c3.empty()
     c4.radio(t("att_mask_mode"), MASK_MODES, key="mask_mode", horizontal=True, format_func=lambda m: t(f"mask_{m}"))
-    c5.radio(t("att_scale"), SCALES, key="att_scale", horizontal=True, format_func=lambda s: t(f"att_scale_{s}"),
-             help=t("att_scale_help"))
-    return ss.block
+    return ss.block, head_slot, c5.empty()
 
 
-def main_map(stages, head: int, q_lab, k_lab) -> tuple[int, int] | None:
-    """The chosen head's softmax weights, large; returns the clicked (query, key) cell, if any."""
+def head_and_scale(heads: int, head_slot, scale_slot) -> None:
+    """The server's head and colour-scale widgets (a map too long for the browser's view)."""
+    head_slot.selectbox(t("att_head"), range(heads), key="head")
+    scale_slot.radio(t("att_scale"), SCALES, key="att_scale", horizontal=True,
+                     format_func=lambda s: t(f"att_scale_{s}"), help=t("att_scale_help"))
+
+
+def browser_maps(stages, records: dict[int, object], q_lab, k_lab) -> tuple[int, int] | None:
+    """The head large and every head small, drawn and switched in the browser (ui.attention_view); returns the
+    clicked (query, key) cell, if any."""
+    shown = kind_filter(records, stages.n_heads)
+    titles = [[f"{t('att_head')} {h}", label_text(records.get(h)) if records else ""] for h in range(stages.n_heads)]
+    n_gen = len(generated()) if ss.block != "enc_self" else 0
+    attention_view(view_data(stages.weights[0], stages.mask[0], q_lab, k_lab, titles, shown, generated=n_gen))
+    if 0 < n_gen < stages.n_q:
+        st.caption(t("att_generated_rows", n=n_gen, row=stages.n_q - 1))
+    return ss.get("att_cell")
+
+
+def main_map(stages, head: int, q_lab, k_lab) -> None:
+    """The chosen head's softmax weights, large, for a text longer than the browser's view takes (hover only: its
+    cells are too small to aim at; one query's arithmetic is under "Step by step for one query token")."""
     weights = stages.head("weights", head).numpy()
     mask = stages.head("mask", head).numpy()
     z, axis = scaled_weights(np.where(mask, weights, np.nan), ss.att_scale)
     n_q, n_k = weights.shape
+    title = t("att_main_title", head=head, scale=t(f"att_scale_{ss.att_scale}"))
     step = -(-max(n_q, n_k) // MAIN_CAP)
     if step > 1:  # a long text: blocks of step × step tokens, each its largest weight (light in the browser)
         z, mask = block_max(z, step), block_max(np.where(mask, 1.0, np.nan), step) == 1.0
         fig = token_heatmap(z, q_lab[::step], k_lab[::step], step=step, **axis, fixed_margins=True,
                             categories=(block_labels(q_lab, step), block_labels(k_lab, step)),
                             hovertemplate=f"{t('attn_queries')}: %{{y}}<br>{t('attn_keys')}: %{{x}}<br>"
-                                          f"{t('att_block_max')} = %{{z:.4f}}<extra></extra>",
-                            title=t("att_main_title", head=head, scale=t(f"att_scale_{ss.att_scale}")))
+                                          f"{t('att_block_max')} = %{{z:.4f}}<extra></extra>", title=title)
         mark_cells(fig, ~mask, hovertemplate=f"%{{y}} → %{{x}}: {t('att_masked_hover')} → 0", value=0.0, step=step)
         chart(fig, "att_main")
         st.caption(t("att_pooled_hint", n=max(n_q, n_k), step=step))
-        return None
-    clickable = max(n_q, n_k) <= CLICK_CAP  # then the click targets on top carry the hover
-    custom, hover, names = None, None, None
+        return
+    custom, hover = None, f"{t('attn_queries')}: %{{y}}<br>{t('attn_keys')}: %{{x}}<br>{t('attn_col_weight')} = " \
+                          "%{z:.4f}<extra></extra>"
     if max(n_q, n_k) <= HOVER_CAP:
         raw, scaled = stages.head("scores", head).numpy(), stages.head("scaled", head).numpy()
-        # numbers in customdata and the token labels in text/hovertext: an array mixing strings and numbers
-        # made plotly's JSON fall back to a slow Python walk (5x the time of the whole chart)
+        # numbers in customdata, the token labels the axes' categories: one string per row and column (per-cell names
+        # cost 2 × rows × columns strings; an array mixing strings and numbers made plotly's JSON fall back to a slow
+        # Python walk, 5x the time of the whole chart)
         custom = np.stack([raw, scaled, weights], axis=-1).astype(np.float32)
-        if clickable:  # the click targets sit on numbered axes: each names its cell's tokens
-            names = (np.broadcast_to(np.asarray(q_lab, dtype=str)[:, None], (n_q, n_k)),
-                     np.broadcast_to(np.asarray(k_lab, dtype=str)[None, :], (n_q, n_k)))
-        who = ("%{text}", "%{hovertext}") if clickable else ("%{y}", "%{x}")  # else the axes' categories
-        hover = (f"{t('attn_queries')}: {who[0]}<br>{t('attn_keys')}: {who[1]}<br>"
-                 f"q·k = %{{customdata[0]:.4f}}<br>q·k/√d_k = %{{customdata[1]:.4f}}<br>{t('attn_col_weight')} = "
-                 f"%{{customdata[2]:.4f}}<extra></extra>")
-    # without click targets the axes' categories name the tokens in the hover: one string per row and column, where
-    # per-cell names cost 2 × rows × columns strings (at 88 tokens half the map's JSON for the server to write and
-    # the browser to parse; compressed on the wire they were a few KB)
-    fig = token_heatmap(z, q_lab, k_lab, title=t("att_main_title", head=head, scale=t(f"att_scale_{ss.att_scale}")),
-                        **axis, customdata=None if clickable else custom,
-                        fixed_margins=True, x_title=t("attn_keys") if clickable else None,
-                        y_title=t("attn_queries") if clickable else None,
-                        categories=None if clickable else (q_lab, k_lab),
-                        hovertemplate="skip" if clickable and custom is not None else hover or (
-                            f"{t('attn_queries')}: %{{y}}<br>{t('attn_keys')}: %{{x}}<br>{t('attn_col_weight')} = "
-                            f"%{{z:.4f}}<extra></extra>"))
+        hover = (f"{t('attn_queries')}: %{{y}}<br>{t('attn_keys')}: %{{x}}<br>q·k = %{{customdata[0]:.4f}}<br>"
+                 f"q·k/√d_k = %{{customdata[1]:.4f}}<br>{t('attn_col_weight')} = %{{customdata[2]:.4f}}<extra></extra>")
+    fig = token_heatmap(z, q_lab, k_lab, title=title, **axis, customdata=custom, fixed_margins=True,
+                        categories=(q_lab, k_lab), hovertemplate=hover)
     mark_cells(fig, ~mask, hovertemplate=f"{t('attn_queries')} %{{y}} · {t('attn_keys')} %{{x}}<br>"
                f"{t('att_masked_hover')} → 0", value=0.0)
     n_gen = len(generated()) if ss.block != "enc_self" else 0  # generated tokens are the decoder's last rows
     if 0 < n_gen < n_q:
         mark_generated(fig, n_q, n_k, n_gen)
         st.caption(t("att_generated_rows", n=n_gen, row=n_q - 1))
-    if clickable:
-        click_targets(fig, n_q, n_k, customdata=custom, names=names, hovertemplate=hover)
-        event = chart(fig, "att_main", on_select=True)
-        points = (event or {}).get("selection", {}).get("points", []) if event else []
-        cells = [(int(p["y"]), int(p["x"])) for p in points if p.get("curve_number") == len(fig.data) - 1]
-        if cells:
-            ss.att_cell = cells[-1]
-        st.caption(t("att_click_hint"))
-    else:
-        chart(fig, "att_main")
-        st.caption(t("att_zoom_hint", n=max(n_q, n_k)))
-    return ss.get("att_cell")
+    chart(fig, "att_main")
+    st.caption(t("att_zoom_hint", n=max(n_q, n_k)))
 
 
 def part_name(part: tuple) -> str:
@@ -275,9 +271,8 @@ def heads_table(records: dict[int, object]) -> None:
         table(df, f"heads_{ss.block}_{ss.layer}", formats={t("head_kind_" + p): "%.3f" for p in patterns})
 
 
-def head_thumbnails(stages, heads: int, records: dict[int, object]) -> None:
-    """Every head of this layer and block, small; a click picks the head shown large above."""
-    st.subheader(t("att_grid"))
+def kind_filter(records: dict[int, object], heads: int) -> list[int]:
+    """The heads shown small: all, or those of the kinds the learner picked (pills, when the heads are labelled)."""
     kinds_found = sorted({k for r in records.values() for k in r.labels})
     shown = list(range(heads))
     if kinds_found:
@@ -285,6 +280,13 @@ def head_thumbnails(stages, heads: int, records: dict[int, object]) -> None:
                           format_func=lambda k: t("head_kind_" + k))
         if wanted:
             shown = [h for h in shown if records.get(h) is not None and set(records[h].labels) & set(wanted)]
+    return shown
+
+
+def head_thumbnails(stages, heads: int, records: dict[int, object]) -> None:
+    """Every head of this layer and block, small; a click picks the head shown large above."""
+    st.subheader(t("att_grid"))
+    shown = kind_filter(records, heads)
     w = stages.weights[0].float().numpy()  # (nh, Tq, Tk)
     mask = stages.mask[0].numpy()
     step = max(1, -(-max(w.shape[-2:]) // THUMB_CAP))  # pool long maps so thumbnails stay light
@@ -498,7 +500,7 @@ st.title(t("nav_attention"))
 explain("att_intro", r"\mathrm{Attention}(Q,K,V)=\mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}+M\right)V")
 st.caption(t("attn_formula_note"))
 _, model, _, _ = load_selected_model()
-kind = selectors(model)
+kind, head_slot, scale_slot = selectors(model)
 if kind == "cross" and ss.mask_mode in ("causal", "both"):
     st.caption(t("attn_cross_no_causal"))
 ctx = page_context(layer=ss.layer, masks={kind: ss.mask_mode})
@@ -511,11 +513,18 @@ try:
     tgt = (np.array(axis_labels(sequence_labels(model, ctx.trace.tgt_ids[0])), dtype=object)
            if ctx.trace.tgt_ids is not None else src)
     q_lab, k_lab = (src if kind == "enc_self" else tgt), (tgt if kind == "dec_self" else src)
+    view = in_browser(stages.n_q, stages.n_k)  # head and colour scale switched in the browser
+    if not view:
+        head_and_scale(model.cfg.n_heads, head_slot, scale_slot)
     head = int(ss.head)
     records = head_labels(ctx, stages, kind)
     attention_hint(list(records.values()), bool(ctx.card.get("random_init")))
     what_head_does(records.get(head), head)
-    cell = main_map(stages, head, list(q_lab), list(k_lab))
+    cell = None
+    if view:
+        cell = browser_maps(stages, records, list(q_lab), list(k_lab))
+    else:
+        main_map(stages, head, list(q_lab), list(k_lab))
     if cell is not None:
         explain_cell(stages, head, list(q_lab), list(k_lab), cell)
         query, key = min(cell[0], stages.n_q - 1), min(cell[1], stages.n_k - 1)
@@ -524,7 +533,8 @@ try:
     if kind == "cross" and ctx.card.get("task") == "dates":
         date_alignment_view(ctx, stages, head, list(q_lab), list(k_lab))
     sums_and_pitfalls(stages, kind, ss.mask_mode)
-    head_thumbnails(stages, model.cfg.n_heads, records)
+    if not view:
+        head_thumbnails(stages, model.cfg.n_heads, records)
     all_heads(ctx, stages, kind, q_lab, k_lab)
     heads_table(records)
     if kind != "cross" and records:

@@ -249,17 +249,3 @@ def mark_cells(fig, masked, *, hovertemplate: str, value: float = 1.0, row=None,
         hovertemplate=hovertemplate + "<extra></extra>",
         text=np.where(masked, "✕", "").tolist() if marks else None, texttemplate="%{text}" if marks else None,
         textfont={"color": "#555"}, name="mask"), row=row, col=col)
-
-
-def click_targets(fig, n_q: int, n_k: int, customdata=None, names=None, hovertemplate=None) -> None:
-    """Nearly invisible markers on every cell: plotly selects scatter points (not heatmap cells), so a click
-    on a cell selects (query, key) and the page explains it. `customdata` and `names` as for token_heatmap."""
-    qs, ks = np.divmod(np.arange(n_q * n_k), n_k)
-    add(fig, dict(type="scatter",
-        x=ks, y=qs, mode="markers", marker={"size": max(6, min(28, 900 // max(n_q, n_k))), "symbol": "square",
-                                            "color": "rgba(0,0,0,0)", "line": {"width": 0}},
-        customdata=None if customdata is None else np.asarray(customdata).reshape(n_q * n_k, -1),
-        text=None if names is None else names[0].ravel().tolist(),
-        hovertext=None if names is None else names[1].ravel().tolist(),
-        hovertemplate=hovertemplate or "<extra></extra>", showlegend=False, name="cells"))
-    fig.update_layout(clickmode="event+select", dragmode="zoom")

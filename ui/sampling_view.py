@@ -66,7 +66,7 @@ def view_data(row: torch.Tensor, labels: list[str], real_ids: list[int], order: 
                  "entropy": t("log_entropy"), "sum": t("log_sum"), "kept": t("log_kept"), "chart": t("log_chart"),
                  "table": t("log_table"), "token": t("col_token"), "id": t("col_id"), "logit": t("col_logit"),
                  "prob": t("col_prob"), "raw": t("col_prob_raw"),
-                 "download": t("download_csv"), "download_chart": t("log_chart_download", fmt=fmt.upper())},
+                 "download": t("download_csv"), "download_chart": t("chart_download", fmt=fmt.upper())},
     }
 
 

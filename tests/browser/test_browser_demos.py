@@ -16,6 +16,7 @@ from harness.browser import (
     s,
     screenshot,
     settle,
+    view_state,
 )
 from harness.server import ROOT
 from service import catalog
@@ -113,7 +114,9 @@ def check_logits(page, r, lang: str) -> None:
 
 
 def main_map(page) -> list[list[float | None]]:
-    return chart(page, "att_main", "values")["z"]
+    """The weights of the head the Attention page's view shows large (None where masked)."""
+    view = view_state(page)
+    return view["weights"][view["head"]]
 
 
 def check_attention(page, r, lang: str) -> None:

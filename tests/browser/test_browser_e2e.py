@@ -12,14 +12,13 @@ from harness.browser import (
     MAIN,
     SIDEBAR,
     browser_context,
-    choose,
     full_screenshot,
     new_tab,
     page_problem,
     require_browser,
-    s,
     settle,
     type_into,
+    view_pick,
 )
 from harness.server import ROOT, start_app
 from ui.i18n import strings
@@ -200,7 +199,7 @@ def test_a_chart_is_drawn_anew_with_new_data_and_in_the_browsers_light_or_dark_l
         tab.goto(page_url(server[1], "attention", f"{REVERSE}&text={quote('b d a c')}"))
         settle(tab, charts=True)
         first = tab.evaluate(FIRST_CHART_JS)
-        choose(tab, s("att_head"), "2")  # the same tokens, other weights: only data arrays change
+        view_pick(tab, head=2)  # the same tokens, other weights: only data arrays change (before/after masking)
         settle(tab, charts=True)
         head = tab.evaluate(FIRST_CHART_JS)
         type_text(tab, "c a d b a")

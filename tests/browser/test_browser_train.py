@@ -17,6 +17,7 @@ from harness.browser import (
     require_browser,
     run_after,
     settle,
+    view_state,
 )
 from harness.server import ROOT
 from ui.i18n import strings
@@ -26,12 +27,6 @@ sync_api = require_browser()
 SHOTS = ROOT / "artifacts" / "screenshots"
 S = strings()
 TRAIN_MS = 300_000  # the reverse task's defaults take 10-20 s on an idle 2-core CPU; a busy one is slower
-# the cross-attention weights of every head in the "All heads" grid: one (queries x keys) list per heatmap
-HEAD_WEIGHTS_JS = """() => {
-    const plots = Array.from(document.querySelectorAll("[data-testid='stPlotlyChart'] .js-plotly-plot"));
-    const heatmaps = p => p._fullData.filter(d => d.type === 'heatmap');  // decoded (data holds base64)
-    return heatmaps(plots.find(p => heatmaps(p).length > 1)).map(d => Array.from(d.z, row => Array.from(row)));
-}"""
 
 
 def test_newcomer_trains_reverse_sees_the_anti_diagonal_then_generates_with_a_shipped_model(app, tab):
@@ -67,7 +62,7 @@ def test_newcomer_trains_reverse_sees_the_anti_diagonal_then_generates_with_a_sh
     settle(page, charts=True)
     full_screenshot(page, SHOTS / "train_reverse_cross_attention.png")
     assert_clean(page, app, "attention page")
-    heads = page.evaluate(HEAD_WEIGHTS_JS)  # (n_heads, 4 queries "= b c a", 4 keys "d a c b")
+    heads = view_state(page)["weights"]  # every head's: (n_heads, 4 queries "= b c a", 4 keys "d a c b")
     anti = [[row.index(max(row)) for row in head] for head in heads]
     assert [3, 2, 1, 0] in anti, anti  # answer step i reads input letter L-1-i
 

@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 import pytest
 
 from harness.browser import (
+    ATT_VIEW,
     ERROR_BOX,
     INFO_BOX,
     LOOK_BOX,
@@ -36,13 +37,11 @@ from harness.browser import (
     english_shown,
     enter_number,
     enter_text,
-    hover_texts,
     legend_texts,
     new_tab,
     next_token,
     not_chinese,
     plot_index,
-    plot_z,
     plots,
     press_slider,
     radio,
@@ -56,6 +55,10 @@ from harness.browser import (
     slider,
     trace_point,
     type_into,
+    view_cell,
+    view_head,
+    view_pick,
+    view_state,
 )
 from harness.server import ROOT, fresh_app
 from ui.i18n import strings
@@ -76,17 +79,13 @@ MODEL_NAMES = ("reverse", "repeat", "copy", "sort", "count", "course-base", "cou
 ENGLISH_ONLY = english_only(S, ignore=MODEL_NAMES)
 # what some tests see and later tests judge (so that a check costs no page load of its own)
 SEEN: dict[str, object] = {}
-X_LABELS_JS = """(i) => {
-    const p = document.querySelectorAll("[data-testid='stPlotlyChart'] .js-plotly-plot")[i];
-    const xa = p._fullLayout.xaxis, step = Math.abs(xa.l2p(1) - xa.l2p(0));
-    return {step, angle: xa.tickangle, font: xa.tickfont.size,
-            gap: step * Math.abs(Math.sin((Number(xa.tickangle) || 0) * Math.PI / 180)),
-            zerolines: p.querySelectorAll('.zerolinelayer path').length};
-}"""
-DRAWN_TICKS_JS = """(i) => {
-    const p = document.querySelectorAll("[data-testid='stPlotlyChart'] .js-plotly-plot")[i];
-    return [p.querySelectorAll('.xaxislayer-above .xtick text').length,
-            p.querySelectorAll('.yaxislayer-above .ytick text').length];
+# the view's key labels (one per column of the large map): their font size and the least room between two neighbours
+X_LABELS_JS = """root => {
+    const boxes = Array.from(root.querySelectorAll('.xlab div'), e => e.getBoundingClientRect());
+    const gaps = boxes.slice(1).map((b, i) => b.left - boxes[i].right);
+    return {n: boxes.length, font: parseFloat(getComputedStyle(root.querySelector('.xlab')).fontSize),
+            gap: Math.min(...gaps), width: Math.min(...boxes.map(b => b.width)),
+            rows: root.querySelectorAll('.ylab div').length};
 }"""
 
 
@@ -101,8 +100,8 @@ def type_sidebar_text(page, text: str, lang: str = "en") -> None:
     enter_text(page, s("input_text", lang), text, SIDEBAR)
 
 
-def main_map(page, head: int, lang: str = "en", scale: str = "01") -> int:
-    return plot_index(page, s("att_main_title", lang, head=head, scale=s(f"att_scale_{scale}", lang)))
+def main_title(head: int, lang: str = "en", scale: str = "01") -> str:
+    return s("att_main_title", lang, head=head, scale=s(f"att_scale_{scale}", lang))
 
 
 def number_after(label: str, text: str) -> float:
@@ -112,51 +111,54 @@ def number_after(label: str, text: str) -> float:
 
 
 def check_attention_map(page, lang: str, n_q: int, n_k: int) -> dict:
-    """The large map: one tick label per token on both axes (in the layout and drawn), a hover with the query, the
-    key, q·k, the scaled score and the weight; before/after masking side by side; one thumbnail per head."""
-    i = main_map(page, 0, lang)
-    chart = plots(page)[i]
-    assert len(chart["yticks"]) == n_q and len(chart["xticks"]) == n_k, (len(chart["yticks"]), len(chart["xticks"]))
-    assert len(set(chart["yticks"])) == n_q and all(lab.startswith(f"{j} ‘") for j, lab in enumerate(chart["yticks"]))
-    drawn = page.evaluate(DRAWN_TICKS_JS, i)
-    assert drawn == [n_k, n_q], f"tick labels drawn (x, y) {drawn}, expected {[n_k, n_q]}: some were dropped"
+    """The large map (the browser's view): one label per token on both axes, a hover with the query, the key and the
+    weight; before/after masking side by side; one small map per head."""
+    view = view_state(page)
+    assert (view["n_q"], view["n_k"]) == (n_q, n_k) and view["title"] == main_title(0, lang)
+    assert len(set(view["q"])) == n_q and all(lab.startswith(f"{j} ‘") for j, lab in enumerate(view["q"]))
+    labels = page.locator(ATT_VIEW).evaluate(X_LABELS_JS)
+    assert (labels["rows"], labels["n"]) == (n_q, n_k), labels  # every token labelled, none dropped
     q, k = min(10, n_q - 1), min(5, n_k - 1)
-    hover = " ".join(hover_texts(page, i, k, q))
-    for part in (f"{s('attn_queries', lang)}: {chart['yticks'][q]}", f"{s('attn_keys', lang)}: {chart['xticks'][k]}",
-                 "q·k =", "q·k/√d_k =", f"{s('attn_col_weight', lang)} ="):
-        assert part in hover, f"hover {hover!r} lacks {part!r}"
+    hover = view_cell(page, q, k, hover=True)
+    weight = view["weights"][0][q][k]
+    assert hover == [f"{s('attn_queries', lang)}: {view['q'][q]}", f"{s('attn_keys', lang)}: {view['k'][k]}",
+                     f"{s('attn_col_weight', lang)} = {weight:.4f}" if weight is not None
+                     else f"{s('att_masked_hover', lang)} → 0"], hover
     before, after = plot_index(page, s("att_before", lang)), plot_index(page, s("att_after", lang))
     box_b, box_a = (page.locator(PLOTS).nth(j).bounding_box() for j in (before, after))
     assert abs(box_b["y"] - box_a["y"]) < 5 and box_a["x"] > box_b["x"] + box_b["width"] / 2, (box_b, box_a)
-    thumbs = [p for p in plots(page) if "pick 0" in p["names"]]
-    assert thumbs and sum(n.startswith("head ") for n in thumbs[0]["names"]) >= 2
-    return {"index": i, "q": q, "k": k, "hover": hover, "chart": chart}
+    assert page.locator(f"{ATT_VIEW} .thumb").count() == len(view["weights"]) >= 2
+    return {"q": q, "k": k, "hover": " ".join(hover), "view": view}
 
 
 def check_cell_click(page, lang: str, seen: dict) -> None:
     """A click on a cell: "Why <query> gives <key> this weight" with q·k, the scaling and the weight of that cell."""
-    chart, q, k = seen["chart"], seen["q"], seen["k"]
-    click_plot(page, seen["index"], k, q)
-    title = s("att_cell_title", lang, q=chart["yticks"][q], k=chart["xticks"][k])
+    view, q, k = seen["view"], seen["q"], seen["k"]
+    view_cell(page, q, k)
+    title = s("att_cell_title", lang, q=view["q"][q], k=view["k"][k])
     expect(page.locator(MAIN).get_by_role("heading", name=title)).to_be_visible()
     numbers = page.locator(MAIN).locator("[data-testid='stMarkdownContainer']").filter(has_text="√d_k = √").first
     text = numbers.inner_text()
-    assert number_after("q·k", text) == pytest.approx(number_after("q·k", seen["hover"]), abs=1e-3)
+    assert "q·k" in text
     weight = number_after(s("attn_col_weight", lang), seen["hover"])
     assert f"{weight:.4f}" in text, f"the cell's weight {weight:.4f} is not in {text!r}"
 
 
 def check_scales(page, lang: str, head: int = 0) -> None:
-    """0–1, per row (each row's largest weight is 1) and log (log10 of the weights) colour the same map differently."""
-    z01 = plot_z(page, main_map(page, head, lang, "01"))
-    radio(page, s("att_scale", lang), s("att_scale_row", lang))
-    z_row = plot_z(page, main_map(page, head, lang, "row"))
-    assert z_row != z01
-    assert all(max(v for v in row if v is not None) == pytest.approx(1.0) for row in z_row if any(row))
-    radio(page, s("att_scale", lang), s("att_scale_log", lang))
-    z_log = plot_z(page, main_map(page, head, lang, "log"))
-    assert all(-6.0 - 1e-6 <= v <= 1e-6 for row in z_log for v in row if v is not None)
-    assert z_log != z01 and z_log != z_row
+    """0–1, per row (each row's largest weight is 1) and log (log10 of the weights) colour the same map differently;
+    each is drawn in the browser, then recorded in the link."""
+    z01 = view_state(page)["drawn"]
+    view_pick(page, scale="row")
+    row = view_state(page)
+    assert row["drawn"] != z01 and row["title"] == main_title(head, lang, "row")
+    n = row["n_k"]
+    rows = [row["drawn"][i:i + n] for i in range(0, len(row["drawn"]), n)]
+    assert all(max(v for v in r if v is not None) == pytest.approx(1.0) for r in rows if any(r))
+    view_pick(page, scale="log")
+    z_log = view_state(page)["drawn"]
+    assert all(-6.0 - 1e-6 <= v <= 1e-6 for v in z_log if v is not None)
+    assert z_log != z01 and z_log != row["drawn"]
+    assert parse_qs(urlparse(page.url).query).get("scale") == ["log"], page.url
 
 
 # ---- attention you can read at any length -------------------------------------------------------------------------
@@ -169,9 +171,9 @@ def see_chinese(page, where: str) -> None:
 
 
 def test_attention_is_readable_at_60_tokens(app, tab):
-    """58 tokens on course-base (encoder self-attention): a tick label per token on both axes of the large map (in
-    the layout and drawn), a hover with query, key, q·k, the scaled score and the weight, thumbnails of every head,
-    before/after masking side by side, the random-weights guidance; a click on a cell explains that cell."""
+    """58 tokens on course-base (encoder self-attention): a label per token on both axes of the large map, a hover
+    with query, key and the weight, a small map of every head, before/after masking side by side, the random-weights
+    guidance; a click on a cell explains that cell (q·k, the scaling, the weight)."""
     from transformer_core.text.tokenizer import load_encoding
 
     n = len(load_encoding("cl100k_base").encode(LONG_TEXT))  # the shipped BPE file: no download, no cache needed
@@ -179,7 +181,7 @@ def test_attention_is_readable_at_60_tokens(app, tab):
     go(tab, app, "attention", model=COURSE_BASE, text=LONG_TEXT, block="enc_self", timeout=FIRST_RUN_MS)
     print(f"\nattention, {n} tokens on course-base: first view in {time.monotonic() - t0:.1f} s")
     seen = check_attention_map(tab, "en", n, n)
-    SEEN["x_labels_58"] = tab.evaluate(X_LABELS_JS, seen["index"])
+    SEEN["x_labels_58"] = tab.locator(ATT_VIEW).evaluate(X_LABELS_JS)
     expect(tab.locator(INFO_BOX).filter(has_text=s("look_attention_random").split(":")[0])).to_be_visible()
     screenshot(tab, SHOTS / "attention_60_tokens_en.png")
     t0 = time.monotonic()
@@ -201,12 +203,61 @@ def test_attention_in_chinese_hover_cell_scale_and_masks(app, tab):
     screenshot(tab, SHOTS / "attention_zh.png")
     assert_clean(tab, app, "attention in Chinese")
     see_chinese(tab, "/attention")
-    # last: a click on head 2's thumbnail (judged by the test below)
-    thumbs = next(i for i, p in enumerate(plots(tab)) if "pick 2" in p["names"])
-    pt = trace_point(tab, thumbs, "pick 2")
-    click_plot(tab, thumbs, pt["x"], pt["y"], pt["xaxis"], pt["yaxis"])
-    SEEN["thumbnail"] = {"errors": tab.locator(ERROR_BOX).all_inner_texts(),
-                         "titles": [p["title"] for p in plots(tab)], "head": combobox_value(tab, s("att_head", "zh"))}
+    # last: a click on head 2's small map (judged by the test below)
+    view_pick(tab, head=2, thumbnail=True)
+    shown = view_state(tab)
+    SEEN["thumbnail"] = {"errors": tab.locator(ERROR_BOX).all_inner_texts(), "title": shown["title"],
+                         "head": view_head(tab), "chosen": shown["chosen"], "url": tab.url}
+
+
+PICK_JS = """([root, name, value]) => {  // pick as a learner does, then read what is drawn in the same task
+    const box = root.querySelector(name === 'head' ? "select[name='head']" : `input[name='scale'][value='${value}']`);
+    if (name === 'head') box.value = value; else box.checked = true;
+    box.dispatchEvent(new Event('change'));
+    const drawn = Array.from(root.__z, v => Number.isNaN(v) ? null : v);
+    return {title: root.querySelector('.title').textContent, drawn};
+}"""
+
+
+def test_the_views_numbers_are_the_traces_and_a_pick_is_drawn_before_the_server_hears_of_it(app, tab):
+    """The default model, layer 2: every head's weights the view holds are the trace's to the 4 decimals the hover
+    shows (masked cells none); on each colour scale the colours stand for what ui.figures.scaled_weights gives the
+    server's charts (to the view's precision); a pick of head or scale is drawn in the same task as the click,
+    before any server run, and then reaches the link."""
+    import numpy as np
+
+    from transformer_core import load_model, trace_text
+    from ui.figures import scaled_weights
+
+    text = "The cat sat on the mat. The cat sat on the"
+    go(tab, app, "attention", model="shipped:everyday-gpt", text=text, layer=2)
+    model, _ = load_model("shipped:everyday-gpt")
+    _, trace = trace_text(model, text)
+    stages = trace.attention("dec_self", 2)
+    w, kept = stages.weights[0].float().numpy(), stages.mask[0].numpy().astype(bool)
+    held = view_state(tab)["weights"]
+    expected = [[[f"{v:.4f}" if k else None for v, k in zip(wr, kr, strict=True)]
+                 for wr, kr in zip(wh, kh, strict=True)] for wh, kh in zip(w, kept, strict=True)]
+    assert [[[None if v is None else f"{v:.4f}" for v in row] for row in h] for h in held] == expected
+    root = tab.locator(ATT_VIEW).element_handle()
+    runs = runs_ended(tab)
+    drawn = tab.evaluate(PICK_JS, [root, "head", "3"])
+    assert drawn["title"] == main_title(3) and runs_ended(tab) == runs  # drawn before the server heard of it
+    top = np.nanmax(np.where(kept[3], w[3], np.nan), axis=1, keepdims=True)  # each row's largest weight
+    # the view's precision: 4 decimals; their ratio to the row's largest; 255 steps over 6 decades
+    tol = {"01": 5e-5, "row": 1e-4 / top, "log": 3 / 255}
+    for scale in ("row", "log", "01"):
+        drawn = tab.evaluate(PICK_JS, [root, "scale", scale])
+        assert drawn["title"] == main_title(3, scale=scale)
+        z, _ = scaled_weights(np.where(kept[3], w[3], np.nan), scale)
+        got = np.array([np.nan if v is None else v for v in drawn["drawn"]]).reshape(z.shape)
+        assert np.array_equal(np.isnan(got), np.isnan(z)), scale
+        off = np.abs(got - z) - np.broadcast_to(tol[scale], z.shape)
+        assert np.nanmax(off) <= 1e-6, (scale, np.nanmax(off))
+    settle(tab)
+    params = parse_qs(urlparse(tab.url).query)
+    assert params.get("head") == ["3"] and "scale" not in params, tab.url  # told once, after the last pick
+    assert_clean(tab, app, "attention after picks in the view")
 
 
 def seen(key: str):
@@ -219,8 +270,9 @@ def test_clicking_a_thumbnail_shows_that_head_large():
     clicked = seen("thumbnail")
     assert not clicked["errors"], clicked["errors"]
     # head 2 large, in the colour scale chosen last (check_scales ends on log): a click keeps the learner's choice
-    assert s("att_main_title", "zh", head=2, scale=s("att_scale_log", "zh")) in clicked["titles"], clicked["titles"]
-    assert clicked["head"] == "2"
+    assert clicked["title"] == main_title(2, "zh", "log"), clicked["title"]
+    assert clicked["head"] == "2" and clicked["chosen"] == [2]
+    assert parse_qs(urlparse(clicked["url"]).query).get("head") == ["2"], clicked["url"]
 
 
 def test_hover_numbers_are_rounded():
@@ -230,11 +282,7 @@ def test_hover_numbers_are_rounded():
 
 def test_key_labels_of_a_60_token_map_do_not_overlap():
     x = seen("x_labels_58")
-    assert x["gap"] >= x["font"], f"key labels {x['gap']:.1f} px apart (perpendicular), font {x['font']} px: {x}"
-
-
-def test_no_zero_line_through_the_first_row():
-    assert seen("x_labels_58")["zerolines"] == 0
+    assert x["gap"] >= -0.5 and x["font"] >= 7 and x["width"] >= x["font"] - 2, x
 
 
 # ---- the whole model in one picture ---------------------------------------------------------------------------------
@@ -414,10 +462,10 @@ def test_url_reproduces_the_view_on_a_fresh_server(app, tab, browser, tmp_path):
     type_sidebar_text(tab, "b d a c")
     choose(tab, s("att_layer"), "1")
     choose(tab, s("att_block"), s("block_enc_self"))
-    choose(tab, s("att_head"), "2")
+    view_pick(tab, head=2)
     radio(tab, s("att_mask_mode"), s("mask_none"))
-    radio(tab, s("att_scale"), s("att_scale_log"))
-    main_map(tab, 2, scale="log")
+    view_pick(tab, scale="log")
+    assert view_state(tab)["title"] == main_title(2, scale="log")
     assert_clean(tab, app, "attention, every control set")
     run_after(tab, tab.locator("[data-testid='stSidebarNav']").get_by_text(s("nav_logits"), exact=True).click,
               charts=True)
@@ -462,11 +510,10 @@ def test_url_reproduces_the_view_on_a_fresh_server(app, tab, browser, tmp_path):
             settle(other, charts=True)
             assert_clean(other, fresh, "shared attention link on a fresh server")
             assert combobox_value(other, s("att_layer", "zh")) == "1"
-            assert combobox_value(other, s("att_head", "zh")) == "2"
             assert combobox_value(other, s("att_block", "zh")) == s("block_enc_self", "zh")
             assert radio_value(other, s("att_mask_mode", "zh")) == s("mask_none", "zh")
-            assert radio_value(other, s("att_scale", "zh")) == s("att_scale_log", "zh")
-            main_map(other, 2, "zh", "log")
+            shown = view_state(other)
+            assert (shown["head"], shown["scale"], shown["title"]) == (2, "log", main_title(2, "zh", "log"))
         finally:
             other.context.close()
 
@@ -538,7 +585,7 @@ def check_view_downloads(page, tmp_path) -> None:
     """The Logits page's view (ui/frontend/sampling.js) downloads its chart (PNG, the sidebar's default, named as the
     other charts' downloads) and the table it shows at full precision, without a run."""
     runs = runs_ended(page)
-    png = download(page, s("log_chart_download", fmt="PNG"), page.locator(f"{MAIN} .sv"))
+    png = download(page, s("chart_download", fmt="PNG"), page.locator(f"{MAIN} .sv"))
     assert png.suggested_filename == "transformer-explorer-log_probs-reverse.png", png.suggested_filename
     png.save_as(tmp_path / "bars.png")
     assert (tmp_path / "bars.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -595,7 +642,7 @@ def test_chart_downloads_png_then_svg_and_table_downloads_csv(app, tab, lang, tm
     """The chart toolbar's camera saves transformer-explorer-….png, then .svg once the sidebar says SVG; a table's
     Download CSV saves its columns."""
     go(tab, app, "attention", lang, model=REVERSE)
-    title = s("att_main_title", lang).split("{")[0]
+    title = s("att_before", lang)
     png = camera(tab, plot_index(tab, title))
     assert png.suggested_filename.startswith("transformer-explorer-") and png.suggested_filename.endswith(".png")
     png.save_as(tmp_path / "chart.png")
@@ -605,6 +652,11 @@ def test_chart_downloads_png_then_svg_and_table_downloads_csv(app, tab, lang, tm
     assert svg.suggested_filename.startswith("transformer-explorer-") and svg.suggested_filename.endswith(".svg")
     svg.save_as(tmp_path / "chart.svg")
     assert "<svg" in (tmp_path / "chart.svg").read_text(encoding="utf-8", errors="replace")[:2000]
+    big = download(tab, s("chart_download", lang, fmt="SVG"), tab.locator(ATT_VIEW))  # the view's large map
+    assert big.suggested_filename == "transformer-explorer-att_main-reverse.svg"
+    big.save_as(tmp_path / "map.svg")
+    drawn = (tmp_path / "map.svg").read_text(encoding="utf-8")
+    assert drawn.startswith("<svg") and main_title(0, lang) in drawn and "data:image/png;base64," in drawn
     runs = runs_ended(tab)
     csv = download(tab, s("download_csv", lang))
     assert csv.suggested_filename.endswith(".csv")

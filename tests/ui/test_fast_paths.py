@@ -208,18 +208,18 @@ def test_every_chart_of_every_page_takes_plotlys_fast_json_path(page, slow_json_
     assert slow_json_walks == [], f"{page}: a chart fell back to plotly's slow JSON walk"
 
 
-def test_attention_hover_is_numbers_in_customdata_and_token_labels_in_text():
-    at = open_app("attention", model=SMALL, lang="en", text="a b c d")
-    cells = next(tr for tr in figure(at, "att_main")["data"] if tr.get("name") == "cells")
-    custom = array(cells["customdata"])
-    n = len(figure(at, "att_main")["layout"]["yaxis"]["ticktext"])
-    assert custom.dtype.kind == "f" and custom.shape == (n * n, 3)  # q·k, q·k/√d_k, weight
-    labels = figure(at, "att_main")["layout"]["yaxis"]["ticktext"]
-    assert cells["text"] == [q for q in labels for _ in labels]  # the query of each cell
-    assert cells["hovertext"] == labels * n  # its key
-    assert "%{text}" in cells["hovertemplate"] and "%{customdata[2]:.4f}" in cells["hovertemplate"]
-    weights = array(figure(at, "att_main")["data"][0]["z"])
-    np.testing.assert_allclose(np.nan_to_num(weights).ravel(), custom[:, 2], atol=1e-6)  # weights as drawn
+def test_attention_hover_is_numbers_in_customdata_and_token_labels_on_the_axes():
+    """The server's large map (a text longer than the browser's view takes): the hover's numbers in customdata, the
+    tokens as the axes' categories (one string per row and column, not per cell)."""
+    at = open_app("attention", model="shipped:everyday-gpt", lang="en", text=" ".join(["The cat sat on the mat."] * 10))
+    main = figure(at, "att_main")
+    heat = main["data"][0]
+    custom = array(heat["customdata"])
+    n = len(heat["y"])
+    assert n > 64 and custom.dtype.kind == "f" and custom.shape == (n, n, 3)  # q·k, q·k/√d_k, weight
+    assert heat["x"] == heat["y"] and all(isinstance(v, str) for v in heat["y"])  # the axes name the tokens
+    assert "%{y}" in heat["hovertemplate"] and "%{customdata[2]:.4f}" in heat["hovertemplate"]
+    np.testing.assert_allclose(np.nan_to_num(array(heat["z"])), np.tril(custom[..., 2]), atol=1e-6)  # weights drawn
 
 
 def test_qkv_tables_are_built_only_when_their_expander_is_opened():
@@ -257,7 +257,6 @@ def test_charts_built_without_plotlys_validation_send_what_a_validated_build_sen
         heat = figures.token_heatmap(rng.random((12, 12)), labels, labels, title="map", colorscale=figures.DIVERGING,
                                      customdata=rng.random((12, 12, 3)), names=names, zmid=0, hovertemplate=None)
         figures.mark_cells(heat, masked, hovertemplate="masked")
-        figures.click_targets(heat, 12, 12, customdata=rng.random((12, 12, 3)), names=names, hovertemplate="%{text}")
         heat.update_xaxes(title_text="keys")
         heat.update_layout(title="a string title", xaxis_title="keys again")
         out = [heat,

@@ -1,4 +1,7 @@
-"""Attention page through the real app: before/after masking, softmax rows, every head, one query's arithmetic."""
+"""Attention page through the real app: before/after masking, softmax rows, every head, one query's arithmetic.
+
+The large map and the thumbnails are the server's charts here (`server_charts`: what a text longer than the browser's
+view gets, here on short texts too); the browser's view of a shorter text: tests/ui/test_attention_view.py."""
 import json
 import math
 import re
@@ -31,6 +34,12 @@ from ui.figures import mark_cells, token_heatmap
 from ui.panels import LEVELS
 
 PAGE = "attention"
+
+
+@pytest.fixture(autouse=True)
+def server_charts(monkeypatch):
+    monkeypatch.setattr("ui.attention_view.VIEW_TOKENS", 0)
+
 BASE = "preset:course-base@cl100k_base"
 SRC_TOKENS, TGT_TOKENS = 13, 7  # the app's default pair 早上好!我们今天一起学习 / 现在开始上课。 in cl100k
 WEIGHT, MASKED, KEY = "softmax weight", "masked score", "key token"
@@ -154,19 +163,6 @@ def test_colour_scales_per_row_and_log(scale):
     else:
         np.testing.assert_allclose(z[live], np.log10(np.maximum(weights[live], 1e-6)), atol=1e-5)
         assert main["data"][0]["colorbar"]["ticktext"] == ["1e-6", "1e-4", "1e-2", "1e0"]
-
-
-def test_a_chosen_cell_is_explained_step_by_step():
-    at = open_app(PAGE, model=SMALL, lang="en", text="the cat sat on the mat")
-    assert "cells" in [tr.get("name") for tr in figure(at, "att_main")["data"]]  # click targets on every cell
-    at.session_state["att_cell"] = (3, 1)  # what a click on (query 3, key 1) stores
-    at.run()
-    assert_clean(at)
-    assert any(s.value.startswith("Why 3 ‘") and "1 ‘" in s.value for s in at.subheader)
-    text = " ".join(m.value for m in at.markdown)
-    assert "q·k =" in text and "softmax over the whole row" in text
-    table = next(df.value for df in at.dataframe if WEIGHT in df.value.columns)
-    assert table[KEY].iloc[1].startswith("▶ ")
 
 
 def test_encoder_decoder_opens_on_cross_attention_with_encoder_keys():
@@ -524,29 +520,6 @@ def test_the_translator_s_target_follows_its_text_and_every_verdict_is_recompute
     assert at.session_state["tgt"] == "=2026年1月2日"
     at.sidebar.text_area(key="text").set_value("5 May 2031").run()  # until the text changes
     assert at.session_state["tgt"] == "=" + translate(model, "5 May 2031")
-
-
-def test_a_chosen_cell_of_the_induction_head_is_split_by_where_q_and_k_came_from():
-    from transformer_core import load_model, trace_text
-    from transformer_core.analysis.qk_attribution import qk_attribution
-
-    text = "The cat sat on the mat. The cat sat on the"
-    at = open_app(PAGE, model="shipped:everyday-gpt", lang="en", text=text)
-    at.selectbox(key="layer").set_value(2).run()
-    at.selectbox(key="head").set_value(7).run()
-    at.session_state["att_cell"] = (12, 5)  # the last " the" → " m": the induction head's copy
-    at.run()
-    assert_clean(at)
-    assert any(s.value.startswith("Why 12 ‘") and "5 ‘" in s.value for s in at.subheader)
-    model, _ = load_model("everyday-gpt")
-    _, trace = trace_text(model, text)
-    a = qk_attribution(model, trace, 2, 7, 12, 5)
-    from harness.apptest import array
-
-    shown = array(figure(at, "att_qka")["data"][0]["z"])
-    np.testing.assert_allclose(shown, a.matrix, atol=1e-5)
-    said = " ".join(m.value for m in at.markdown)
-    assert f"against the model's own {a.score:.4f}" in said and "the softmax ignores it" in said
 
 
 def test_masked_cells_of_a_larger_map_are_grey_without_an_x_and_the_title_says_so():

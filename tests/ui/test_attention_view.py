@@ -1,0 +1,148 @@
+"""The Attention page's head and colour scale in the browser (ui.attention_view): what the page sends the browser is
+every head's weights of the chosen layer as the trace has them (to the 4 decimals shown, their log, the mask), and
+nothing a pick in the browser changes; a pick the browser tells the server is taken as a link's is and recorded in
+the link; a click on a cell is explained with the server's numbers. The browser's side (attention.js) is tested in
+Chromium: tests/browser/test_browser_views.py."""
+import base64
+from contextlib import contextmanager
+from unittest.mock import patch
+
+import numpy as np
+import pytest
+
+from harness.apptest import array, assert_clean, attention_view, figure, open_app
+from service import catalog
+from transformer_core.text.inputs import sequence_labels, trace_text
+from ui import attention_view as view_module
+from ui.figures import LOG_FLOOR, axis_labels
+
+DEFAULT = "shipped:everyday-gpt"
+TEXT = "The cat sat on the mat. The cat sat on the"  # 13 tokens
+
+
+def decoded(data: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    shape = (data["heads"], data["n_q"], data["n_k"])
+    four = np.frombuffer(base64.b64decode(data["four"]), dtype="<u2").reshape(shape)
+    log = np.frombuffer(base64.b64decode(data["log"]), dtype=np.uint8).reshape(shape)
+    bits = np.frombuffer(base64.b64decode(data["mask"]), dtype=np.uint8)
+    mask = np.unpackbits(bits, bitorder="little")[: np.prod(shape)].reshape(shape).astype(bool)
+    return four, log, mask
+
+
+@pytest.fixture(scope="module")
+def reference():
+    model, _ = catalog.load(DEFAULT)
+    prep, trace = trace_text(model, TEXT)
+    return model, prep, trace
+
+
+def test_the_browser_gets_every_heads_weights_of_the_layer_as_the_trace_has_them(reference):
+    model, prep, trace = reference
+    at = open_app("attention", model=DEFAULT, text=TEXT, layer="2")
+    assert_clean(at)
+    data = attention_view(at)
+    stages = trace.attention("dec_self", 2)
+    w, kept = stages.weights[0].float().numpy(), stages.mask[0].numpy().astype(bool)
+    four, log, mask = decoded(data)
+    assert (data["heads"], data["n_q"], data["n_k"]) == w.shape == (model.cfg.n_heads, 13, 13)
+    assert np.array_equal(mask, kept)
+    # the hover's number: the weight to 4 decimals, exactly as the server writes it (f"{w:.4f}")
+    assert [f"{v / 1e4:.4f}" for v in four.ravel()] == [f"{v:.4f}" for v in w.ravel()]
+    # the log scale's colours: log10 of the weight (floored at 1e-6), to half of one of 255 steps over 6 decades
+    expected = (np.log10(np.maximum(w.astype(np.float64), LOG_FLOOR)) + 6) / 6 * 255
+    assert np.abs(log - expected).max() <= 0.5 + 1e-9
+    labels = axis_labels(sequence_labels(model, prep.src_ids[0]))
+    assert data["q"] == data["k"] == labels
+    assert data["shown"] == list(range(model.cfg.n_heads)) and len(data["titles"]) == model.cfg.n_heads
+    assert data["pick"]["head"] == 0 and data["pick"]["scale"] == "01" and data["gen"] == 0
+    # the browser's view holds the head and the scale: no Head box or colour-scale radio, no server map
+    assert not [w for w in at.selectbox if w.key == "head"] and not [r for r in at.radio if r.key == "att_scale"]
+    assert not [c for c in at.get("plotly_chart") if c.proto.id.endswith("-att_main") or "-att_thumbs_" in c.proto.id]
+
+
+@contextmanager
+def state_of(at):
+    """st.session_state as the test's AppTest state inside ui.attention_view (its callbacks run in a script run)."""
+    with patch.object(view_module.st, "session_state", at.session_state):
+        yield at.session_state
+
+
+def test_a_pick_the_browser_tells_is_kept_in_the_link_and_leaves_the_views_data_as_it_was():
+    at = open_app("attention", model=DEFAULT, text=TEXT, layer="1")
+    before = attention_view(at)
+    with state_of(at) as ss:  # what the view's "pick" callback does with what the browser sent
+        view_module.adopt({"head": 5, "scale": "log"})
+        assert (ss["head"], ss["att_scale"]) == (5, "log")
+    at.run()
+    assert_clean(at)
+    assert (at.query_params["head"], at.query_params["scale"]) == ("5", "log")
+    # the same data: Streamlit's browser is sent a reference to the view, not the maps again
+    assert attention_view(at) == before
+    # what depends on the head is the new head's: one query's arithmetic
+    steps = next(df.value for df in at.dataframe if "softmax weight" in df.value.columns)
+    model, _ = catalog.load(DEFAULT)
+    _, trace = trace_text(model, TEXT)
+    query = at.session_state["att_query_idx"]
+    np.testing.assert_allclose(steps["softmax weight"].to_numpy(dtype=float),
+                               trace.attention("dec_self", 1).head("weights", 5)[query].numpy(), atol=1e-6)
+
+
+def test_a_bad_pick_from_the_browser_leaves_the_head_and_scale_as_they_were():
+    state = {"head": 2, "att_scale": "row"}
+    with patch.object(view_module.st, "session_state", state):
+        for bad in ({"head": -1, "scale": "loud"}, {"head": "3"}, {"head": True}, {"head": 10_000}, None, "5",
+                    {"head": 2.5, "scale": ["log"]}):
+            view_module.adopt(bad)
+            assert (state["head"], state["att_scale"]) == (2, "row"), bad
+
+
+def test_the_servers_own_pick_reaches_the_view_with_a_new_serial():
+    at = open_app("attention", model=DEFAULT, text=TEXT)
+    first = attention_view(at)["pick"]
+    at.run()
+    assert attention_view(at)["pick"] == first  # nothing changed: the same data
+    at.session_state["head"] = 6  # as the model view's click or a link sets it
+    at.run()
+    now = attention_view(at)["pick"]
+    assert (now["head"], now["serial"]) == (6, first["serial"] + 1)
+    with state_of(at):
+        view_module.adopt({"head": 1, "scale": "01"})  # the browser's own pick: no new serial
+    at.run()
+    assert attention_view(at)["pick"] == now and at.query_params["head"] == "1"
+
+
+def test_a_clicked_cell_is_explained_step_by_step():
+    at = open_app("attention", model=DEFAULT, lang="en", text=TEXT)
+    with state_of(at):  # what the view's "cell" callback stores for a click on (query 3, key 1) of head 0
+        at.session_state[view_module.KEY] = {"cell": {"head": 0, "scale": "01", "q": 3, "k": 1}}
+        view_module._on_cell()
+    at.run()
+    assert_clean(at)
+    assert any(s.value.startswith("Why 3 ‘") and "1 ‘" in s.value for s in at.subheader)
+    text = " ".join(m.value for m in at.markdown)
+    assert "q·k =" in text and "softmax over the whole row" in text
+    table = next(df.value for df in at.dataframe if "softmax weight" in df.value.columns)
+    assert table["key token"].iloc[1].startswith("▶ ")
+
+
+def test_a_clicked_cell_of_the_induction_head_is_split_by_where_q_and_k_came_from(reference):
+    from transformer_core.analysis.qk_attribution import qk_attribution
+
+    model, _, trace = reference
+    at = open_app("attention", model=DEFAULT, lang="en", text=TEXT, layer="2", head="7")
+    at.session_state["att_cell"] = (12, 5)  # the last " the" → " m": the induction head's copy
+    at.run()
+    assert_clean(at)
+    assert any(s.value.startswith("Why 12 ‘") and "5 ‘" in s.value for s in at.subheader)
+    a = qk_attribution(model, trace, 2, 7, 12, 5)
+    np.testing.assert_allclose(array(figure(at, "att_qka")["data"][0]["z"]), a.matrix, atol=1e-5)
+    said = " ".join(m.value for m in at.markdown)
+    assert f"against the model's own {a.score:.4f}" in said and "the softmax ignores it" in said
+
+
+def test_a_text_longer_than_the_view_takes_gets_the_servers_charts_and_boxes():
+    at = open_app("attention", model=DEFAULT, text=" ".join(["The cat sat on the mat."] * 10))  # 70 tokens
+    assert_clean(at)
+    assert attention_view(at) is None
+    assert figure(at, "att_main") and figure(at, "att_thumbs_0")
+    assert at.selectbox(key="head").value == 0 and at.radio(key="att_scale").value == "01"

@@ -1,0 +1,123 @@
+"""The Attention page's head and colour scale, answered in the browser: one component (st.components.v2, its script
+in ui/frontend/attention.js) holds the softmax weights of every head of the chosen layer and block (to 4 decimals, and
+their log for the log scale: `encode`; the mask as bits) and draws the chosen head large and every head small. A pick
+of the head (its list, a small map) or of the colour scale redraws there at once, before the server hears of it.
+
+The browser then tells the server the pick (the component's state "pick"): that run records it in the link and
+redraws what depends on the head (its label, before/after masking, one query step by step). The view's data holds
+nothing the pick changes, so Streamlit's browser, which keeps any element of 10 KB or more it has seen, is sent a
+reference to it instead of the maps again. A click on a cell (state "cell") asks the server for that cell's arithmetic
+(q·k, the scaling, the weight), which the server computes as before.
+
+The server's own picks (a link, the model view's click, another model) reach the view as "pick" in its data, with a
+serial that changes only then. Maps of more than VIEW_TOKENS tokens keep the server's charts (pooled, hover only)."""
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import numpy as np
+import streamlit as st
+import torch
+
+from service.urlstate import SCALES
+
+from .chart_theme import PALETTES
+from .figures import LOG_FLOOR, MASK_COLOUR
+from .i18n import t
+from .widgets import picture_download
+
+VIEW_TOKENS = 64  # up to this many queries and keys: 8 heads of 64 x 64 weights are 96 KB (encode; less compressed)
+LOG_LOW = float(np.log10(LOG_FLOOR))  # the log scale's lowest value (-6)
+FRONTEND = Path(__file__).resolve().parent / "frontend"
+_view = st.components.v2.component("attention_view", js=(FRONTEND / "attention.js").read_text(encoding="utf-8"),
+                                   css=(FRONTEND / "attention.css").read_text(encoding="utf-8"))
+KEY = "attention_view"
+
+
+def in_browser(n_q: int, n_k: int) -> bool:
+    return max(n_q, n_k) <= VIEW_TOKENS
+
+
+def server_pick() -> dict:
+    """{"head", "scale", "serial"}: the page's head and scale, with a serial that changes only where the server changed
+    them from what the view shows (a link, the model view's click, another model), not where it took the view's own:
+    a view applies a pick whose serial it has not seen; a new view starts from the link."""
+    ss = st.session_state
+    now = {"head": int(ss["head"]), "scale": ss["att_scale"]}
+    pick = ss.get("_att_pick")
+    if pick is None or ss.get("_att_shown") != now:
+        pick = ss["_att_pick"] = {**now, "serial": (pick or {}).get("serial", 0) + 1}
+        ss["_att_shown"] = now
+    return pick
+
+
+def encode(weights: np.ndarray) -> tuple[bytes, bytes]:
+    """(h, Tq, Tk) float32 weights as the browser draws them: each weight to 4 decimals as a little-endian uint16
+    (the number the hover shows, exactly as f"{w:.4f}"; the 0 – 1 and per-row colours), and log10 of the weight, floored
+    at LOG_FLOOR, in 255 steps from -6 to 0 as uint8 (the log scale's colours). Half the bytes of float32 on the wire
+    at 64 tokens (the many weights under 0.00005 are zeros), a quarter with the mask's zeros."""
+    w = np.asarray(weights, dtype=np.float64)  # a float32 times 1e4 is exact in float64: rint rounds as "%.4f" does
+    four = np.rint(w * 1e4).astype("<u2")
+    log = np.rint((np.log10(np.maximum(w, LOG_FLOOR)) - LOG_LOW) / -LOG_LOW * 255).astype(np.uint8)
+    return four.tobytes(), log.tobytes()
+
+
+def view_data(weights: torch.Tensor, mask: torch.Tensor, q_lab: list[str], k_lab: list[str], titles: list[list[str]],
+              shown: list[int], *, generated: int) -> dict:
+    """What the browser gets: the (heads, Tq, Tk) weights encoded (`encode`, base64) and the mask as bits (1: kept),
+    the axis labels, each head's title (its number, its pattern), the heads shown small, how many last rows are
+    generated, the server's pick, the colours, how the chart downloads and the page's words. Not the pick the view
+    holds (see the module)."""
+    w = weights.detach().float().cpu().numpy()  # (h, Tq, Tk)
+    four, log = encode(w)
+    bits = np.packbits(mask.detach().cpu().numpy().astype(bool), axis=None, bitorder="little")
+    fmt, stem = picture_download("att_main")
+    look = PALETTES["dark" if st.context.theme.type == "dark" else "light"]
+    b64 = lambda b: base64.b64encode(b).decode("ascii")
+    return {
+        "heads": int(w.shape[0]), "n_q": int(w.shape[1]), "n_k": int(w.shape[2]),
+        "four": b64(four), "log": b64(log), "mask": b64(bits.tobytes()),
+        "q": list(q_lab), "k": list(k_lab), "titles": titles, "shown": [int(h) for h in shown],
+        "gen": int(generated), "pick": server_pick(), "scales": list(SCALES),
+        "colours": {"scale": list(look[-1]), "masked": MASK_COLOUR, "mark": "rgba(90,90,90,0.9)"},
+        "chart": {"format": fmt, "file": f"{stem}.{fmt}"},
+        "text": {"head": t("att_head"), "scale": t("att_scale"), "scale_help": t("att_scale_help"),
+                 "scale_names": {s: t(f"att_scale_{s}") for s in SCALES},
+                 "title": t("att_main_title", head="{head}", scale="{scale}"), "queries": t("attn_queries"),
+                 "keys": t("attn_keys"), "weight": t("attn_col_weight"), "masked": t("att_masked_hover"),
+                 "click_hint": t("att_view_click_hint"), "grid": t("att_grid"), "thumbs_hint": t("att_thumbs_hint"),
+                 "download_chart": t("chart_download", fmt=fmt.upper())},
+    }
+
+
+def adopt(pick: object) -> None:
+    """Take the head and scale the browser set ({"head", "scale"}, from "pick" or "cell"), each checked; a bad one
+    leaves the page's value as it was."""
+    if not isinstance(pick, dict):
+        return
+    ss = st.session_state
+    head, scale = pick.get("head"), pick.get("scale")
+    if isinstance(head, int) and not isinstance(head, bool) and 0 <= head < 4096 and head != ss.get("head"):
+        ss["head"] = head
+        if "att_cell" in ss:  # a cell belongs to the head it was clicked on
+            del ss["att_cell"]
+    if scale in SCALES:
+        ss["att_scale"] = scale
+    ss["_att_shown"] = {"head": int(ss["head"]), "scale": ss["att_scale"]}  # what the view shows now
+
+
+def _on_pick() -> None:
+    adopt((st.session_state.get(KEY) or {}).get("pick"))
+
+
+def _on_cell() -> None:
+    cell = (st.session_state.get(KEY) or {}).get("cell")
+    adopt(cell)
+    if isinstance(cell, dict) and all(isinstance(cell.get(k), int) and cell[k] >= 0 for k in ("q", "k")):
+        st.session_state["att_cell"] = (cell["q"], cell["k"])
+
+
+def attention_view(data: dict) -> None:
+    """Draw the view (its key keeps the browser's element, and the pick made there, across the page's runs)."""
+    _view(key=KEY, data=data, height="content", on_pick_change=_on_pick, on_cell_change=_on_cell)

@@ -1,0 +1,325 @@
+// The Attention page's maps, redrawn in the browser: the softmax weights of every head of the chosen layer and block
+// (sent once, to 4 decimals and as their log, with the mask as bits), the chosen head large and every head small. A pick of the head (the
+// list, a small map) or of the colour scale redraws here at once; then the view tells the server (the state "pick"),
+// whose run records it in the link and redraws what depends on the head (ui/attention_view.py). A click on a cell
+// asks the server for its arithmetic (the state "cell").
+const TELL_AFTER_MS = 120;  // a run of changes (arrow keys held on the list) is told once
+const LOG_LOW = -6;  // log10 of ui.figures.LOG_FLOOR: the log scale's lowest value
+const MARK_CAP = 32 * 32;  // ui.figures.MARK_CAP: maps of up to this many cells draw an ✕ on each masked one
+
+export default function (component) {
+  const { data, parentElement, setStateValue } = component;
+  const root = parentElement.querySelector(".av") || build(parentElement, data);
+  root.__tell = setStateValue;
+  if (root.__key !== data.four + data.mask) {  // decoded once per layer (a run that only re-sends the view keeps it)
+    root.__four = typed(data.four, Uint16Array);
+    root.__log = typed(data.log, Uint8Array);
+    root.__mask = bits(data.mask, data.heads * data.n_q * data.n_k);
+    root.__key = data.four + data.mask;
+  }
+  const mounted = root.__data === undefined, fresh = mounted || root.__data.heads !== data.heads;
+  root.__data = data;
+  if (fresh) fillHeads(root);
+  if (mounted) {  // a new view starts from the link (the server writes the page's values in it)
+    root.__serial = data.pick.serial;
+    const linked = new URLSearchParams(window.location.search);
+    const h = Number(linked.get("head") ?? 0), s = linked.get("scale") ?? "01";
+    pickHead(root, Number.isInteger(h) && h >= 0 && h < data.heads ? h : data.pick.head);
+    pickScale(root, data.scales.includes(s) ? s : data.pick.scale);
+    if (head(root) !== data.pick.head || scale(root) !== data.pick.scale) queueMicrotask(() => tell(root));
+  } else if (data.pick.serial !== root.__serial) {  // the server chose (a link, the model view's click)
+    root.__serial = data.pick.serial;
+    pickHead(root, data.pick.head); pickScale(root, data.pick.scale);
+  }
+  if (!data.shown.includes(head(root))) pickHead(root, data.shown[0] ?? 0);
+  buildThumbs(root);
+  draw(root);
+}
+
+function typed(b64, Type) {  // base64 of little-endian numbers
+  const bin = atob(b64), bytes = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+  return new Type(bytes.buffer);
+}
+
+function bits(b64, n) {  // numpy.packbits(..., bitorder="little"): 1 = the key is kept
+  const bin = atob(b64), out = new Uint8Array(n);
+  for (let i = 0; i < n; i++) out[i] = (bin.charCodeAt(i >> 3) >> (i & 7)) & 1;
+  return out;
+}
+
+function el(tag, attrs = {}, text) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;  // text, never HTML: a token may be "<script>"
+  return e;
+}
+
+function build(parent, d) {
+  const root = el("div", { class: "av" });
+  const controls = el("div", { class: "controls" });
+  const headBox = el("label", { class: "field" }, d.text.head);
+  const select = el("select", { name: "head", "aria-label": d.text.head });
+  headBox.append(select);
+  const scales = el("div", { class: "field scale", role: "radiogroup", "aria-label": d.text.scale });
+  const legend = el("span", { class: "legend" }, d.text.scale);
+  legend.append(el("span", { class: "help", title: d.text.scale_help, "aria-hidden": "true" }, "?"));
+  scales.append(legend);
+  const options = el("div", { class: "options" });
+  for (const s of d.scales) {
+    const opt = el("label", { class: "option" });
+    opt.append(el("input", { type: "radio", name: "scale", value: s }), el("span", {}, d.text.scale_names[s]));
+    options.append(opt);
+  }
+  scales.append(options);
+  controls.append(headBox, scales);
+  const map = el("div", { class: "map" });
+  map.append(el("div", { class: "ylab" }), el("canvas", { class: "cells" }), el("div", { class: "bar" }),
+             el("div", { class: "corner" }), el("div", { class: "xlab" }));
+  const picture = el("button", { type: "button", class: "download chart" });
+  picture.addEventListener("click", () => saveChart(root));
+  root.append(controls, el("h4", { class: "title" }), el("div", { class: "axis-names" }), map,
+              el("div", { class: "tip", role: "tooltip", hidden: "" }), el("p", { class: "hint main" }), picture,
+              el("h4", { class: "grid-title" }), el("div", { class: "thumbs" }), el("p", { class: "hint thumbs-hint" }));
+  parent.append(root);
+  select.addEventListener("change", () => { draw(root); tell(root); });
+  for (const r of options.querySelectorAll("input")) r.addEventListener("change", () => { draw(root); tell(root); });
+  const canvas = map.querySelector("canvas.cells");
+  canvas.addEventListener("mousemove", (e) => hover(root, e));
+  canvas.addEventListener("mouseleave", () => { root.querySelector(".tip").hidden = true; });
+  canvas.addEventListener("click", (e) => {
+    const cell = cellAt(root, e);
+    if (!cell) return;
+    clearTimeout(root.__told);  // the cell's message carries the head and scale too
+    root.__cell = { head: head(root), q: cell.q, k: cell.k };
+    draw(root);
+    root.__tell("cell", { ...root.__cell, scale: scale(root) });
+  });
+  return root;
+}
+
+function fillHeads(root) {
+  const d = root.__data, select = root.querySelector("select[name='head']"), was = select.value;
+  select.replaceChildren(...Array.from({ length: d.heads }, (_, h) => el("option", { value: h }, String(h))));
+  select.value = was !== "" && Number(was) < d.heads ? was : "0";
+}
+
+function head(root) { return Number(root.querySelector("select[name='head']").value); }
+function scale(root) { return root.querySelector("input[name='scale']:checked")?.value ?? "01"; }
+function pickHead(root, h) { root.querySelector("select[name='head']").value = String(h); }
+function pickScale(root, s) {
+  for (const r of root.querySelectorAll("input[name='scale']")) r.checked = r.value === s;
+}
+
+function tell(root) {  // the pick reaches the server after the last of a run of changes
+  root.__cell = null;  // a cell belongs to the head it was clicked on
+  clearTimeout(root.__told);
+  root.__told = setTimeout(() => root.__tell("pick", { head: head(root), scale: scale(root) }), TELL_AFTER_MS);
+}
+
+// The values the colours stand for, as ui.figures.scaled_weights gives them to the server's charts: the weight
+// (0 – 1), the weight over its row's largest kept weight (per row), or log10 of the weight floored at 1e-6 (log);
+// NaN where the key is masked. From the weights as ui.attention_view.encode sends them: to 4 decimals (uint16), and
+// their log in 255 steps (uint8).
+export function values(four, log, mask, nq, nk, scale) {
+  const z = new Float64Array(nq * nk);
+  for (let q = 0; q < nq; q++) {
+    let top = 0;
+    for (let k = 0; k < nk; k++) if (mask[q * nk + k]) top = Math.max(top, four[q * nk + k]);
+    for (let k = 0; k < nk; k++) {
+      const i = q * nk + k;
+      if (!mask[i]) z[i] = NaN;
+      else if (scale === "row") z[i] = top > 0 ? four[i] / top : 0;
+      else if (scale === "log") z[i] = (log[i] / 255) * -LOG_LOW + LOG_LOW;
+      else z[i] = four[i] / 1e4;
+    }
+  }
+  return z;
+}
+
+function range(scale) { return scale === "log" ? [LOG_LOW, 0] : [0, 1]; }
+
+function headMaps(root, h) {  // (weights to 4 decimals, their log, mask) of head h: views into the layer's arrays
+  const d = root.__data, n = d.n_q * d.n_k, part = (a) => a.subarray(h * n, (h + 1) * n);
+  return [part(root.__four), part(root.__log), part(root.__mask)];
+}
+
+function rgb(hex) { return [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16)); }
+
+function colour(stops, t) {  // plotly's colour scale: evenly spaced stops, linear in RGB between them
+  const x = Math.min(Math.max(t, 0), 1) * (stops.length - 1), i = Math.min(Math.floor(x), stops.length - 2);
+  const a = stops[i], b = stops[i + 1], f = x - i;
+  return `rgb(${a.map((v, j) => Math.round(v + (b[j] - v) * f)).join(",")})`;
+}
+
+function paint(canvas, z, nq, nk, cw, ch, lo, hi, d, marks) {
+  const stops = d.colours.scale.map(rgb), dpr = window.devicePixelRatio || 1;
+  canvas.width = Math.round(nk * cw * dpr); canvas.height = Math.round(nq * ch * dpr);
+  canvas.style.width = `${nk * cw}px`; canvas.style.height = `${nq * ch}px`;
+  const g = canvas.getContext("2d");
+  g.setTransform(dpr, 0, 0, dpr, 0, 0);
+  g.clearRect(0, 0, nk * cw, nq * ch);
+  for (let q = 0; q < nq; q++) {
+    for (let k = 0; k < nk; k++) {
+      const v = z[q * nk + k];
+      g.fillStyle = Number.isNaN(v) ? d.colours.masked : colour(stops, (v - lo) / (hi - lo));
+      g.fillRect(k * cw, q * ch, cw, ch);
+    }
+  }
+  if (marks) {  // an ✕ on each masked cell of a small map, as the server's charts mark them
+    g.strokeStyle = d.colours.mark; g.lineWidth = 1;
+    for (let q = 0; q < nq; q++) {
+      for (let k = 0; k < nk; k++) {
+        if (!Number.isNaN(z[q * nk + k])) continue;
+        const x = k * cw + cw / 2, y = q * ch + ch / 2, r = Math.min(cw, ch) * 0.22;
+        g.beginPath(); g.moveTo(x - r, y - r); g.lineTo(x + r, y + r); g.moveTo(x + r, y - r); g.lineTo(x - r, y + r);
+        g.stroke();
+      }
+    }
+  }
+  return g;
+}
+
+function sizes(root) {  // cell width and height (px): the map fills the column, rows tall enough for a label
+  const d = root.__data, room = Math.max(240, (root.clientWidth || 700) - root.__ylabWidth - 90);
+  const cw = Math.max(6, Math.min(40, Math.floor(room / d.n_k)));
+  return [cw, Math.max(cw, 18)];
+}
+
+function fontFor(px) { return Math.max(7, Math.min(13, px - 2)); }
+
+function draw(root) {
+  const app = document.querySelector("[data-testid='stApp']") || document.body;
+  root.style.setProperty("--av-paper", getComputedStyle(app).backgroundColor);  // the hover box's background
+  const d = root.__data, h = head(root), s = scale(root), [lo, hi] = range(s);
+  const z = values(...headMaps(root, h), d.n_q, d.n_k, s);
+  root.__z = z;
+  root.querySelector(".title").textContent = d.text.title.replace("{head}", h).replace("{scale}", d.text.scale_names[s]);
+  root.querySelector(".axis-names").textContent = `↓ ${d.text.queries} · → ${d.text.keys}`;
+  const ylab = root.querySelector(".ylab"), xlab = root.querySelector(".xlab");
+  if (ylab.childElementCount !== d.n_q || root.__labelsFor !== root.__key) {
+    ylab.replaceChildren(...d.q.map((t) => el("div", {}, t)));
+    xlab.replaceChildren(...d.k.map((t) => el("div", {}, t)));
+    root.__labelsFor = root.__key;
+  }
+  root.__ylabWidth = ylab.getBoundingClientRect().width || 120;
+  const [cw, ch] = sizes(root);
+  root.__cw = cw; root.__ch = ch;
+  ylab.style.setProperty("--row", `${ch}px`); ylab.style.fontSize = `${fontFor(ch)}px`;
+  xlab.style.setProperty("--col", `${cw}px`); xlab.style.fontSize = `${fontFor(cw + 2)}px`;
+  const canvas = root.querySelector("canvas.cells");
+  const g = paint(canvas, z, d.n_q, d.n_k, cw, ch, lo, hi, d, d.n_q * d.n_k <= MARK_CAP);
+  if (d.gen > 0 && d.gen < d.n_q) {  // generated rows: a dashed line above the first, the newest row outlined
+    g.strokeStyle = "#d62728"; g.lineWidth = 2; g.setLineDash([6, 4]);
+    g.beginPath(); g.moveTo(0, (d.n_q - d.gen) * ch); g.lineTo(d.n_k * cw, (d.n_q - d.gen) * ch); g.stroke();
+    g.setLineDash([]); g.lineWidth = 3; g.strokeRect(1.5, (d.n_q - 1) * ch + 1.5, d.n_k * cw - 3, ch - 3);
+  }
+  const c = root.__cell;
+  if (c && c.head === h) { g.strokeStyle = "#d62728"; g.lineWidth = 2; g.strokeRect(c.k * cw + 1, c.q * ch + 1, cw - 2, ch - 2); }
+  drawBar(root.querySelector(".bar"), s, d, d.n_q * ch);
+  root.querySelector(".hint.main").textContent = d.text.click_hint;
+  root.querySelector("button.chart").textContent = d.text.download_chart;
+  root.querySelector(".grid-title").textContent = d.text.grid;
+  root.querySelector(".thumbs-hint").textContent = d.text.thumbs_hint;
+  drawThumbs(root, s);
+}
+
+function drawBar(box, s, d, height) {
+  const [lo, hi] = range(s), ticks = s === "log" ? [-6, -4, -2, 0] : [0, 0.25, 0.5, 0.75, 1];
+  const stops = d.colours.scale;
+  const grad = el("div", { class: "grad" });
+  grad.style.height = `${Math.min(height, 360)}px`;
+  grad.style.background = `linear-gradient(to top, ${stops.join(", ")})`;
+  const labels = el("div", { class: "ticks" });
+  labels.style.height = grad.style.height;
+  for (const v of ticks) {
+    const t = el("span", {}, s === "log" ? `1e${v}` : String(v));
+    t.style.bottom = `${((v - lo) / (hi - lo)) * 100}%`;
+    labels.append(t);
+  }
+  box.replaceChildren(grad, labels);
+}
+
+function buildThumbs(root) {
+  const d = root.__data, box = root.querySelector(".thumbs");
+  const want = d.shown.join(",") + "|" + d.titles.map((t) => t.join("/")).join(",");
+  if (box.__for === want) return;
+  box.__for = want;
+  box.replaceChildren(...d.shown.map((h) => {
+    const fig = el("figure", { class: "thumb", "data-head": h, tabindex: "0", role: "button" });
+    const cap = el("figcaption");
+    cap.append(el("span", { class: "name" }, d.titles[h][0]), el("span", { class: "kind" }, d.titles[h][1]));
+    fig.append(cap, el("canvas"));
+    const choose = () => { pickHead(root, h); draw(root); tell(root); };
+    fig.addEventListener("click", choose);
+    fig.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); choose(); } });
+    return fig;
+  }));
+}
+
+function drawThumbs(root, s) {
+  const d = root.__data, [lo, hi] = range(s), chosen = head(root);
+  const px = Math.max(1, Math.floor(120 / Math.max(d.n_q, d.n_k)));
+  for (const fig of root.querySelectorAll(".thumbs figure")) {
+    const h = Number(fig.dataset.head);
+    fig.classList.toggle("chosen", h === chosen);
+    fig.setAttribute("aria-pressed", String(h === chosen));
+    paint(fig.querySelector("canvas"), values(...headMaps(root, h), d.n_q, d.n_k, s), d.n_q, d.n_k, px, px, lo, hi, d,
+          false);
+  }
+}
+
+function cellAt(root, e) {
+  const d = root.__data, r = e.currentTarget.getBoundingClientRect();
+  const k = Math.floor((e.clientX - r.left) / root.__cw), q = Math.floor((e.clientY - r.top) / root.__ch);
+  return q >= 0 && q < d.n_q && k >= 0 && k < d.n_k ? { q, k } : null;
+}
+
+function hover(root, e) {
+  const d = root.__data, tip = root.querySelector(".tip"), cell = cellAt(root, e);
+  if (!cell) { tip.hidden = true; return; }
+  const [four, , mask] = headMaps(root, head(root)), i = cell.q * d.n_k + cell.k;
+  const lines = [`${d.text.queries}: ${d.q[cell.q]}`, `${d.text.keys}: ${d.k[cell.k]}`,
+                 mask[i] ? `${d.text.weight} = ${(four[i] / 1e4).toFixed(4)}` : `${d.text.masked} → 0`];
+  tip.replaceChildren(...lines.map((t) => el("div", {}, t)));
+  tip.hidden = false;
+  const box = root.getBoundingClientRect();
+  tip.style.left = `${e.clientX - box.left + 14}px`; tip.style.top = `${e.clientY - box.top + 14}px`;
+}
+
+function saveChart(root) {  // the large map as the other charts' camera saves them: PNG (twice the size) or SVG
+  const d = root.__data, cells = root.querySelector("canvas.cells"), ylab = root.querySelector(".ylab");
+  const cw = root.__cw, ch = root.__ch, left = Math.ceil(root.__ylabWidth) + 8, top = 30;
+  const bottom = Math.ceil(root.querySelector(".xlab").getBoundingClientRect().height) + 8;
+  const w = left + d.n_k * cw + 20, h = top + d.n_q * ch + bottom;
+  const css = getComputedStyle(root), paper = getComputedStyle(document.querySelector("[data-testid='stApp']")
+    || document.body).backgroundColor;
+  const esc = (t) => t.replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
+  const yf = parseFloat(ylab.style.fontSize), xf = parseFloat(root.querySelector(".xlab").style.fontSize);
+  const parts = [`<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${h}" style="background:${paper}">`,
+    `<rect width="${w}" height="${h}" fill="${paper}"/>`,
+    `<text x="0" y="18" font-size="15" font-weight="600" fill="${css.color}">${esc(root.querySelector(".title").textContent)}</text>`,
+    `<image x="${left}" y="${top}" width="${d.n_k * cw}" height="${d.n_q * ch}" href="${cells.toDataURL("image/png")}"/>`];
+  d.q.forEach((t, q) => parts.push(`<text x="${left - 4}" y="${top + q * ch + ch / 2 + yf / 3}" text-anchor="end" `
+    + `font-size="${yf}" fill="${css.color}">${esc(t)}</text>`));
+  d.k.forEach((t, k) => parts.push(`<text transform="translate(${left + k * cw + cw / 2 + xf / 3},${top + d.n_q * ch + 4}) `
+    + `rotate(90)" font-size="${xf}" fill="${css.color}">${esc(t)}</text>`));
+  parts.push("</svg>");
+  const text = parts.join("");
+  const save = (blob) => {
+    const a = el("a", { download: d.chart.file });
+    a.href = URL.createObjectURL(blob);
+    a.click();
+    setTimeout(() => URL.revokeObjectURL(a.href), 10_000);
+  };
+  if (d.chart.format === "svg") { save(new Blob([text], { type: "image/svg+xml" })); return; }
+  const img = new Image();
+  img.onload = () => {
+    const canvas = el("canvas", { width: 2 * w, height: 2 * h }), g = canvas.getContext("2d");
+    g.fillStyle = paper;
+    g.fillRect(0, 0, canvas.width, canvas.height);
+    g.drawImage(img, 0, 0, canvas.width, canvas.height);
+    canvas.toBlob(save, "image/png");
+  };
+  img.src = "data:image/svg+xml;charset=utf-8," + encodeURIComponent(text);
+}
