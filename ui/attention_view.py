@@ -14,7 +14,6 @@ serial that changes only then. Maps of more than VIEW_TOKENS tokens keep the ser
 from __future__ import annotations
 
 import base64
-from pathlib import Path
 
 import numpy as np
 import streamlit as st
@@ -25,13 +24,12 @@ from service.urlstate import SCALES
 from .chart_theme import PALETTES
 from .figures import LOG_FLOOR, MASK_COLOUR
 from .i18n import t
+from .views import component
 from .widgets import picture_download
 
 VIEW_TOKENS = 64  # up to this many queries and keys: 8 heads of 64 x 64 weights are 96 KB (encode; less compressed)
 LOG_LOW = float(np.log10(LOG_FLOOR))  # the log scale's lowest value (-6)
-FRONTEND = Path(__file__).resolve().parent / "frontend"
-_view = st.components.v2.component("attention_view", js=(FRONTEND / "attention.js").read_text(encoding="utf-8"),
-                                   css=(FRONTEND / "attention.css").read_text(encoding="utf-8"))
+_view = component("attention_view", "attention")
 KEY = "attention_view"
 
 

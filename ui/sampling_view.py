@@ -12,7 +12,6 @@ for a room on shared Wi-Fi (100,277 float32 logits are 400 KB)."""
 from __future__ import annotations
 
 import base64
-from pathlib import Path
 
 import streamlit as st
 import torch
@@ -22,12 +21,11 @@ from service import urlstate
 from .figures import ranked_labels, visible
 from .i18n import t
 from .state import URL_STATE
+from .views import component
 from .widgets import picture_download
 
 BROWSER_VOCAB = 16_384  # the default model's 12,293 logits: 48 KB of float32 (66 KB as base64, less compressed)
-FRONTEND = Path(__file__).resolve().parent / "frontend"
-_view = st.components.v2.component("sampling_view", js=(FRONTEND / "sampling.js").read_text(encoding="utf-8"),
-                                   css=(FRONTEND / "sampling.css").read_text(encoding="utf-8"))
+_view = component("sampling_view", "sampling")
 MAX_SHOWN = 100  # the page's "tokens shown" goes up to this
 KEY = "sampling_view"
 RULE_KEYS = {name: URL_STATE[name] for name in ("T", "k", "p")}  # the view's names (the link's) -> session keys

@@ -609,8 +609,9 @@ def test_the_views_sampling_rule_is_the_cores(tab):
     import torch
 
     from transformer_core.analysis.next_token import Sampling, distribution
+    from ui.views import source
 
-    source = (ROOT / "ui" / "frontend" / "sampling.js").read_text(encoding="utf-8")
+    source = source("sampling")
     tab.goto("about:blank")
     torch.manual_seed(0)
     rows = [torch.randn(12_293) * 4, torch.randn(300) * 0.5, torch.randn(12_293) * 12]

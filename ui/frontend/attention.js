@@ -36,23 +36,10 @@ export default function (component) {
   draw(root);
 }
 
-function typed(b64, Type) {  // base64 of little-endian numbers
-  const bin = atob(b64), bytes = new Uint8Array(bin.length);
-  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
-  return new Type(bytes.buffer);
-}
-
 function bits(b64, n) {  // numpy.packbits(..., bitorder="little"): 1 = the key is kept
   const bin = atob(b64), out = new Uint8Array(n);
   for (let i = 0; i < n; i++) out[i] = (bin.charCodeAt(i >> 3) >> (i & 7)) & 1;
   return out;
-}
-
-function el(tag, attrs = {}, text) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
-  if (text !== undefined) e.textContent = text;  // text, never HTML: a token may be "<script>"
-  return e;
 }
 
 function build(parent, d) {
@@ -189,8 +176,7 @@ function sizes(root) {  // cell width and height (px): the map fills the column,
 function fontFor(px) { return Math.max(7, Math.min(13, px - 2)); }
 
 function draw(root) {
-  const app = document.querySelector("[data-testid='stApp']") || document.body;
-  root.style.setProperty("--av-paper", getComputedStyle(app).backgroundColor);  // the hover box's background
+  root.style.setProperty("--av-paper", paper());  // the hover box's background
   const d = root.__data, h = head(root), s = scale(root), [lo, hi] = range(s);
   const z = values(...headMaps(root, h), d.n_q, d.n_k, s);
   root.__z = z;
@@ -292,12 +278,11 @@ function saveChart(root) {  // the large map as the other charts' camera saves t
   const cw = root.__cw, ch = root.__ch, left = Math.ceil(root.__ylabWidth) + 8, top = 30;
   const bottom = Math.ceil(root.querySelector(".xlab").getBoundingClientRect().height) + 8;
   const w = left + d.n_k * cw + 20, h = top + d.n_q * ch + bottom;
-  const css = getComputedStyle(root), paper = getComputedStyle(document.querySelector("[data-testid='stApp']")
-    || document.body).backgroundColor;
+  const css = getComputedStyle(root), bg = paper();
   const esc = (t) => t.replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
   const yf = parseFloat(ylab.style.fontSize), xf = parseFloat(root.querySelector(".xlab").style.fontSize);
-  const parts = [`<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${h}" style="background:${paper}">`,
-    `<rect width="${w}" height="${h}" fill="${paper}"/>`,
+  const parts = [`<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${h}" style="background:${bg}">`,
+    `<rect width="${w}" height="${h}" fill="${bg}"/>`,
     `<text x="0" y="18" font-size="15" font-weight="600" fill="${css.color}">${esc(root.querySelector(".title").textContent)}</text>`,
     `<image x="${left}" y="${top}" width="${d.n_k * cw}" height="${d.n_q * ch}" href="${cells.toDataURL("image/png")}"/>`];
   d.q.forEach((t, q) => parts.push(`<text x="${left - 4}" y="${top + q * ch + ch / 2 + yf / 3}" text-anchor="end" `
@@ -305,21 +290,5 @@ function saveChart(root) {  // the large map as the other charts' camera saves t
   d.k.forEach((t, k) => parts.push(`<text transform="translate(${left + k * cw + cw / 2 + xf / 3},${top + d.n_q * ch + 4}) `
     + `rotate(90)" font-size="${xf}" fill="${css.color}">${esc(t)}</text>`));
   parts.push("</svg>");
-  const text = parts.join("");
-  const save = (blob) => {
-    const a = el("a", { download: d.chart.file });
-    a.href = URL.createObjectURL(blob);
-    a.click();
-    setTimeout(() => URL.revokeObjectURL(a.href), 10_000);
-  };
-  if (d.chart.format === "svg") { save(new Blob([text], { type: "image/svg+xml" })); return; }
-  const img = new Image();
-  img.onload = () => {
-    const canvas = el("canvas", { width: 2 * w, height: 2 * h }), g = canvas.getContext("2d");
-    g.fillStyle = paper;
-    g.fillRect(0, 0, canvas.width, canvas.height);
-    g.drawImage(img, 0, 0, canvas.width, canvas.height);
-    canvas.toBlob(save, "image/png");
-  };
-  img.src = "data:image/svg+xml;charset=utf-8," + encodeURIComponent(text);
+  savePicture(parts.join(""), w, h, d.chart);
 }

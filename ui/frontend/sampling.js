@@ -11,24 +11,11 @@ export default function (component) {
   root.__data = data;
   root.__tell = setStateValue;
   if (root.__rowText !== data.row) {  // decoded once per row (a run that only re-sends the view keeps it)
-    root.__row = floats(data.row);
+    root.__row = typed(data.row, Float32Array);
     root.__rowText = data.row;
   }
   input(root, "k").max = data.vocab;
   draw(root);
-}
-
-function floats(b64) {  // the row: little-endian float32, base64
-  const bin = atob(b64), bytes = new Uint8Array(bin.length);
-  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
-  return new Float32Array(bytes.buffer);
-}
-
-function el(tag, attrs = {}, text) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
-  if (text !== undefined) e.textContent = text;  // text, never HTML: a token may be "<script>"
-  return e;
 }
 
 function build(parent, d) {
@@ -176,10 +163,7 @@ function saveCsv(root) {  // the table as the server's "Download CSV" writes it 
   for (const t of d.top.slice(0, d.shown)) {
     lines.push([t.label, t.id, t.logit, out.probs[t.index], root.__raw[t.index]].map((v) => cell(String(v))).join(","));
   }
-  const a = el("a", { download: "log_top.csv" });
-  a.href = URL.createObjectURL(new Blob([lines.join("\n") + "\n"], { type: "text/csv" }));
-  a.click();
-  setTimeout(() => URL.revokeObjectURL(a.href), 10_000);
+  saveFile(new Blob([lines.join("\n") + "\n"], { type: "text/csv" }), "log_top.csv");
 }
 
 function saveChart(root) {  // the bars as the other charts' camera saves them: PNG (twice the size) or SVG
@@ -189,26 +173,10 @@ function saveChart(root) {  // the bars as the other charts' camera saves them: 
     const css = getComputedStyle(e);
     for (const k of ["fill", "opacity", "font-size", "font-family", "font-weight"]) copies[i].style[k] = css[k];
   });
-  const paper = getComputedStyle(document.querySelector("[data-testid='stApp']") || document.body).backgroundColor;
   svg.setAttribute("xmlns", "http://www.w3.org/2000/svg");
-  svg.style.background = paper;
-  const text = new XMLSerializer().serializeToString(svg);
-  const save = (blob) => {
-    const a = el("a", { download: d.chart.file });
-    a.href = URL.createObjectURL(blob);
-    a.click();
-    setTimeout(() => URL.revokeObjectURL(a.href), 10_000);
-  };
-  if (d.chart.format === "svg") { save(new Blob([text], { type: "image/svg+xml" })); return; }
-  const img = new Image(), w = Number(svg.getAttribute("width")), h = Number(svg.getAttribute("height"));
-  img.onload = () => {
-    const canvas = el("canvas", { width: 2 * w, height: 2 * h }), g = canvas.getContext("2d");
-    g.fillStyle = paper;
-    g.fillRect(0, 0, canvas.width, canvas.height);
-    g.drawImage(img, 0, 0, canvas.width, canvas.height);
-    canvas.toBlob(save, "image/png");
-  };
-  img.src = "data:image/svg+xml;charset=utf-8," + encodeURIComponent(text);
+  svg.style.background = paper();
+  savePicture(new XMLSerializer().serializeToString(svg), Number(svg.getAttribute("width")),
+              Number(svg.getAttribute("height")), d.chart);
 }
 
 function drawBars(box, top, probs, raw, text) {
