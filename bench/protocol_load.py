@@ -72,7 +72,7 @@ SCRIPT: list[Action] = [
     Action("type_text", "text", "text"),
     Action("goto_attention", "page", "attention"),
     Action("layer", "pick", "layer"),
-    Action("head", "pick", "head"),
+    Action("head", "head", "head"),
     Action("mask_mode", "pick", "mask_mode"),
     Action("goto_logits", "page", "logits"),
     Action("temperature", "temperature", "log_T", (0.3, 2.0)),
@@ -434,6 +434,13 @@ async def do_action(c: StreamlitClient, a: Action, learner: int, round_: int, rn
             t = round(round(rng.uniform(*a.values) / 0.05) * 0.05, 2)
             return await c.set_view_state("sampling_view", "rule", {"k": 0, "p": 1.0, **rule, "T": t})
         return await do_action(c, replace(a, kind="slider"), learner, round_, rng, cfg)
+    if a.kind == "head":  # the Attention page's view tells the server (ui/attention_view.py), else the Head box
+        if any(w.key == "attention_view" for w in c.widgets.values()):
+            held = c.states.get(c.widget("attention_view").id)
+            pick = json.loads(held.json_value).get("pick", {}) if held is not None and held.json_value else {}
+            now = int(pick.get("head", 0))
+            return await c.set_view_state("attention_view", "pick", {"scale": "01", **pick, "head": 1 - now % 2})
+        return await do_action(c, replace(a, kind="pick"), learner, round_, rng, cfg)
     if a.kind == "click":
         return await c.click(a.arg)
     raise ValueError(f"unknown action kind {a.kind!r}")
