@@ -1,8 +1,8 @@
 // The Attention page's maps, redrawn in the browser: the softmax weights of every head of the chosen layer and block
-// (sent once, to 4 decimals and as their log, with the mask as bits), the chosen head large and every head small. A pick of the head (the
-// list, a small map) or of the colour scale redraws here at once; then the view tells the server (the state "pick"),
-// whose run records it in the link and redraws what depends on the head (ui/attention_view.py). A click on a cell
-// asks the server for its arithmetic (the state "cell").
+// (sent once, to 4 decimals and as their log, with the mask as bits), the chosen head large and every head small.
+// A pick of the head (the list, a small map) or of the colour scale redraws here at once; then the view tells the
+// server (the state "pick"), whose run records it in the link and redraws what depends on the head
+// (ui/attention_view.py). A click on a cell asks the server for its arithmetic (the state "cell").
 const TELL_AFTER_MS = 120;  // a run of changes (arrow keys held on the list) is told once
 const LOG_LOW = -6;  // log10 of ui.figures.LOG_FLOOR: the log scale's lowest value
 const MARK_CAP = 32 * 32;  // ui.figures.MARK_CAP: maps of up to this many cells draw an ✕ on each masked one
@@ -31,7 +31,10 @@ export default function (component) {
     root.__serial = data.pick.serial;
     pickHead(root, data.pick.head); pickScale(root, data.pick.scale);
   }
-  if (!data.shown.includes(head(root))) pickHead(root, data.shown[0] ?? 0);
+  if (data.shown.length && !data.shown.includes(head(root))) {  // the kind filter hid the head: show its first
+    pickHead(root, data.shown[0]);
+    tell(root);
+  }
   buildThumbs(root);
   draw(root);
 }
@@ -67,7 +70,8 @@ function build(parent, d) {
   picture.addEventListener("click", () => saveChart(root));
   root.append(controls, el("h4", { class: "title" }), el("div", { class: "axis-names" }), map,
               el("div", { class: "tip", role: "tooltip", hidden: "" }), el("p", { class: "hint main" }), picture,
-              el("h4", { class: "grid-title" }), el("div", { class: "thumbs" }), el("p", { class: "hint thumbs-hint" }));
+              el("h4", { class: "grid-title" }), el("div", { class: "thumbs" }),
+              el("p", { class: "hint thumbs-hint" }));
   parent.append(root);
   select.addEventListener("change", () => { draw(root); tell(root); });
   for (const r of options.querySelectorAll("input")) r.addEventListener("change", () => { draw(root); tell(root); });
@@ -180,7 +184,8 @@ function draw(root) {
   const d = root.__data, h = head(root), s = scale(root), [lo, hi] = range(s);
   const z = values(...headMaps(root, h), d.n_q, d.n_k, s);
   root.__z = z;
-  root.querySelector(".title").textContent = d.text.title.replace("{head}", h).replace("{scale}", d.text.scale_names[s]);
+  root.querySelector(".title").textContent = d.text.title.replace("{head}", h)
+    .replace("{scale}", d.text.scale_names[s]);
   root.querySelector(".axis-names").textContent = `↓ ${d.text.queries} · → ${d.text.keys}`;
   const ylab = root.querySelector(".ylab"), xlab = root.querySelector(".xlab");
   if (ylab.childElementCount !== d.n_q || root.__labelsFor !== root.__key) {
@@ -201,7 +206,9 @@ function draw(root) {
     g.setLineDash([]); g.lineWidth = 3; g.strokeRect(1.5, (d.n_q - 1) * ch + 1.5, d.n_k * cw - 3, ch - 3);
   }
   const c = root.__cell;
-  if (c && c.head === h) { g.strokeStyle = "#d62728"; g.lineWidth = 2; g.strokeRect(c.k * cw + 1, c.q * ch + 1, cw - 2, ch - 2); }
+  if (c && c.head === h) {  // the clicked cell, outlined
+    g.strokeStyle = "#d62728"; g.lineWidth = 2; g.strokeRect(c.k * cw + 1, c.q * ch + 1, cw - 2, ch - 2);
+  }
   drawBar(root.querySelector(".bar"), s, d, d.n_q * ch);
   root.querySelector(".hint.main").textContent = d.text.click_hint;
   root.querySelector("button.chart").textContent = d.text.download_chart;
@@ -238,7 +245,9 @@ function buildThumbs(root) {
     fig.append(cap, el("canvas"));
     const choose = () => { pickHead(root, h); draw(root); tell(root); };
     fig.addEventListener("click", choose);
-    fig.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); choose(); } });
+    fig.addEventListener("keydown", (e) => {
+      if (e.key === "Enter" || e.key === " ") { e.preventDefault(); choose(); }
+    });
     return fig;
   }));
 }
@@ -283,11 +292,14 @@ function saveChart(root) {  // the large map as the other charts' camera saves t
   const yf = parseFloat(ylab.style.fontSize), xf = parseFloat(root.querySelector(".xlab").style.fontSize);
   const parts = [`<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${h}" style="background:${bg}">`,
     `<rect width="${w}" height="${h}" fill="${bg}"/>`,
-    `<text x="0" y="18" font-size="15" font-weight="600" fill="${css.color}">${esc(root.querySelector(".title").textContent)}</text>`,
-    `<image x="${left}" y="${top}" width="${d.n_k * cw}" height="${d.n_q * ch}" href="${cells.toDataURL("image/png")}"/>`];
+    `<text x="0" y="18" font-size="15" font-weight="600" fill="${css.color}">`
+      + `${esc(root.querySelector(".title").textContent)}</text>`,
+    `<image x="${left}" y="${top}" width="${d.n_k * cw}" height="${d.n_q * ch}" `
+      + `href="${cells.toDataURL("image/png")}"/>`];
   d.q.forEach((t, q) => parts.push(`<text x="${left - 4}" y="${top + q * ch + ch / 2 + yf / 3}" text-anchor="end" `
     + `font-size="${yf}" fill="${css.color}">${esc(t)}</text>`));
-  d.k.forEach((t, k) => parts.push(`<text transform="translate(${left + k * cw + cw / 2 + xf / 3},${top + d.n_q * ch + 4}) `
+  const below = top + d.n_q * ch + 4;
+  d.k.forEach((t, k) => parts.push(`<text transform="translate(${left + k * cw + cw / 2 + xf / 3},${below}) `
     + `rotate(90)" font-size="${xf}" fill="${css.color}">${esc(t)}</text>`));
   parts.push("</svg>");
   savePicture(parts.join(""), w, h, d.chart);
