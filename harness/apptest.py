@@ -22,6 +22,8 @@ from ui.i18n import strings
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
 SMALL = "preset:course-gpt@cl100k_base"  # decoder-only, d_model 64, max_len 16: fast on a CPU
+DEFAULT = "shipped:everyday-gpt"  # the app's default model
+CAT = "The cat sat on the mat. The cat sat on the"  # the induction demo's repeated sentence (13 tokens on the default)
 EN = {k: v["en"] for k, v in strings().items()}  # every string in English, by key
 ENGLISH_ONLY = {v["en"] for v in strings().values() if v["en"] != v["zh"]}  # what a page in 中文 must not show
 

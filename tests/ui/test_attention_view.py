@@ -8,16 +8,13 @@ from contextlib import contextmanager
 from unittest.mock import patch
 
 import numpy as np
-import pytest
 
-from harness.apptest import array, assert_clean, attention_view, figure, open_app
-from service import catalog
-from transformer_core.text.inputs import sequence_labels, trace_text
+from harness.apptest import CAT, DEFAULT, array, assert_clean, attention_view, figure, open_app
+from transformer_core.text.inputs import sequence_labels
 from ui import attention_view as view_module
 from ui.figures import LOG_FLOOR, axis_labels
 
-DEFAULT = "shipped:everyday-gpt"
-TEXT = "The cat sat on the mat. The cat sat on the"  # 13 tokens
+TEXT = CAT
 
 
 def decoded(data: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -29,15 +26,8 @@ def decoded(data: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return four, log, mask
 
 
-@pytest.fixture(scope="module")
-def reference():
-    model, _ = catalog.load(DEFAULT)
-    prep, trace = trace_text(model, TEXT)
-    return model, prep, trace
-
-
-def test_the_browser_gets_every_heads_weights_of_the_layer_as_the_trace_has_them(reference):
-    model, prep, trace = reference
+def test_the_browser_gets_every_heads_weights_of_the_layer_as_the_trace_has_them(cat_trace):
+    model, prep, trace = cat_trace
     at = open_app("attention", model=DEFAULT, text=TEXT, layer="2")
     assert_clean(at)
     data = attention_view(at)
@@ -67,7 +57,7 @@ def state_of(at):
         yield at.session_state
 
 
-def test_a_pick_the_browser_tells_is_kept_in_the_link_and_leaves_the_views_data_as_it_was():
+def test_a_pick_the_browser_tells_is_kept_in_the_link_and_leaves_the_views_data_as_it_was(cat_trace):
     at = open_app("attention", model=DEFAULT, text=TEXT, layer="1")
     before = attention_view(at)
     with state_of(at) as ss:  # what the view's "pick" callback does with what the browser sent
@@ -80,8 +70,7 @@ def test_a_pick_the_browser_tells_is_kept_in_the_link_and_leaves_the_views_data_
     assert attention_view(at) == before
     # what depends on the head is the new head's: one query's arithmetic
     steps = next(df.value for df in at.dataframe if "softmax weight" in df.value.columns)
-    model, _ = catalog.load(DEFAULT)
-    _, trace = trace_text(model, TEXT)
+    _, _, trace = cat_trace
     query = at.session_state["att_query_idx"]
     np.testing.assert_allclose(steps["softmax weight"].to_numpy(dtype=float),
                                trace.attention("dec_self", 1).head("weights", 5)[query].numpy(), atol=1e-6)
@@ -125,10 +114,10 @@ def test_a_clicked_cell_is_explained_step_by_step():
     assert table["key token"].iloc[1].startswith("▶ ")
 
 
-def test_a_clicked_cell_of_the_induction_head_is_split_by_where_q_and_k_came_from(reference):
+def test_a_clicked_cell_of_the_induction_head_is_split_by_where_q_and_k_came_from(cat_trace):
     from transformer_core.analysis.qk_attribution import qk_attribution
 
-    model, _, trace = reference
+    model, _, trace = cat_trace
     at = open_app("attention", model=DEFAULT, lang="en", text=TEXT, layer="2", head="7")
     at.session_state["att_cell"] = (12, 5)  # the last " the" → " m": the induction head's copy
     at.run()

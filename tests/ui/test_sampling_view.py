@@ -8,18 +8,15 @@ from contextlib import contextmanager
 from unittest.mock import patch
 
 import numpy as np
-import pytest
 import torch
 
-from harness.apptest import open_app
-from service import catalog
+from harness.apptest import CAT, DEFAULT, open_app
 from transformer_core.analysis.next_token import Sampling, generate
-from transformer_core.text.inputs import real_ids, token_labels, trace_text, unknown_id
+from transformer_core.text.inputs import real_ids, token_labels, unknown_id
 from ui import sampling_view
 from ui.figures import ranked_labels, visible
 
-DEFAULT = "shipped:everyday-gpt"  # 12,293 tokens: its rows go to the browser whole
-TEXT = "The cat sat on the mat. The cat sat on the"
+TEXT = CAT
 
 
 def view(at) -> dict:
@@ -31,15 +28,8 @@ def row_of(data: dict) -> np.ndarray:
     return np.frombuffer(base64.b64decode(data["row"]), dtype="<f4")
 
 
-@pytest.fixture(scope="module")
-def reference():
-    model, _ = catalog.load(DEFAULT)
-    prep, trace = trace_text(model, TEXT)
-    return model, prep, trace
-
-
-def test_the_browser_gets_the_positions_whole_row_and_its_top_tokens_as_the_core_computes_them(reference):
-    model, prep, trace = reference
+def test_the_browser_gets_the_positions_whole_row_and_its_top_tokens_as_the_core_computes_them(cat_trace):
+    model, prep, trace = cat_trace
     at = open_app("logits", model=DEFAULT, text=TEXT)
     assert not at.exception and not at.error
     data = view(at)
@@ -61,8 +51,8 @@ def test_the_browser_gets_the_positions_whole_row_and_its_top_tokens_as_the_core
     assert not [c for c in at.get("plotly_chart") if c.proto.id.endswith("-log_probs")]
 
 
-def test_values_the_browser_tells_the_server_are_kept_and_next_token_samples_with_them(reference):
-    model, prep, _ = reference
+def test_values_the_browser_tells_the_server_are_kept_and_next_token_samples_with_them(cat_trace):
+    model, prep, _ = cat_trace
     at = open_app("logits", model=DEFAULT, text=TEXT, seed="7")
     at.radio(key="log_greedy").set_value(False).run()
     first = view(at)
