@@ -104,11 +104,21 @@ def browser_maps(stages, records: dict[int, object], q_lab, k_lab) -> tuple[int,
     clicked (query, key) cell, if any."""
     shown = kind_filter(records, stages.n_heads)
     titles = [[f"{t('att_head')} {h}", label_text(records.get(h)) if records else ""] for h in range(stages.n_heads)]
-    n_gen = len(generated()) if ss.block != "enc_self" else 0
+    n_gen = generated_rows(stages.n_q)
     attention_view(view_data(stages.weights[0], stages.mask[0], q_lab, k_lab, titles, shown, generated=n_gen))
-    if 0 < n_gen < stages.n_q:
-        st.caption(t("att_generated_rows", n=n_gen, row=stages.n_q - 1))
+    say_generated(n_gen, stages.n_q)
     return ss.get("att_cell")
+
+
+def generated_rows(n_q: int) -> int:
+    """How many of the map's last rows are generated tokens (the decoder's), 0 where none or all are."""
+    n_gen = len(generated()) if ss.block != "enc_self" else 0
+    return n_gen if n_gen < n_q else 0
+
+
+def say_generated(n_gen: int, n_q: int) -> None:
+    if n_gen:
+        st.caption(t("att_generated_rows", n=n_gen, row=n_q - 1))
 
 
 def main_map(stages, head: int, q_lab, k_lab) -> None:
@@ -144,10 +154,10 @@ def main_map(stages, head: int, q_lab, k_lab) -> None:
                         categories=(q_lab, k_lab), hovertemplate=hover)
     mark_cells(fig, ~mask, hovertemplate=f"{t('attn_queries')} %{{y}} · {t('attn_keys')} %{{x}}<br>"
                f"{t('att_masked_hover')} → 0", value=0.0)
-    n_gen = len(generated()) if ss.block != "enc_self" else 0  # generated tokens are the decoder's last rows
-    if 0 < n_gen < n_q:
+    n_gen = generated_rows(n_q)
+    if n_gen:
         mark_generated(fig, n_q, n_k, n_gen)
-        st.caption(t("att_generated_rows", n=n_gen, row=n_q - 1))
+    say_generated(n_gen, n_q)
     chart(fig, "att_main")
     st.caption(t("att_zoom_hint", n=max(n_q, n_k)))
 

@@ -31,6 +31,7 @@ VIEW_TOKENS = 64  # up to this many queries and keys: 8 heads of 64 x 64 weights
 LOG_LOW = float(np.log10(LOG_FLOOR))  # the log scale's lowest value (-6)
 _view = component("attention_view", "attention")
 KEY = "attention_view"
+MAX_HEADS = 4096  # a pick beyond this is no head of any model: refused outright
 
 
 def in_browser(n_q: int, n_k: int) -> bool:
@@ -96,7 +97,8 @@ def adopt(pick: object) -> None:
         return
     ss = st.session_state
     head, scale = pick.get("head"), pick.get("scale")
-    if isinstance(head, int) and not isinstance(head, bool) and 0 <= head < 4096 and head != ss.get("head"):
+    # a head past the model's is clamped by the page's next run (ui.state.keep_view_in_model), as a link's is
+    if isinstance(head, int) and not isinstance(head, bool) and 0 <= head < MAX_HEADS and head != ss.get("head"):
         ss["head"] = head
         if "att_cell" in ss:  # a cell belongs to the head it was clicked on
             del ss["att_cell"]
