@@ -246,14 +246,16 @@ def names_vocabulary() -> dict[bytes, int]:
     ranks, keep = enc._mergeable_ranks, {bytes([b]) for b in range(256)}
     english, chinese = symbol_words()
     words = [f" {w}" for w in english] + chinese
+    used = set()  # the token ids the sentences use (each one's merge parts are then found once, not per use)
     for lang in ("en", "zh"):
         pool = NAMES_EN if lang == "en" else NAMES_ZH
         written = (*(TEMPLATES_EN if lang == "en" else TEMPLATES_ZH), *templates(lang, True))
         texts = [prompt(t, n, n, n) + answer_text(lang, n) + ".。" for t in written for n in pool]
         texts += [prompt(t, pool[0], pool[1], pool[0]) for t in templates(lang, False)]  # (the composed ones)
         for text in texts + words:
-            for tok in enc.encode_ordinary(text):
-                keep.update(merge_parts(enc.decode_single_token_bytes(tok), ranks) or [])
+            used.update(enc.encode_ordinary(text))
+    for tok in used:
+        keep.update(merge_parts(enc.decode_single_token_bytes(tok), ranks))
     return {t: ranks[t] for t in sorted(keep, key=ranks.__getitem__)}
 
 

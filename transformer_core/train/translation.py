@@ -177,9 +177,11 @@ def number_examples(top: int = NUMBER_TOP) -> list[Example]:
     return out
 
 
-def universe(top: int = NUMBER_TOP, years: range = YEARS) -> list[Example]:
-    """Every input the generator can produce (about 346,000 for the defaults)."""
-    return date_examples(years) + number_examples(top)
+@lru_cache(maxsize=2)
+def universe(top: int = NUMBER_TOP, years: range = YEARS) -> tuple[Example, ...]:
+    """Every input the generator can produce (about 346,000 for the defaults; built once: the split, the vocabulary
+    and the strata all read it)."""
+    return (*date_examples(years), *number_examples(top))
 
 
 def split(examples: list[Example], fraction: float = 0.05) -> tuple[list[Example], list[Example]]:
@@ -212,10 +214,11 @@ class TranslationTask(Task):
 
     @cached_property
     def vocab(self) -> Vocab:
+        texts = Counter(e.src for e in universe()) + Counter(e.tgt for e in universe())  # (each answer is two inputs')
         counts: Counter = Counter()
-        for e in universe():
-            counts.update(encode(e.src))
-            counts.update(encode(e.tgt))
+        for text, n in texts.items():
+            for token, k in Counter(encode(text)).items():
+                counts[token] += k * n
         return build_vocab(counts, None, extra=(("bos", BOS_REAL_ID), ("eos", EOS_REAL_ID)))
 
     @cached_property
