@@ -154,7 +154,7 @@ def attention_view(at: AppTest) -> dict | None:
     """The data of the Attention page's view (ui.attention_view: the maps the browser draws), or None where the page
     drew its own charts (a map of more than its VIEW_TOKENS tokens)."""
     found = [json.loads(e.proto.json) for e in at.get("bidi_component")]
-    found = [d for d in found if "four" in d]
+    found = [d for d in found if "weights" in d and "mask" in d]
     return found[0] if found else None
 
 

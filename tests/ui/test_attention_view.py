@@ -18,11 +18,11 @@ TEXT = CAT
 
 
 def decoded(data: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(weights to 4 decimals as integers, log codes: -1 where the browser takes the log from the 4 decimals, mask)."""
     shape = (data["heads"], data["n_q"], data["n_k"])
-    four = np.frombuffer(base64.b64decode(data["four"]), dtype="<u2").reshape(shape)
-    log = np.frombuffer(base64.b64decode(data["log"]), dtype=np.uint8).reshape(shape)
     bits = np.frombuffer(base64.b64decode(data["mask"]), dtype=np.uint8)
     mask = np.unpackbits(bits, bitorder="little")[: np.prod(shape)].reshape(shape).astype(bool)
+    four, log = view_module.decode(base64.b64decode(data["weights"]), mask)
     return four, log, mask
 
 
@@ -38,9 +38,17 @@ def test_the_browser_gets_every_heads_weights_of_the_layer_as_the_trace_has_them
     assert np.array_equal(mask, kept)
     # the hover's number: the weight to 4 decimals, exactly as the server writes it (f"{w:.4f}")
     assert [f"{v / 1e4:.4f}" for v in four.ravel()] == [f"{v:.4f}" for v in w.ravel()]
-    # the log scale's colours: log10 of the weight (floored at 1e-6), to half of one of 255 steps over 6 decades
+    # the log scale's colours: log10 of the weight (floored at 1e-6) in 255 steps over 6 decades, sent for the tiny
+    # weights (to half a step), taken from the 4 decimals for the others (a tenth of a step more)
     expected = (np.log10(np.maximum(w.astype(np.float64), LOG_FLOOR)) + 6) / 6 * 255
-    assert np.abs(log - expected).max() <= 0.5 + 1e-9
+    tiny = log >= 0
+    assert tiny[mask].any() and (~tiny[mask]).any()  # both kinds are in these maps
+    assert np.abs(log - expected)[tiny].max() <= 0.5 + 1e-9
+    from_four = np.rint((np.log10(four[mask & ~tiny] / 1e4) + 6) / 6 * 255)  # as attention.js reads it
+    assert np.abs(from_four - expected[mask & ~tiny]).max() <= 0.6
+    # masked weights are not sent (0, as softmax gives them)
+    assert (four[~mask] == 0).all() and (w[~kept] == 0).all()
+    assert len(base64.b64decode(data["weights"])) == 2 * int(kept.sum())
     labels = axis_labels(sequence_labels(model, prep.src_ids[0]))
     assert data["q"] == data["k"] == labels
     assert data["shown"] == list(range(model.cfg.n_heads)) and len(data["titles"]) == model.cfg.n_heads

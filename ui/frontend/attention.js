@@ -1,5 +1,6 @@
 // The Attention page's maps, redrawn in the browser: the softmax weights of every head of the chosen layer and block
-// (sent once, to 4 decimals and as their log, with the mask as bits), the chosen head large and every head small.
+// (sent once: the kept ones to 4 decimals, the tiny ones with their log, and the mask as bits), the chosen head large
+// and every head small.
 // A pick of the head (the list, a small map) or of the colour scale redraws here at once; then the view tells the
 // server (the state "pick"), whose run records it in the link and redraws what depends on the head
 // (ui/attention_view.py). A click on a cell asks the server for its arithmetic (the state "cell").
@@ -11,11 +12,10 @@ export default function (component) {
   const { data, parentElement, setStateValue } = component;
   const root = parentElement.querySelector(".av") || build(parentElement, data);
   root.__tell = setStateValue;
-  if (root.__key !== data.four + data.mask) {  // decoded once per layer (a run that only re-sends the view keeps it)
-    root.__four = typed(data.four, Uint16Array);
-    root.__log = typed(data.log, Uint8Array);
+  if (root.__key !== data.weights + data.mask) {  // decoded once per layer (a run that only re-sends the view keeps it)
     root.__mask = bits(data.mask, data.heads * data.n_q * data.n_k);
-    root.__key = data.four + data.mask;
+    [root.__four, root.__log] = weights(data.weights, root.__mask);
+    root.__key = data.weights + data.mask;
   }
   const mounted = root.__data === undefined, fresh = mounted || root.__data.heads !== data.heads;
   root.__data = data;
@@ -37,6 +37,28 @@ export default function (component) {
   }
   buildThumbs(root);
   draw(root);
+}
+
+// ui.attention_view.encode: one uint16 per kept cell, high bytes then low bytes; a code over 10,000 is a weight under
+// 0.0095 (10,001 + its 4 decimals * 256 + its log code). Every cell's weight to 4 decimals (0 where masked) and its log
+// code in 255 steps from -6 to 0 (a larger weight's from its 4 decimals).
+const TINY_BASE = 10_001;
+function weights(b64, mask) {
+  const planes = typed(b64, Uint8Array), n = planes.length / 2;
+  const four = new Uint16Array(mask.length), log = new Uint8Array(mask.length);
+  for (let i = 0, j = 0; i < mask.length; i++) {
+    if (!mask[i]) continue;
+    const code = (planes[j] << 8) | planes[n + j];
+    j++;
+    if (code >= TINY_BASE) {
+      four[i] = (code - TINY_BASE) >> 8;
+      log[i] = (code - TINY_BASE) & 255;
+    } else {
+      four[i] = code;
+      log[i] = Math.round(((Math.log10(code / 1e4) - LOG_LOW) / -LOG_LOW) * 255);
+    }
+  }
+  return [four, log];
 }
 
 function bits(b64, n) {  // numpy.packbits(..., bitorder="little"): 1 = the key is kept
@@ -110,8 +132,7 @@ function tell(root) {  // the pick reaches the server after the last of a run of
 
 // The values the colours stand for, as ui.figures.scaled_weights gives them to the server's charts: the weight
 // (0 – 1), the weight over its row's largest kept weight (per row), or log10 of the weight floored at 1e-6 (log);
-// NaN where the key is masked. From the weights as ui.attention_view.encode sends them: to 4 decimals (uint16), and
-// their log in 255 steps (uint8).
+// NaN where the key is masked. From the weights as `weights` decodes them: to 4 decimals, and their log in 255 steps.
 export function values(four, log, mask, nq, nk, scale) {
   const z = new Float64Array(nq * nk);
   for (let q = 0; q < nq; q++) {
