@@ -87,10 +87,9 @@ def decode(planes: bytes, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def view_data(weights: torch.Tensor, mask: torch.Tensor, q_lab: list[str], k_lab: list[str], titles: list[list[str]],
               shown: list[int], *, generated: int) -> dict:
     """What the browser gets: the (heads, Tq, Tk) weights of the kept cells encoded (`encode`, base64) and the mask as
-    bits (1: kept),
-    the axis labels, each head's title (its number, its pattern), the heads shown small, how many last rows are
-    generated, the server's pick, the colours, how the chart downloads and the page's words. Not the pick the view
-    holds (see the module)."""
+    bits (1: kept), the axis labels, each head's title (its number, its pattern), the heads shown small, how many last
+    rows are generated, the server's pick, the colours, how the chart downloads and the page's words. Not the pick the
+    view holds (see the module)."""
     w = weights.detach().float().cpu().numpy()  # (h, Tq, Tk)
     kept = mask.detach().cpu().numpy().astype(bool)
     bits = np.packbits(kept, axis=None, bitorder="little")

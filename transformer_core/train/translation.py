@@ -36,6 +36,7 @@ import calendar
 import random
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
@@ -184,7 +185,7 @@ def universe(top: int = NUMBER_TOP, years: range = YEARS) -> tuple[Example, ...]
     return (*date_examples(years), *number_examples(top))
 
 
-def split(examples: list[Example], fraction: float = 0.05) -> tuple[list[Example], list[Example]]:
+def split(examples: Sequence[Example], fraction: float = 0.05) -> tuple[list[Example], list[Example]]:
     """(train, heldout) by a hash of each example's value key; numbers below ALWAYS_TRAINED are always trained."""
     held = [is_heldout(e.key, fraction, salt="dates-heldout") and not (e.key.startswith("num:")
             and int(e.key[4:]) < ALWAYS_TRAINED) for e in examples]

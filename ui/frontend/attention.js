@@ -42,7 +42,7 @@ export default function (component) {
 // ui.attention_view.encode: one uint16 per kept cell, high bytes then low bytes; a code over 10,000 is a weight under
 // 0.0095 (10,001 + its 4 decimals * 256 + its log code). Every cell's weight to 4 decimals (0 where masked) and its log
 // code in 255 steps from -6 to 0 (a larger weight's from its 4 decimals).
-const TINY_BASE = 10_001;
+const TINY_BASE = 10_001;  // ui.attention_view.TINY_BASE
 function weights(b64, mask) {
   const planes = typed(b64, Uint8Array), n = planes.length / 2;
   const four = new Uint16Array(mask.length), log = new Uint8Array(mask.length);
