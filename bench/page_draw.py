@@ -57,7 +57,7 @@ NOW_JS = "window.__pressed = performance.timeOrigin + performance.now()"
 # timed, but after what the learner waits for (the view redrew first)
 AFTER_REDRAW = ("logits: temperature, the run after it", "attention: head, the run after it",
                 "attention: scale, the run after it")
-VIEW = ".sv"  # the Logits page's sampling view (ui/frontend/sampling.js), when the model's vocabulary goes to it
+VIEW = ".sv"  # the Logits page's sampling view (static/views/sampling.js), when the model's vocabulary goes to it
 VIEW_STAMP_JS = """el => { window.__viewDrawn = 0;  // the frame after the view's first change from now on
   new MutationObserver((_, obs) => { obs.disconnect(); requestAnimationFrame(() => requestAnimationFrame(() => {
     window.__viewDrawn = performance.timeOrigin + performance.now(); })); })

@@ -770,7 +770,7 @@ def not_chinese(texts, strings: dict[str, dict[str, str]]) -> list[str]:
     return [x for x in texts if re.search(r"[A-Za-z]{4,}", x) and not CJK.search(x) and x not in zh]
 
 
-# ---- the Attention page's view (ui/attention_view.py, ui/frontend/attention.js) ----------------------------------
+# ---- the Attention page's view (ui/attention_view.py, static/views/attention.js) ----------------------------------
 ATT_VIEW = ".av"
 # every head's weights as the view holds them (4 decimals; None where masked), the values its colours stand for on
 # each scale (the chosen head), and what it shows: the head, the scale, the title

@@ -1,5 +1,5 @@
 """The Attention page's head and colour scale, answered in the browser: one component (st.components.v2, its script
-in ui/frontend/attention.js) holds the softmax weights of every head of the chosen layer and block (those the mask
+in static/views/attention.js) holds the softmax weights of every head of the chosen layer and block (those the mask
 keeps, to 4 decimals, the tiny ones with their log: `encode`; the mask as bits) and draws the chosen head large and
 every head small. A pick of the head (its list, a small map) or of the colour scale redraws there at once, before the
 server hears of it.
@@ -103,7 +103,8 @@ def view_data(weights: torch.Tensor, mask: torch.Tensor, q_lab: list[str], k_lab
         "gen": int(generated), "pick": server_pick(), "scales": list(SCALES),
         "colours": {"scale": list(look[-1]), "masked": MASK_COLOUR, "mark": "rgba(90,90,90,0.9)"},
         "chart": {"format": fmt, "file": f"{stem}.{fmt}"},
-        "text": {"head": t("att_head"), "scale": t("att_scale"), "scale_help": t("att_scale_help"),
+        "text": {"load_failed": t("view_load_failed"),
+                 "head": t("att_head"), "scale": t("att_scale"), "scale_help": t("att_scale_help"),
                  "scale_names": {s: t(f"att_scale_{s}") for s in SCALES},
                  "title": t("att_main_title", head="{head}", scale="{scale}"), "queries": t("attn_queries"),
                  "keys": t("attn_keys"), "weight": t("attn_col_weight"), "masked": t("att_masked_hover"),

@@ -1,5 +1,5 @@
 """The Logits page's temperature, top-k and top-p, answered in the browser: one component (st.components.v2, its
-script in ui/frontend/sampling.js) holds the chosen position's whole row of logits (float32) and redraws the
+script in static/views/sampling.js) holds the chosen position's whole row of logits (float32) and redraws the
 distribution at each change with the rule of transformer_core.analysis.next_token, before the server hears of it.
 
 The browser then tells the server the three values (the component's state "rule"): a run of the page's distribution
@@ -60,7 +60,8 @@ def view_data(row: torch.Tensor, labels: list[str], real_ids: list[int], order: 
         "banned": [int(b) for b in banned], "shown": int(shown),
         "look": t("look_logits", **look, p=_Slot()) if look else None,
         "help": {"T": t("log_temperature_help"), "k": t("log_topk_help"), "p": t("log_topp_help")},
-        "text": {"temperature": t("log_temperature"), "topk": t("log_topk"), "topp": t("log_topp"),
+        "text": {"load_failed": t("view_load_failed"),
+                 "temperature": t("log_temperature"), "topk": t("log_topk"), "topp": t("log_topp"),
                  "entropy": t("log_entropy"), "sum": t("log_sum"), "kept": t("log_kept"), "chart": t("log_chart"),
                  "table": t("log_table"), "token": t("col_token"), "id": t("col_id"), "logit": t("col_logit"),
                  "prob": t("col_prob"), "raw": t("col_prob_raw"),

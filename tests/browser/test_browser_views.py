@@ -235,10 +235,12 @@ def test_the_views_numbers_are_the_traces_and_a_pick_is_drawn_before_the_server_
     _, trace = trace_text(model, text)
     stages = trace.attention("dec_self", 2)
     w, kept = stages.weights[0].float().numpy(), stages.mask[0].numpy().astype(bool)
-    held = view_state(tab)["weights"]
-    expected = [[[f"{v:.4f}" if k else None for v, k in zip(wr, kr, strict=True)]
-                 for wr, kr in zip(wh, kh, strict=True)] for wh, kh in zip(w, kept, strict=True)]
-    assert [[[None if v is None else f"{v:.4f}" for v in row] for row in h] for h in held] == expected
+    held = np.array([[[np.nan if v is None else v for v in row] for row in h] for h in view_state(tab)["weights"]])
+    assert np.array_equal(np.isnan(held), ~kept)  # masked cells hold no weight
+    assert np.allclose(held[kept] * 1e4, np.rint(held[kept] * 1e4), rtol=0, atol=1e-6)  # 4 decimals
+    # the server's trace and this one may differ in the last bits of a float (another number of threads): a weight
+    # within that of a rounding boundary may round either way (layer 2, head 6, row 6: 1 thread against 2)
+    assert np.abs(held - w)[kept].max() <= 0.5e-4 + 1e-5
     root = tab.locator(ATT_VIEW).element_handle()
     runs = runs_ended(tab)
     drawn = tab.evaluate(PICK_JS, [root, "head", "3"])
@@ -582,7 +584,7 @@ def test_defects_are_gone(app, tab, lang):
 
 
 def check_view_downloads(page, tmp_path) -> None:
-    """The Logits page's view (ui/frontend/sampling.js) downloads its chart (PNG, the sidebar's default, named as the
+    """The Logits page's view (static/views/sampling.js) downloads its chart (PNG, the sidebar's default, named as the
     other charts' downloads) and the table it shows at full precision, without a run."""
     runs = runs_ended(page)
     png = download(page, s("chart_download", fmt="PNG"), page.locator(f"{MAIN} .sv"))
@@ -601,6 +603,23 @@ def check_view_downloads(page, tmp_path) -> None:
         assert row[:2] == seen[:2] and f"{float(row[2]):.4f}" == seen[2], (row, seen)
         assert all(float(a) == pytest.approx(float(b), rel=5e-4) for a, b in zip(row[3:], seen[3:], strict=True))
     assert runs_ended(page) == runs, "the view's download ran the page"
+
+
+def test_a_view_whose_script_cannot_load_says_so_in_the_learners_language(app, tab):
+    """The views' scripts come from the server (static/views, ui/views.py). Where they cannot be fetched (a proxy that
+    drops them), the view's place says so in the learner's language instead of staying empty, and the page's other
+    pictures are drawn."""
+    views = "**/app/static/views/**"
+    tab.route(views, lambda route: route.fulfill(status=404, body="not here"))
+    try:
+        for lang in ("en", "zh"):
+            go(tab, app, "attention", lang, text="The cat sat on the mat")
+            expect(tab.locator(f"{MAIN} .load-failed")).to_have_text(s("view_load_failed", lang))
+            assert tab.locator(ATT_VIEW).count() == 0
+    finally:
+        tab.unroute(views)
+    go(tab, app, "attention", text="The cat sat on the mat")  # served again: the view is back
+    expect(tab.locator(ATT_VIEW)).to_be_visible()
 
 
 def test_the_views_sampling_rule_is_the_cores(tab):

@@ -1,4 +1,4 @@
-// What every view of ui/frontend uses (ui/views.py puts this before each view's own script).
+// What every view of static/views uses (ui/views.py has the browser join it before each view's own script).
 
 function el(tag, attrs = {}, text) {
   const e = document.createElement(tag);
