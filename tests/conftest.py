@@ -14,8 +14,10 @@ if "TIKTOKEN_CACHE_DIR" not in os.environ and (cache := tiktoken_cache()):
 
 # beside other pytest-xdist workers (the whole suite: see pytest_cmdline_main) each gets its share of the cores
 torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", 1)))))
-# the pages' threads (one on a shared server) stay the process's in tests, which run one page at a time
-os.environ.setdefault("TRANSFORMER_EXPLORER_PAGE_THREADS", str(torch.get_num_threads()))
+# the pages' threads (one on a shared server) are the process's in tests, which run one page at a time, and in the
+# servers a test starts: set by each process, not inherited (pytest-xdist's workers would keep the controller's 2,
+# and their servers' traces would differ in the last bits from the worker's own, computed on 1)
+os.environ["TRANSFORMER_EXPLORER_PAGE_THREADS"] = str(torch.get_num_threads())
 
 
 TESTS = Path(__file__).resolve().parent

@@ -10,32 +10,38 @@ from __future__ import annotations
 import hashlib
 import json
 from functools import cache
-from pathlib import Path
 
 import streamlit as st
 
-ROOT = Path(__file__).resolve().parents[1]
+from transformer_core.sources import ROOT
+
 VIEWS = ROOT / "static" / "views"  # served at <the app's address>/app/static/views/
 URL_PATH = "app/static/views"
 
 # The loader: fetch the parts (their address holds a hash of their text, so an updated server's browsers fetch them
-# anew), join them, import the result once per page (every view element of that kind shares it), draw.
-LOADER = """const parts = %(parts)s;
-const loaded = (window.__transformerExplorerViews ??= {});
+# anew), join them, import the result once per page (every view element of that kind shares it), draw. Where they
+# cannot be fetched, a note in the view's place (its shadow root) in the learner's language; the next run tries again.
+LOADER = """const parts = %(parts)s, key = parts.join(" ");
+const loaded = (window.__teViews ??= {});
 function script() {
-  return (loaded[parts.join(" ")] ??= Promise.all(parts.map((p) => fetch(new URL(p, document.baseURI)).then((r) => {
+  return (loaded[key] ??= Promise.all(parts.map((p) => fetch(new URL(p, document.baseURI)).then((r) => {
     if (!r.ok) throw new Error(`${p}: HTTP ${r.status}`);
     return r.text();
   }))).then((texts) => import(URL.createObjectURL(new Blob([texts.join("\\n")], { type: "text/javascript" })))));
 }
 export default function (component) {
-  script().then((view) => view.default(component)).catch((error) => {
-    delete loaded[parts.join(" ")];  // the next run tries again
+  const place = component.parentElement;
+  script().then((view) => {
+    place.querySelector("p.load-failed")?.remove();
+    view.default(component);
+  }).catch((error) => {
+    delete loaded[key];
     console.error(error);
+    if (place.querySelector("p.load-failed")) return;
     const note = document.createElement("p");
     note.className = "load-failed";
     note.textContent = component.data?.text?.load_failed ?? String(error);
-    component.parentElement.replaceChildren(note);
+    place.prepend(note);
   });
 }
 """

@@ -17,7 +17,7 @@ def test_static_serving_is_on():
 def test_a_views_loader_names_its_scripts_by_their_text():
     for name in ("attention", "sampling"):
         js = loader(name)
-        parts = json.loads(re.search(r"const parts = (\[.*?\]);", js).group(1))
+        parts = json.loads(re.search(r"const parts = (\[.*?\]),", js).group(1))
         assert [p.split("?")[0] for p in parts] == ["app/static/views/common.js", f"app/static/views/{name}.js"]
         for part in parts:
             path, version = part.split("?v=")
