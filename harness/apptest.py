@@ -7,17 +7,24 @@ never happen. `no_pages_dir_mode()` switches that path off, as app.py's own st.n
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+from streamlit.components.v2 import manifest_scanner
 from streamlit.runtime.pages_manager import PagesManager
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 from streamlit.testing.v1 import AppTest
 
 from ui.i18n import strings
+
+# A new AppTest scans the metadata of every installed package for Streamlit components before its first run (0.3 s of
+# CPU on a 2-core machine; the ui tests open about 400): the packages do not change while tests run, so one scan a
+# process serves them all (a server scans once at its start)
+manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
