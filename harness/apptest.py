@@ -9,22 +9,49 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import os
 import re
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import streamlit.testing.v1.app_test as app_test_module
 from streamlit.components.v2 import manifest_scanner
 from streamlit.runtime.pages_manager import PagesManager
 from streamlit.runtime.scriptrunner import get_script_run_ctx
+from streamlit.runtime.scriptrunner.script_cache import ScriptCache
 from streamlit.testing.v1 import AppTest
 
 from ui.i18n import strings
 
-# A new AppTest scans the metadata of every installed package for Streamlit components before its first run (0.3 s of
-# CPU on a 2-core machine; the ui tests open about 400): the packages do not change while tests run, so one scan a
-# process serves them all (a server scans once at its start)
+# What a server does once and AppTest does for every test or run, done once a process (the ui tests open about 400
+# AppTests and run them 860 times: together these took 40% of their time). A new AppTest scans the metadata of every
+# installed package for Streamlit components (0.3 s of CPU on a 2-core machine); the packages do not change while
+# tests run.
 manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
+
+
+class _CompiledOnce(ScriptCache):
+    """Every AppTest run compiles app.py and the page anew (a ScriptCache of its own: parsing, Streamlit's magic,
+    compiling); this one keeps a script's code while its file is unchanged (a file edited meanwhile is compiled
+    again; AppTest.from_string names its files by their text)."""
+
+    def __init__(self):
+        super().__init__()
+        self._stamps: dict[str, tuple[int, int]] = {}
+
+    def get_bytecode(self, script_path: str):
+        stat = os.stat(script_path)
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        with self._lock:
+            if self._stamps.get(script_path) != stamp:
+                self._cache.pop(script_path, None)
+                self._stamps[script_path] = stamp
+        return super().get_bytecode(script_path)
+
+
+_compiled = _CompiledOnce()
+app_test_module.ScriptCache = lambda: _compiled  # what AppTest's run calls for its cache
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
