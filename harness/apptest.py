@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import streamlit.testing.v1.app_test as app_test_module
+import streamlit.testing.v1.local_script_runner as local_script_runner
 from streamlit.components.v2 import manifest_scanner
 from streamlit.runtime.pages_manager import PagesManager
 from streamlit.runtime.scriptrunner import get_script_run_ctx
@@ -51,7 +52,8 @@ class _CompiledOnce(ScriptCache):
 
 
 _compiled = _CompiledOnce()
-app_test_module.ScriptCache = lambda: _compiled  # what AppTest's run calls for its cache
+# where AppTest makes its caches: a run's pages (app_test) and its main script, app.py (local_script_runner)
+app_test_module.ScriptCache = local_script_runner.ScriptCache = lambda: _compiled
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")

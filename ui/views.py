@@ -21,6 +21,7 @@ URL_PATH = "app/static/views"
 # The loader: fetch the parts (their address holds a hash of their text, so an updated server's browsers fetch them
 # anew), join them, import the result once per page (every view element of that kind shares it), draw. Where they
 # cannot be fetched, a note in the view's place (its shadow root) in the learner's language; the next run tries again.
+# An error of the view's own drawing is no failed load: it stays in the browser's console.
 LOADER = """const parts = %(parts)s, key = parts.join(" ");
 const loaded = (window.__teViews ??= {});
 function script() {
@@ -34,7 +35,7 @@ export default function (component) {
   script().then((view) => {
     place.querySelector("p.load-failed")?.remove();
     view.default(component);
-  }).catch((error) => {
+  }, (error) => {
     delete loaded[key];
     console.error(error);
     if (place.querySelector("p.load-failed")) return;
@@ -47,19 +48,21 @@ export default function (component) {
 """
 
 
+def parts(name: str) -> tuple[str, str]:
+    """The files of view `name`'s script, in the order they are joined."""
+    return "common.js", f"{name}.js"
+
+
 def source(name: str) -> str:
     """The whole script of view `name`, as the browser joins it (also what the browser tests load)."""
-    return "\n".join((VIEWS / f).read_text(encoding="utf-8") for f in ("common.js", f"{name}.js"))
+    return "\n".join((VIEWS / f).read_text(encoding="utf-8") for f in parts(name))
 
 
 @cache
 def loader(name: str) -> str:
-    """The few lines a view's element carries: they fetch common.js and <name>.js from the server."""
-    parts = []
-    for f in ("common.js", f"{name}.js"):
-        digest = hashlib.sha256((VIEWS / f).read_bytes()).hexdigest()[:12]
-        parts.append(f"{URL_PATH}/{f}?v={digest}")
-    return LOADER % {"parts": json.dumps(parts)}
+    """The few lines a view's element carries: they fetch the parts of its script from the server."""
+    urls = [f"{URL_PATH}/{f}?v={hashlib.sha256((VIEWS / f).read_bytes()).hexdigest()[:12]}" for f in parts(name)]
+    return LOADER % {"parts": json.dumps(urls)}
 
 
 def component(key: str, name: str):
