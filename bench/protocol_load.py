@@ -62,7 +62,7 @@ SHARED_CACHE = next((p / "shared" / "tiktoken-cache" for p in ROOT.parents[:2]
 class Action:
     """One step of a learner: `kind` says what to do, `name` is the row it is reported under."""
     name: str
-    kind: str  # open | text | page | pick | slider | temperature | click
+    kind: str  # open | text | page | pick | slider | temperature | head | layer | click
     arg: str = ""  # url path (page), widget key (text, pick, slider, click)
     values: tuple = ()  # slider: (low, high) a learner drags within
 
@@ -71,7 +71,7 @@ class Action:
 SCRIPT: list[Action] = [
     Action("type_text", "text", "text"),
     Action("goto_attention", "page", "attention"),
-    Action("layer", "pick", "layer"),
+    Action("layer", "layer", "layer"),
     Action("head", "head", "head"),
     Action("mask_mode", "pick", "mask_mode"),
     Action("goto_logits", "page", "logits"),
@@ -137,6 +137,7 @@ NAMES = ["Ada", "Ben", "Chen", "Dora", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun"
 
 
 LONG = False  # --tokens 128: each text three or four sentences of the same language (the default reads its first 128)
+SHORT = False  # --tokens 32: each sentence's first clause (up to its first comma), 10-20 tokens as a class types them
 
 
 def sentence(learner: int, round_: int) -> str:
@@ -145,6 +146,8 @@ def sentence(learner: int, round_: int) -> str:
     name = NAMES[learner % len(NAMES)] + (str(learner // len(NAMES)) if learner >= len(NAMES) else "")
     k = (learner * 5 + round_) % len(SENTENCES)
     text = SENTENCES[k]
+    if SHORT:
+        text = text.split(",")[0].split("，")[0]
     if LONG:
         zh = k >= N_ENGLISH
         pool = range(N_ENGLISH, len(SENTENCES)) if zh else range(N_ENGLISH)
@@ -154,7 +157,7 @@ def sentence(learner: int, round_: int) -> str:
 
 
 N_ENGLISH = 8  # SENTENCES: the English ones first
-WIRE_KB = {64: 150, 128: 300}  # the most one action may send down the wire (KB, p95), by text length
+WIRE_KB = {32: 150, 64: 150, 128: 300}  # the most one action may send down the wire (KB, p95), by text length
 
 
 # --- statistics -------------------------------------------------------------------------------------
@@ -434,12 +437,14 @@ async def do_action(c: StreamlitClient, a: Action, learner: int, round_: int, rn
             t = round(round(rng.uniform(*a.values) / 0.05) * 0.05, 2)
             return await c.set_view_state("sampling_view", "rule", {"k": 0, "p": 1.0, **rule, "T": t})
         return await do_action(c, replace(a, kind="slider"), learner, round_, rng, cfg)
-    if a.kind == "head":  # the Attention page's view tells the server (ui/attention_view.py), else the Head box
-        if any(w.key == "attention_view" for w in c.widgets.values()):
+    if a.kind in ("head", "layer"):  # the Attention page's view tells the server (ui/attention_view.py) where it holds
+        # the head (and, for a short text, every layer), else the Head or Layer box
+        keys = {w.key for w in c.widgets.values()}
+        if "attention_view" in keys and a.arg not in keys:
             held = c.states.get(c.widget("attention_view").id)
             pick = json.loads(held.json_value).get("pick", {}) if held is not None and held.json_value else {}
-            now = int(pick.get("head", 0))
-            return await c.set_view_state("attention_view", "pick", {"scale": "01", **pick, "head": 1 - now % 2})
+            now = int(pick.get(a.arg, 0))
+            return await c.set_view_state("attention_view", "pick", {"scale": "01", **pick, a.arg: 1 - now % 2})
         return await do_action(c, replace(a, kind="pick"), learner, round_, rng, cfg)
     if a.kind == "click":
         return await c.click(a.arg)
@@ -554,14 +559,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--every-page", action="store_true",
                     help="walk: type a new sentence, then visit every page once (first visits), instead of SCRIPT")
     ap.add_argument("--tokens", type=int, choices=sorted(WIRE_KB), default=64,
-                    help="text length: one sentence (40-64 tokens) or two (100-128); the wire limit follows")
+                    help="text length: a sentence's first clause (10-20 tokens), one sentence (40-64) or two "
+                    "(100-128); the wire limit follows")
     ap.add_argument("--slow-link", type=float, nargs=2, metavar=("MBIT", "MS"),
                     help="learners reach the servers through one shared link of MBIT megabits per second each way, "
                     "each chunk MS milliseconds late (harness/slow_link.py: a venue's Wi-Fi)")
     ap.add_argument("--json", help="write the summary and every sample here")
     args = ap.parse_args(argv)
-    global LONG
-    LONG = args.tokens == 128
+    global LONG, SHORT
+    LONG, SHORT = args.tokens == 128, args.tokens == 32
     ramp = args.ramp if args.ramp is not None else min(10.0, args.duration / 4)
     if args.every_page:
         SCRIPT[:] = every_page_script()

@@ -13,6 +13,7 @@ import os
 import re
 from contextlib import contextmanager
 from pathlib import Path
+from unittest.mock import patch
 
 import numpy as np
 import streamlit.testing.v1.app_test as app_test_module
@@ -192,6 +193,27 @@ def attention_view(at: AppTest) -> dict | None:
     found = [json.loads(e.proto.json) for e in at.get("bidi_component")]
     found = [d for d in found if "weights" in d and "mask" in d]
     return found[0] if found else None
+
+
+def shown_layer(at: AppTest) -> int:
+    """The layer the Attention page shows: its Layer box, or where the browser's view holds every layer (a short
+    text), the pick the server gave the view."""
+    view = attention_view(at)
+    return int(view["pick"]["layer"]) if view is not None and len(view["layers"]) > 1 else int(
+        at.selectbox(key="layer").value)
+
+
+def set_layer(at: AppTest, layer: int) -> AppTest:
+    """Choose the Attention page's layer as a learner does: its Layer box, or the browser's view's list (what the
+    view's "pick" tells the server, as ui.attention_view takes it); then run."""
+    view = attention_view(at)
+    if view is None or len(view["layers"]) < 2:
+        return at.selectbox(key="layer").set_value(layer).run()
+    from ui import attention_view as view_module
+
+    with patch.object(view_module.st, "session_state", at.session_state):
+        view_module.adopt({**view["pick"], "layer": layer})
+    return at.run()
 
 
 def shown_head(at: AppTest) -> int:

@@ -772,22 +772,25 @@ def not_chinese(texts, strings: dict[str, dict[str, str]]) -> list[str]:
 
 # ---- the Attention page's view (ui/attention_view.py, static/views/attention.js) ----------------------------------
 ATT_VIEW = ".av"
-# every head's weights as the view holds them (4 decimals; None where masked), the values its colours stand for on
-# each scale (the chosen head), and what it shows: the head, the scale, the title
+# every head's weights of the layer shown as the view holds them (4 decimals; None where masked), the values its colours
+# stand for on each scale (the chosen head), and what it shows: the layer (and the layers it holds, with whether its
+# list is shown), the head, the scale, the title
 ATT_VIEW_JS = """root => {
-    const d = root.__data, n = d.n_q * d.n_k, heads = [];
+    const d = root.__data, n = d.n_q * d.n_k, heads = [], list = root.querySelector("select[name='layer']");
+    const layer = d.layers.length > 1 ? Number(list.value) : d.layers[0], at = d.layers.indexOf(layer);
     for (let h = 0; h < d.heads; h++) {
         const rows = [];
         for (let q = 0; q < d.n_q; q++) {
             rows.push(Array.from({length: d.n_k}, (_, k) => {
                 const i = h * n + q * d.n_k + k;
-                return root.__mask[i] ? root.__four[i] / 1e4 : null;
+                return root.__mask[i] ? root.__four[at * d.heads * n + i] / 1e4 : null;
             }));
         }
         heads.push(rows);
     }
     const drawn = Array.from(root.__z, v => Number.isNaN(v) ? null : v);
-    return {weights: heads, drawn, head: Number(root.querySelector("select[name='head']").value),
+    return {weights: heads, drawn, layer, layers: d.layers, layer_list: !list.closest(".field").hidden,
+            head: Number(root.querySelector("select[name='head']").value),
             scale: root.querySelector("input[name='scale']:checked").value, n_q: d.n_q, n_k: d.n_k,
             title: root.querySelector('.title').textContent, q: d.q, k: d.k,
             chosen: Array.from(root.querySelectorAll('.thumb.chosen'), f => Number(f.dataset.head))};
@@ -804,10 +807,31 @@ def view_head(page) -> str:
     return page.locator(f"{ATT_VIEW} select[name='head']").input_value()
 
 
-def view_pick(page, *, head: int | None = None, scale: str | None = None, thumbnail: bool = False) -> None:
-    """Pick a head (in the view's list, or with thumbnail=True a click on its small map) or a colour scale in the
-    Attention page's view, and wait for the run that tells the server to be over (the view redraws at once)."""
+def pick_layer(page, layer: int, lang: str = "en") -> None:
+    """Choose the Attention page's layer as a learner does: in the view's list where the view holds every layer (a
+    short text), else in the server's Layer box."""
+    if page.locator(f"{ATT_VIEW} .field.layer:not([hidden])").count():
+        view_pick(page, layer=layer)
+    else:
+        choose(page, s("att_layer", lang), str(layer))
+
+
+def shown_layer(page, lang: str = "en") -> str:
+    """The layer the Attention page shows: the view's list where the view holds every layer, else the server's box."""
+    state = view_state(page) if page.locator(ATT_VIEW).count() else None
+    if state is not None and state["layer_list"]:
+        return str(state["layer"])
+    return combobox_value(page, s("att_layer", lang))
+
+
+def view_pick(page, *, layer: int | None = None, head: int | None = None, scale: str | None = None,
+              thumbnail: bool = False) -> None:
+    """Pick a layer (in the view's list: a text short enough for the view to hold every layer), a head (in the view's
+    list, or with thumbnail=True a click on its small map) or a colour scale in the Attention page's view, and wait for
+    the run that tells the server to be over (the view redraws at once)."""
     view = page.locator(ATT_VIEW)
+    if layer is not None:
+        run_after(page, lambda: view.locator("select[name='layer']").select_option(str(layer)))
     if head is not None:
         if thumbnail:
             run_after(page, view.locator(f".thumb[data-head='{head}']").click)

@@ -1,6 +1,7 @@
 """Page 3: attention. One head large (every token labelled; click a cell to explain it), all heads of the layer as
-thumbnails that pick the head (both drawn and switched in the browser: ui.attention_view; a longer text gets the
-server's charts), scores before and after masking side by side, Q/K/V and one query step by step."""
+thumbnails that pick the head (both drawn and switched in the browser, and for a short text the layer too:
+ui.attention_view; a longer text gets the server's charts), scores before and after masking side by side, Q/K/V and
+one query step by step."""
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -19,7 +20,7 @@ from transformer_core.model.memory import KEEP_ALL
 from transformer_core.model.transformer import DEFAULT_MASKS
 from transformer_core.text.inputs import sequence_labels
 from ui import cache
-from ui.attention_view import attention_view, in_browser, view_data
+from ui.attention_view import attention_view, holds_every_layer, in_browser, view_data
 from ui.errors import show_error
 from ui.figures import (
     COLUMN_PX,
@@ -65,8 +66,8 @@ def _on_block_change() -> None:
     ss.pop("att_cell", None)
 
 
-def selectors(model) -> tuple[str, object, object]:
-    """Layer, block and mask widgets (before the trace, which depends on them); the block, and the places of the head
+def selectors(model) -> tuple[str, object, object, object]:
+    """Block and mask widgets (before the trace, which depends on them); the block, and the places of the layer, head
     and colour-scale widgets, which the page draws after the trace unless the browser's view holds them."""
     cfg = model.cfg
     if "_pick_layer" in ss:  # a model-view thumbnail was clicked in the last run
@@ -84,12 +85,16 @@ def selectors(model) -> tuple[str, object, object]:
     if ss.get("att_scale") not in SCALES:
         ss.att_scale = "01"
     c1, c2, c3, c4, c5 = st.columns([1, 3, 1, 3, 2])
-    c1.selectbox(t("att_layer"), range(cfg.n_layers), key="layer")
     c2.selectbox(t("att_block"), kinds, key="block", on_change=_on_block_change,
                  format_func=lambda k: t("block_gpt_self" if not model.is_encoder_decoder else KIND_LABEL[k]))
     head_slot = c3.empty()
     c4.radio(t("att_mask_mode"), MASK_MODES, key="mask_mode", horizontal=True, format_func=lambda m: t(f"mask_{m}"))
-    return ss.block, head_slot, c5.empty()
+    return ss.block, c1.empty(), head_slot, c5.empty()
+
+
+def layer_box(n_layers: int, slot) -> None:
+    """The server's layer widget (a view that does not hold every layer, or none)."""
+    slot.selectbox(t("att_layer"), range(n_layers), key="layer")
 
 
 def head_and_scale(heads: int, head_slot, scale_slot) -> None:
@@ -99,14 +104,31 @@ def head_and_scale(heads: int, head_slot, scale_slot) -> None:
                      format_func=lambda s: t(f"att_scale_{s}"), help=t("att_scale_help"))
 
 
-def browser_maps(stages, records: dict[int, object], q_lab, k_lab) -> tuple[int, int] | None:
-    """The head large and every head small, drawn and switched in the browser (ui.attention_view); returns the
-    clicked (query, key) cell, if any."""
-    shown = kind_filter(records, stages.n_heads)
-    titles = [[f"{t('att_head')} {h}", label_text(records.get(h)) if records else ""] for h in range(stages.n_heads)]
-    n_gen = generated_rows(stages.n_q)
-    attention_view(view_data(stages.weights[0], stages.mask[0], q_lab, k_lab, titles, shown, generated=n_gen))
-    say_generated(n_gen, stages.n_q)
+def view_layers(ctx, stages, kind: str) -> list:
+    """The layers' stages the browser's view holds: every layer's where they fit (ui.attention_view.LAYERS_CELLS; the
+    trace kept them all, and every layer's mask is this one's), else this layer's."""
+    n_layers = ctx.model.cfg.n_layers
+    if not holds_every_layer(n_layers, int(stages.mask[0].sum())):
+        return [stages]
+    every = [stages if layer == stages.layer else ctx.trace.attention(kind, layer) for layer in range(n_layers)]
+    if any(s is None or not bool((s.mask == stages.mask).all()) for s in every):
+        return [stages]
+    return every
+
+
+def browser_maps(ctx, held: list, kind: str, records: dict[int, object], q_lab, k_lab) -> tuple[int, int] | None:
+    """The head large and every head small, drawn and switched in the browser (ui.attention_view), with the layer
+    where the view holds every layer (`held`, view_layers); returns the clicked (query, key) cell, if any."""
+    heads, titles, shown = held[0].n_heads, [], []
+    for stages in held:
+        labels = records if stages.layer == ss.layer else head_labels(ctx, stages, kind)
+        titles.append([[f"{t('att_head')} {h}", label_text(labels.get(h)) if labels else ""] for h in range(heads)])
+        # the kind filter's pills are this layer's: another layer the view switches to shows every head
+        shown.append(kind_filter(records, heads) if stages.layer == ss.layer else list(range(heads)))
+    n_gen = generated_rows(held[0].n_q)
+    attention_view(view_data([s.layer for s in held], [s.weights[0] for s in held], held[0].mask[0], q_lab, k_lab,
+                             titles, shown, generated=n_gen))
+    say_generated(n_gen, held[0].n_q)
     return ss.get("att_cell")
 
 
@@ -244,8 +266,10 @@ def head_labels(ctx, stages, kind: str) -> dict[int, object]:
         induction = None
         if kind != "cross":  # measured once per model: a big one takes seconds, and says what it is doing
             with st.spinner(t("att_probe_running", count=probe_count(ctx.model), length=default_length(ctx.model))):
-                induction = cache.induction_by_block(ctx.key, ctx.device).get((kind, ss.layer))
-        return {r.head: r for r in label_block(kind, ss.layer, stages.weights, induction, prep=ctx.prep)}
+                induction = cache.induction_by_block(ctx.key, ctx.device).get((kind, stages.layer))
+        # once per trace (every session reading this text shares it): the view titles every layer's heads each run
+        return ctx.trace.memo(("head_labels", kind, stages.layer), lambda: {
+            r.head: r for r in label_block(kind, stages.layer, stages.weights, induction, prep=ctx.prep)})
     except Exception:  # noqa: BLE001 - labels are extra
         return {}
 
@@ -510,7 +534,7 @@ st.title(t("nav_attention"))
 explain("att_intro", r"\mathrm{Attention}(Q,K,V)=\mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}+M\right)V")
 st.caption(t("attn_formula_note"))
 _, model, _, _ = load_selected_model()
-kind, head_slot, scale_slot = selectors(model)
+kind, layer_slot, head_slot, scale_slot = selectors(model)
 if kind == "cross" and ss.mask_mode in ("causal", "both"):
     st.caption(t("attn_cross_no_causal"))
 ctx = page_context(layer=ss.layer, masks={kind: ss.mask_mode})
@@ -524,6 +548,9 @@ try:
            if ctx.trace.tgt_ids is not None else src)
     q_lab, k_lab = (src if kind == "enc_self" else tgt), (tgt if kind == "dec_self" else src)
     view = in_browser(stages.n_q, stages.n_k)  # head and colour scale switched in the browser
+    held = view_layers(ctx, stages, kind) if view else [stages]  # and the layer, where it holds every one
+    if len(held) == 1:
+        layer_box(model.cfg.n_layers, layer_slot)
     if not view:
         head_and_scale(model.cfg.n_heads, head_slot, scale_slot)
     head = int(ss.head)
@@ -532,7 +559,7 @@ try:
     what_head_does(records.get(head), head)
     cell = None
     if view:
-        cell = browser_maps(stages, records, list(q_lab), list(k_lab))
+        cell = browser_maps(ctx, held, kind, records, list(q_lab), list(k_lab))
     else:
         main_map(stages, head, list(q_lab), list(k_lab))
     if cell is not None:

@@ -1,12 +1,13 @@
-"""The Attention page's head and colour scale, answered in the browser: one component (st.components.v2, its script
-in static/views/attention.js) holds the softmax weights of every head of the chosen layer and block (those the mask
-keeps, to 4 decimals, the tiny ones with their log: `encode`; the mask as bits) and draws the chosen head large and
-every head small. A pick of the head (its list, a small map) or of the colour scale redraws there at once, before the
+"""The Attention page's layer, head and colour scale, answered in the browser: one component (st.components.v2, its
+script in static/views/attention.js) holds the softmax weights of every head of the block (those the mask keeps, to 4
+decimals, the tiny ones with their log: `encode`; the mask as bits), of every layer where they fit in LAYERS_CELLS
+(else of the chosen layer), and draws the chosen head large and every head of its layer small. A pick of the layer
+(where the view holds them all), the head (its list, a small map) or the colour scale redraws there at once, before the
 server hears of it.
 
 The browser then tells the server the pick (the component's state "pick"): that run records it in the link and
-redraws what depends on the head (its label, before/after masking, one query step by step). The view's data holds
-nothing the pick changes, so Streamlit's browser, which keeps any element of 10 KB or more it has seen, is sent a
+redraws what depends on the layer and head (its label, before/after masking, one query step by step). The view's data
+holds nothing the pick changes, so Streamlit's browser, which keeps any element of 10 KB or more it has seen, is sent a
 reference to it instead of the maps again. A click on a cell (state "cell") asks the server for that cell's arithmetic
 (q·k, the scaling, the weight), which the server computes as before.
 
@@ -29,22 +30,32 @@ from .views import component
 from .widgets import picture_download
 
 VIEW_TOKENS = 64  # up to this many queries and keys: 8 heads of a causal 64 x 64 map are 33 KB (encode)
+# kept cells of every layer's maps together up to which the view holds every layer (a layer switch drawn in the
+# browser): 48 KB encoded, about 42 KB on the wire (base64 in the websocket's compression). The default model's 4 layers
+# x 8 heads up to 38 tokens, the course's 6 x 8 up to 31; beyond, the chosen layer's maps only (a layer switch is a
+# server run), so that entering the page stays light (at 64 tokens every layer would send 89 KB more than one)
+LAYERS_CELLS = 24_000
 LOG_LOW = float(np.log10(LOG_FLOOR))  # the log scale's lowest value (-6)
 _view = component("attention_view", "attention")
 KEY = "attention_view"
-MAX_HEADS = 4096  # a pick beyond this is no head of any model: refused outright
+MAX_HEADS = 4096  # a pick beyond this is no head (or layer) of any model: refused outright
 
 
 def in_browser(n_q: int, n_k: int) -> bool:
     return max(n_q, n_k) <= VIEW_TOKENS
 
 
+def holds_every_layer(n_layers: int, kept_cells: int) -> bool:
+    """Whether the view holds every layer's maps (each layer's mask keeping `kept_cells`): LAYERS_CELLS."""
+    return n_layers > 1 and n_layers * kept_cells <= LAYERS_CELLS
+
+
 def server_pick() -> dict:
-    """{"head", "scale", "serial"}: the page's head and scale, with a serial that changes only where the server changed
-    them from what the view shows (a link, the model view's click, another model), not where it took the view's own:
-    a view applies a pick whose serial it has not seen; a new view starts from the link."""
+    """{"layer", "head", "scale", "serial"}: the page's layer, head and scale, with a serial that changes only where the
+    server changed them from what the view shows (a link, the model view's click, another model), not where it took the
+    view's own: a view applies a pick whose serial it has not seen; a new view starts from the link."""
     ss = st.session_state
-    now = {"head": int(ss["head"]), "scale": ss["att_scale"]}
+    now = {"layer": int(ss["layer"]), "head": int(ss["head"]), "scale": ss["att_scale"]}
     pick = ss.get("_att_pick")
     if pick is None or ss.get("_att_shown") != now:
         pick = ss["_att_pick"] = {**now, "serial": (pick or {}).get("serial", 0) + 1}
@@ -57,9 +68,10 @@ TINY_BASE = 10_001  # a tiny weight's code: TINY_BASE + (its 4 decimals) * 256 +
 
 
 def encode(weights: np.ndarray, kept: np.ndarray) -> bytes:
-    """(h, Tq, Tk) float32 weights of the kept cells (`kept`, the mask; a masked weight is 0 and is not sent) as the
-    browser draws them, one uint16 each, in (head, query, key) order: the weight to 4 decimals (the number the hover
-    shows, exactly as f"{w:.4f}"; the 0 – 1 and per-row colours), and for a weight under 0.00945, where 4 decimals say
+    """float32 weights ((h, Tq, Tk), or (layers, h, Tq, Tk)) of the kept cells (`kept`, the mask; a masked weight is 0
+    and is not sent) as the browser draws them, one uint16 each, in (layer, head, query, key) order: the weight to 4
+    decimals (the number the hover shows, exactly as f"{w:.4f}"; the 0 – 1 and per-row colours), and for a weight
+    under 0.00945, where 4 decimals say
     too little for the log scale, TINY_BASE + those 4 decimals * 256 + log10 of the weight, floored at LOG_FLOOR, in
     255 steps from -6 to 0 (the browser takes a larger weight's log from its 4 decimals: a tenth of a step off at most).
     The high bytes, then the low bytes: the high bytes repeat (most weights are small), which the websocket's
@@ -84,26 +96,28 @@ def decode(planes: bytes, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return four, log
 
 
-def view_data(weights: torch.Tensor, mask: torch.Tensor, q_lab: list[str], k_lab: list[str], titles: list[list[str]],
-              shown: list[int], *, generated: int) -> dict:
-    """What the browser gets: the (heads, Tq, Tk) weights of the kept cells encoded (`encode`, base64) and the mask as
-    bits (1: kept), the axis labels, each head's title (its number, its pattern), the heads shown small, how many last
-    rows are generated, the server's pick, the colours, how the chart downloads and the page's words. Not the pick the
-    view holds (see the module)."""
-    w = weights.detach().float().cpu().numpy()  # (h, Tq, Tk)
+def view_data(layers: list[int], weights: list[torch.Tensor], mask: torch.Tensor, q_lab: list[str], k_lab: list[str],
+              titles: list[list[list[str]]], shown: list[list[int]], *, generated: int) -> dict:
+    """What the browser gets: for each layer it holds (`layers`: every layer, or the chosen one), the (heads, Tq, Tk)
+    weights of the kept cells (`encode` of the layers stacked, base64), each layer's head titles (its
+    number, its pattern) and heads shown small; the block's mask as bits (1: kept; every layer's is the same), the axis
+    labels, how many last rows are generated, the server's pick, the colours, how the chart downloads and the page's
+    words. Not the pick the view holds (see the module)."""
     kept = mask.detach().cpu().numpy().astype(bool)
+    maps = np.stack([w.detach().float().cpu().numpy() for w in weights])  # (layers, h, Tq, Tk)
     bits = np.packbits(kept, axis=None, bitorder="little")
     fmt, stem = picture_download("att_main")
     look = PALETTES["dark" if st.context.theme.type == "dark" else "light"]
     b64 = lambda b: base64.b64encode(b).decode("ascii")
     return {
-        "heads": int(w.shape[0]), "n_q": int(w.shape[1]), "n_k": int(w.shape[2]),
-        "weights": b64(encode(w, kept)), "mask": b64(bits.tobytes()),
-        "q": list(q_lab), "k": list(k_lab), "titles": titles, "shown": [int(h) for h in shown],
+        "layers": [int(layer) for layer in layers], "heads": int(maps.shape[1]), "n_q": int(maps.shape[2]),
+        "n_k": int(maps.shape[3]), "weights": b64(encode(maps, np.broadcast_to(kept, maps.shape))),
+        "mask": b64(bits.tobytes()), "q": list(q_lab), "k": list(k_lab), "titles": titles,
+        "shown": [[int(h) for h in heads] for heads in shown],
         "gen": int(generated), "pick": server_pick(), "scales": list(SCALES),
         "colours": {"scale": list(look[-1]), "masked": MASK_COLOUR, "mark": "rgba(90,90,90,0.9)"},
         "chart": {"format": fmt, "file": f"{stem}.{fmt}"},
-        "text": {"load_failed": t("view_load_failed"),
+        "text": {"load_failed": t("view_load_failed"), "layer": t("att_layer"),
                  "head": t("att_head"), "scale": t("att_scale"), "scale_help": t("att_scale_help"),
                  "scale_names": {s: t(f"att_scale_{s}") for s in SCALES},
                  "title": t("att_main_title", head="{head}", scale="{scale}"), "queries": t("attn_queries"),
@@ -113,21 +127,26 @@ def view_data(weights: torch.Tensor, mask: torch.Tensor, q_lab: list[str], k_lab
     }
 
 
+def _index(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_HEADS
+
+
 def adopt(pick: object) -> None:
-    """Take the head and scale the browser set ({"head", "scale"}, from "pick" or "cell"), each checked; a bad one
-    leaves the page's value as it was."""
+    """Take the layer, head and scale the browser set ({"layer", "head", "scale"}, from "pick" or "cell"), each
+    checked; a bad one (or none: a view of one layer may leave it out) leaves the page's value as it was."""
     if not isinstance(pick, dict):
         return
     ss = st.session_state
-    head, scale = pick.get("head"), pick.get("scale")
-    # a head past the model's is clamped by the page's next run (ui.state.keep_view_in_model), as a link's is
-    if isinstance(head, int) and not isinstance(head, bool) and 0 <= head < MAX_HEADS and head != ss.get("head"):
-        ss["head"] = head
-        if "att_cell" in ss:  # a cell belongs to the head it was clicked on
-            del ss["att_cell"]
-    if scale in SCALES:
-        ss["att_scale"] = scale
-    ss["_att_shown"] = {"head": int(ss["head"]), "scale": ss["att_scale"]}  # what the view shows now
+    # a layer or head past the model's is clamped by the page's next run (ui.state.keep_view_in_model), as a link's is
+    for name in ("layer", "head"):
+        value = pick.get(name)
+        if _index(value) and value != ss.get(name):
+            ss[name] = value
+            if "att_cell" in ss:  # a cell belongs to the head it was clicked on
+                del ss["att_cell"]
+    if pick.get("scale") in SCALES:
+        ss["att_scale"] = pick["scale"]
+    ss["_att_shown"] = {"layer": int(ss.get("layer", 0)), "head": int(ss["head"]), "scale": ss["att_scale"]}
 
 
 def _on_pick() -> None:

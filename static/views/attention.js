@@ -1,9 +1,10 @@
-// The Attention page's maps, redrawn in the browser: the softmax weights of every head of the chosen layer and block
-// (sent once: the kept ones to 4 decimals, the tiny ones with their log, and the mask as bits), the chosen head large
-// and every head small.
-// A pick of the head (the list, a small map) or of the colour scale redraws here at once; then the view tells the
-// server (the state "pick"), whose run records it in the link and redraws what depends on the head
-// (ui/attention_view.py). A click on a cell asks the server for its arithmetic (the state "cell").
+// The Attention page's maps, redrawn in the browser: the softmax weights of every head of the block, of every layer
+// for a short text (else of the chosen layer), sent once: the kept ones to 4 decimals, the tiny ones with their log,
+// and the mask as bits. The chosen head large and every head of its layer small.
+// A pick of the layer (where the view holds every layer), the head (the list, a small map) or the colour scale redraws
+// here at once; then the view tells the server (the state "pick"), whose run records it in the link and redraws what
+// depends on the layer and head (ui/attention_view.py). A click on a cell asks the server for its arithmetic (the
+// state "cell").
 const TELL_AFTER_MS = 120;  // a run of changes (arrow keys held on the list) is told once
 const LOG_LOW = -6;  // log10 of ui.figures.LOG_FLOOR: the log scale's lowest value
 const MARK_CAP = 32 * 32;  // ui.figures.MARK_CAP: maps of up to this many cells draw an ✕ on each masked one
@@ -12,42 +13,52 @@ export default function (component) {
   const { data, parentElement, setStateValue } = component;
   const root = parentElement.querySelector(".av") || build(parentElement, data);
   root.__tell = setStateValue;
-  if (root.__key !== data.weights + data.mask) {  // decoded once per layer (a run that only re-sends the view keeps it)
+  if (root.__key !== data.weights + data.mask) {  // decoded once per text (a run that only re-sends the view keeps it)
     root.__mask = bits(data.mask, data.heads * data.n_q * data.n_k);
-    [root.__four, root.__log] = weights(data.weights, root.__mask);
+    [root.__four, root.__log] = weights(data.weights, root.__mask, data.layers.length);
     root.__key = data.weights + data.mask;
   }
-  const mounted = root.__data === undefined, fresh = mounted || root.__data.heads !== data.heads;
+  const was = root.__data, mounted = was === undefined;
   root.__data = data;
-  if (fresh) fillHeads(root);
+  if (mounted || was.heads !== data.heads) fillHeads(root);
+  if (mounted || String(was.layers) !== String(data.layers)) fillLayers(root);
   if (mounted) {  // a new view starts from the link (the server writes the page's values in it)
     root.__serial = data.pick.serial;
     const linked = new URLSearchParams(window.location.search);
-    const h = Number(linked.get("head") ?? 0), s = linked.get("scale") ?? "01";
+    const l = Number(linked.get("layer") ?? 0), h = Number(linked.get("head") ?? 0), s = linked.get("scale") ?? "01";
+    pickLayer(root, data.layers.includes(l) ? l : data.pick.layer);
     pickHead(root, Number.isInteger(h) && h >= 0 && h < data.heads ? h : data.pick.head);
     pickScale(root, data.scales.includes(s) ? s : data.pick.scale);
-    if (head(root) !== data.pick.head || scale(root) !== data.pick.scale) queueMicrotask(() => tell(root));
+    if (layer(root) !== data.pick.layer || head(root) !== data.pick.head || scale(root) !== data.pick.scale) {
+      queueMicrotask(() => tell(root));
+    }
   } else if (data.pick.serial !== root.__serial) {  // the server chose (a link, the model view's click)
     root.__serial = data.pick.serial;
-    pickHead(root, data.pick.head); pickScale(root, data.pick.scale);
+    pickLayer(root, data.pick.layer); pickHead(root, data.pick.head); pickScale(root, data.pick.scale);
   }
-  if (data.shown.length && !data.shown.includes(head(root))) {  // the kind filter hid the head: show its first
-    pickHead(root, data.shown[0]);
+  showable(root);
+  draw(root);
+}
+
+function showable(root) {  // the thumbnails of the layer shown; where the kind filter hid the head, its first shown
+  const shown = root.__data.shown[at(root)];
+  buildThumbs(root);
+  if (shown.length && !shown.includes(head(root))) {
+    pickHead(root, shown[0]);
     tell(root);
   }
-  buildThumbs(root);
-  draw(root);
 }
 
 // ui.attention_view.encode: one uint16 per kept cell, high bytes then low bytes; a code over 10,000 is a weight under
 // 0.0095 (10,001 + its 4 decimals * 256 + its log code). Every cell's weight to 4 decimals (0 where masked) and its log
 // code in 255 steps from -6 to 0 (a larger weight's from its 4 decimals).
+// The layers one after another, each with the block's one mask.
 const TINY_BASE = 10_001;  // ui.attention_view.TINY_BASE
-function weights(b64, mask) {
-  const planes = typed(b64, Uint8Array), n = planes.length / 2;
-  const four = new Uint16Array(mask.length), log = new Uint8Array(mask.length);
-  for (let i = 0, j = 0; i < mask.length; i++) {
-    if (!mask[i]) continue;
+function weights(b64, mask, layers) {
+  const planes = typed(b64, Uint8Array), n = planes.length / 2, size = mask.length * layers;
+  const four = new Uint16Array(size), log = new Uint8Array(size);
+  for (let i = 0, j = 0; i < size; i++) {
+    if (!mask[i % mask.length]) continue;
     const code = (planes[j] << 8) | planes[n + j];
     j++;
     if (code >= TINY_BASE) {
@@ -70,6 +81,8 @@ function bits(b64, n) {  // numpy.packbits(..., bitorder="little"): 1 = the key 
 function build(parent, d) {
   const root = el("div", { class: "av" });
   const controls = el("div", { class: "controls" });
+  const layerBox = el("label", { class: "field layer" }, d.text.layer);
+  layerBox.append(el("select", { name: "layer", "aria-label": d.text.layer }));
   const headBox = el("label", { class: "field" }, d.text.head);
   const select = el("select", { name: "head", "aria-label": d.text.head });
   headBox.append(select);
@@ -84,7 +97,7 @@ function build(parent, d) {
     options.append(opt);
   }
   scales.append(options);
-  controls.append(headBox, scales);
+  controls.append(layerBox, headBox, scales);
   const map = el("div", { class: "map" });
   map.append(el("div", { class: "ylab" }), el("canvas", { class: "cells" }), el("div", { class: "bar" }),
              el("div", { class: "corner" }), el("div", { class: "xlab" }));
@@ -96,6 +109,7 @@ function build(parent, d) {
               el("p", { class: "hint thumbs-hint" }));
   parent.append(root);
   select.addEventListener("change", () => { draw(root); tell(root); });
+  layerBox.querySelector("select").addEventListener("change", () => { showable(root); draw(root); tell(root); });
   for (const r of options.querySelectorAll("input")) r.addEventListener("change", () => { draw(root); tell(root); });
   const canvas = map.querySelector("canvas.cells");
   canvas.addEventListener("mousemove", (e) => hover(root, e));
@@ -104,7 +118,7 @@ function build(parent, d) {
     const cell = cellAt(root, e);
     if (!cell) return;
     clearTimeout(root.__told);  // the cell's message carries the head and scale too
-    root.__cell = { head: head(root), q: cell.q, k: cell.k };
+    root.__cell = { layer: layer(root), head: head(root), q: cell.q, k: cell.k };
     draw(root);
     root.__tell("cell", { ...root.__cell, scale: scale(root) });
   });
@@ -117,6 +131,19 @@ function fillHeads(root) {
   select.value = was !== "" && Number(was) < d.heads ? was : "0";
 }
 
+function fillLayers(root) {  // a list of the layers where the view holds every one, else none (the server's box)
+  const d = root.__data, select = root.querySelector("select[name='layer']"), was = select.value;
+  select.replaceChildren(...d.layers.map((l) => el("option", { value: l }, String(l))));
+  select.value = d.layers.includes(Number(was)) && was !== "" ? was : String(d.pick.layer);
+  root.querySelector(".field.layer").hidden = d.layers.length < 2;
+}
+
+function layer(root) {
+  const d = root.__data, l = Number(root.querySelector("select[name='layer']").value);
+  return d.layers.includes(l) ? l : d.layers[0];
+}
+function at(root) { return root.__data.layers.indexOf(layer(root)); }  // the layer's place in the data
+function pickLayer(root, l) { if (root.__data.layers.includes(l)) root.querySelector("select[name='layer']").value = l; }
 function head(root) { return Number(root.querySelector("select[name='head']").value); }
 function scale(root) { return root.querySelector("input[name='scale']:checked")?.value ?? "01"; }
 function pickHead(root, h) { root.querySelector("select[name='head']").value = String(h); }
@@ -127,7 +154,8 @@ function pickScale(root, s) {
 function tell(root) {  // the pick reaches the server after the last of a run of changes
   root.__cell = null;  // a cell belongs to the head it was clicked on
   clearTimeout(root.__told);
-  root.__told = setTimeout(() => root.__tell("pick", { head: head(root), scale: scale(root) }), TELL_AFTER_MS);
+  root.__told = setTimeout(() => root.__tell("pick", { layer: layer(root), head: head(root), scale: scale(root) }),
+                          TELL_AFTER_MS);
 }
 
 // The values the colours stand for, as ui.figures.scaled_weights gives them to the server's charts: the weight
@@ -151,9 +179,9 @@ export function values(four, log, mask, nq, nk, scale) {
 
 function range(scale) { return scale === "log" ? [LOG_LOW, 0] : [0, 1]; }
 
-function headMaps(root, h) {  // (weights to 4 decimals, their log, mask) of head h: views into the layer's arrays
-  const d = root.__data, n = d.n_q * d.n_k, part = (a) => a.subarray(h * n, (h + 1) * n);
-  return [part(root.__four), part(root.__log), part(root.__mask)];
+function headMaps(root, h) {  // (weights to 4 decimals, their log, mask) of head h of the layer shown: views
+  const d = root.__data, n = d.n_q * d.n_k, i = at(root) * d.heads + h, part = (a, j) => a.subarray(j * n, (j + 1) * n);
+  return [part(root.__four, i), part(root.__log, i), part(root.__mask, h)];
 }
 
 function rgb(hex) { return [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16)); }
@@ -227,7 +255,7 @@ function draw(root) {
     g.setLineDash([]); g.lineWidth = 3; g.strokeRect(1.5, (d.n_q - 1) * ch + 1.5, d.n_k * cw - 3, ch - 3);
   }
   const c = root.__cell;
-  if (c && c.head === h) {  // the clicked cell, outlined
+  if (c && c.head === h && c.layer === layer(root)) {  // the clicked cell, outlined
     g.strokeStyle = "#d62728"; g.lineWidth = 2; g.strokeRect(c.k * cw + 1, c.q * ch + 1, cw - 2, ch - 2);
   }
   drawBar(root.querySelector(".bar"), s, d, d.n_q * ch);
@@ -255,14 +283,14 @@ function drawBar(box, s, d, height) {
 }
 
 function buildThumbs(root) {
-  const d = root.__data, box = root.querySelector(".thumbs");
-  const want = d.shown.join(",") + "|" + d.titles.map((t) => t.join("/")).join(",");
+  const d = root.__data, box = root.querySelector(".thumbs"), l = at(root), titles = d.titles[l];
+  const want = `${l}|${d.shown[l].join(",")}|${titles.map((t) => t.join("/")).join(",")}`;
   if (box.__for === want) return;
   box.__for = want;
-  box.replaceChildren(...d.shown.map((h) => {
+  box.replaceChildren(...d.shown[l].map((h) => {
     const fig = el("figure", { class: "thumb", "data-head": h, tabindex: "0", role: "button" });
     const cap = el("figcaption");
-    cap.append(el("span", { class: "name" }, d.titles[h][0]), el("span", { class: "kind" }, d.titles[h][1]));
+    cap.append(el("span", { class: "name" }, titles[h][0]), el("span", { class: "kind" }, titles[h][1]));
     fig.append(cap, el("canvas"));
     const choose = () => { pickHead(root, h); draw(root); tell(root); };
     fig.addEventListener("click", choose);

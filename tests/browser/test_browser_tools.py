@@ -20,7 +20,6 @@ from harness.browser import (
     assert_clean,
     choose,
     click_plot,
-    combobox_value,
     download,
     english_only,
     english_shown,
@@ -39,6 +38,7 @@ from harness.browser import (
     screenshot,
     set_value,
     settle,
+    shown_layer,
     trace_point,
     type_into,
     view_head,
@@ -127,7 +127,7 @@ def test_head_catalogue_labels_every_head_and_a_click_opens_its_attention(app, t
     click_plot(tab, plot_index(tab, s("hd_chart_title")), pt["x"], pt["y"], pt["xaxis"], pt["yaxis"])
     settle(tab, charts=True)
     expect(tab.locator("h1").first).to_have_text(s("nav_attention"))
-    assert combobox_value(tab, s("att_layer")) == str(int(pt["y"]))
+    assert shown_layer(tab) == str(int(pt["y"]))
     assert view_head(tab) == str(int(pt["x"]))  # the head shown large in the browser's view
     params = parse_qs(urlparse(tab.url).query)
     assert params.get("layer") == [str(int(pt["y"]))] and params.get("head") == [str(int(pt["x"]))], tab.url
@@ -155,7 +155,7 @@ def test_a_click_on_an_edge_of_the_information_flow_opens_its_head_at_that_cell(
     click_plot(tab, i, pt["x"], pt["y"], pt["xaxis"], pt["yaxis"])
     settle(tab, charts=True)
     expect(tab.locator("h1").first).to_have_text(s("nav_attention"))
-    assert (combobox_value(tab, s("att_layer")), view_head(tab)) == (str(layer), str(head))
+    assert (shown_layer(tab), view_head(tab)) == (str(layer), str(head))
     expect(tab.locator(MAIN).get_by_text(re.compile(r"^Why .* looks at "))).to_be_visible()
     assert_clean(tab, app, "attention opened from the information flow")
 

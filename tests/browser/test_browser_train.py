@@ -13,6 +13,7 @@ from harness.browser import (
     combobox_value,
     full_screenshot,
     next_token,
+    pick_layer,
     press_button,
     require_browser,
     run_after,
@@ -57,7 +58,7 @@ def test_newcomer_trains_reverse_sees_the_anti_diagonal_then_generates_with_a_sh
     settle(page, charts=True)
     assert urlparse(page.url).path == "/attention"
     assert parse_qs(urlparse(page.url).query)["model"] == [f"user:{saved[0].name}"]
-    choose(page, S["att_layer"]["en"], "1")  # the last decoder layer: the sharpest alignment
+    pick_layer(page, 1)  # the last decoder layer: the sharpest alignment
     assert combobox_value(page, S["att_block"]["en"]) == S["block_cross"]["en"]
     settle(page, charts=True)
     full_screenshot(page, SHOTS / "train_reverse_cross_attention.png")

@@ -41,6 +41,7 @@ from harness.browser import (
     new_tab,
     next_token,
     not_chinese,
+    pick_layer,
     plot_index,
     plots,
     press_slider,
@@ -52,6 +53,7 @@ from harness.browser import (
     s,
     screenshot,
     settle,
+    shown_layer,
     slider,
     trace_point,
     type_into,
@@ -211,8 +213,9 @@ def test_attention_in_chinese_hover_cell_scale_and_masks(app, tab):
 
 
 PICK_JS = """([root, name, value]) => {  // pick as a learner does, then read what is drawn in the same task
-    const box = root.querySelector(name === 'head' ? "select[name='head']" : `input[name='scale'][value='${value}']`);
-    if (name === 'head') box.value = value; else box.checked = true;
+    const box = root.querySelector(name === 'scale' ? `input[name='scale'][value='${value}']`
+                                                    : `select[name='${name}']`);
+    if (name === 'scale') box.checked = true; else box.value = value;
     box.dispatchEvent(new Event('change'));
     const drawn = Array.from(root.__z, v => Number.isNaN(v) ? null : v);
     return {title: root.querySelector('.title').textContent, drawn};
@@ -222,8 +225,8 @@ PICK_JS = """([root, name, value]) => {  // pick as a learner does, then read wh
 def test_the_views_numbers_are_the_traces_and_a_pick_is_drawn_before_the_server_hears_of_it(app, tab):
     """The default model, layer 2: every head's weights the view holds are the trace's to the 4 decimals the hover
     shows (masked cells none); on each colour scale the colours stand for what ui.figures.scaled_weights gives the
-    server's charts (to the view's precision); a pick of head or scale is drawn in the same task as the click,
-    before any server run, and then reaches the link."""
+    server's charts (to the view's precision); a pick of head, scale or (a short text: the view holds every layer)
+    layer is drawn in the same task as the click, before any server run, and then reaches the link."""
     import numpy as np
 
     from transformer_core import load_model, trace_text
@@ -258,6 +261,24 @@ def test_the_views_numbers_are_the_traces_and_a_pick_is_drawn_before_the_server_
     params = parse_qs(urlparse(tab.url).query)
     assert params.get("head") == ["3"] and "scale" not in params, tab.url  # told once, after the last pick
     assert_clean(tab, app, "attention after picks in the view")
+    shown = view_state(tab)
+    assert shown["layers"] == [0, 1, 2, 3] and shown["layer_list"] and shown["layer"] == 2
+    assert not tab.locator(f"{MAIN} [data-testid='stSelectbox']").filter(has_text=s("att_layer")).count()  # no box
+    runs = runs_ended(tab)
+    drawn = tab.evaluate(PICK_JS, [root, "layer", "0"])  # layer 0's head 3, drawn before the server hears of it
+    assert runs_ended(tab) == runs and drawn["title"] == main_title(3)
+    first = trace.attention("dec_self", 0)
+    w0, kept0 = first.weights[0][3].float().numpy(), first.mask[0][3].numpy().astype(bool)
+    got = np.array([np.nan if v is None else v for v in drawn["drawn"]]).reshape(w0.shape)
+    assert np.array_equal(np.isnan(got), ~kept0) and np.nanmax(np.abs(got - np.where(kept0, w0, np.nan))) <= 5e-5
+    settle(tab)
+    params = parse_qs(urlparse(tab.url).query)
+    assert "layer" not in params and params.get("head") == ["3"], tab.url  # layer 0: the default, left out
+    held = view_state(tab)
+    assert held["layer"] == 0 and held["weights"][3] == [[None if not k else float(f"{v:.4f}") for v, k in
+                                                          zip(wr, kr, strict=True)] for wr, kr in zip(w0, kept0,
+                                                                                                       strict=True)]
+    assert_clean(tab, app, "attention after a layer picked in the view")
 
 
 def seen(key: str):
@@ -341,7 +362,7 @@ def test_whole_model_picture_encoder_decoder_and_a_click_opens_the_block(app, ta
     click_block(tab, i, "attention:1:cross")
     expect(tab.locator("h1").first).to_have_text(s("nav_attention"))
     assert urlparse(tab.url).path == "/attention"
-    assert combobox_value(tab, s("att_layer")) == "1"
+    assert shown_layer(tab) == "1"
     assert combobox_value(tab, s("att_block")) == s("block_cross")
     assert_clean(tab, app, "attention opened from the picture")
     check_scales(tab, "en")
@@ -359,7 +380,7 @@ def test_whole_model_picture_in_chinese_decoder_only(app, tab):
     screenshot(tab, SHOTS / "whole_model_zh_repeat.png")
     click_block(tab, i, "attention:1:dec_self")
     expect(tab.locator("h1").first).to_have_text(s("nav_attention", "zh"))
-    assert combobox_value(tab, s("att_layer", "zh")) == "1"
+    assert shown_layer(tab, "zh") == "1"
     assert_clean(tab, app, "attention opened from the picture, in Chinese")
 
 
@@ -460,7 +481,7 @@ def test_url_reproduces_the_view_on_a_fresh_server(app, tab, browser, tmp_path):
     go(tab, app, "attention", model=COPY)
     choose(tab, s("model"), f"reverse · {s('kind_shipped')}", where=SIDEBAR)
     type_sidebar_text(tab, "b d a c")
-    choose(tab, s("att_layer"), "1")
+    pick_layer(tab, 1)
     choose(tab, s("att_block"), s("block_enc_self"))
     view_pick(tab, head=2)
     radio(tab, s("att_mask_mode"), s("mask_none"))
@@ -509,7 +530,7 @@ def test_url_reproduces_the_view_on_a_fresh_server(app, tab, browser, tmp_path):
             other.goto(urlparse(shared)._replace(path="/attention").geturl())
             settle(other, charts=True)
             assert_clean(other, fresh, "shared attention link on a fresh server")
-            assert combobox_value(other, s("att_layer", "zh")) == "1"
+            assert shown_layer(other, "zh") == "1"
             assert combobox_value(other, s("att_block", "zh")) == s("block_enc_self", "zh")
             assert radio_value(other, s("att_mask_mode", "zh")) == s("mask_none", "zh")
             shown = view_state(other)
@@ -616,7 +637,8 @@ def test_a_view_whose_script_cannot_load_says_so_in_the_learners_language(app, t
             assert tab.locator(ATT_VIEW).count() == 0
     finally:
         tab.unroute(views)
-    choose(tab, s("att_layer", "zh"), "1")  # served again: the next run draws the view, and the note is gone
+    radio(tab, s("att_mask_mode", "zh"), s("mask_none", "zh"))  # served again: the next run draws the view, and the
+    # note is gone
     expect(tab.locator(ATT_VIEW)).to_be_visible()
     expect(tab.locator(f"{MAIN} .load-failed")).to_have_count(0)
 

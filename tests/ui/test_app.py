@@ -19,6 +19,7 @@ from harness.apptest import (
     page_files,
     page_names,
     shown_head,
+    shown_layer,
 )
 from transformer_core.model.config import ConfigError, TransformerConfig
 from ui.i18n import STRINGS_DIR, strings
@@ -81,7 +82,7 @@ def test_url_text_and_model_open_that_state():
 def test_url_layer_and_head_open_the_attention_page_on_them():
     at = open_app("attention", model=SMALL, layer="1", head="2")
     assert not at.exception
-    assert at.selectbox(key="layer").value == 1 and shown_head(at) == 2
+    assert shown_layer(at) == 1 and shown_head(at) == 2
     at.session_state["head"] = 3  # as the head picked in the browser's view, or in the Head box of a long text
     at.run()
     assert at.query_params["head"] == "3" and at.query_params["layer"] == "1"
@@ -100,7 +101,7 @@ def test_bad_url_values_fall_back_to_defaults():
     at = open_app("attention", model="nonsense:model", layer="abc", head="-3", lang="xx")
     assert not at.exception
     assert at.sidebar.selectbox(key="model").value.startswith(("preset:", "shipped:"))
-    assert at.selectbox(key="layer").value == 0 and shown_head(at) == 0
+    assert shown_layer(at) == 0 and shown_head(at) == 0
 
 
 # --- the tokenizer page's course numbers ---------------------------------------------------------------------

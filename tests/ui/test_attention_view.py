@@ -18,23 +18,27 @@ TEXT = CAT
 
 
 def decoded(data: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(weights to 4 decimals as integers, log codes: -1 where the browser takes the log from the 4 decimals, mask)."""
+    """(weights to 4 decimals as integers, log codes: -1 where the browser takes the log from the 4 decimals, mask),
+    each (layers held, heads, Tq, Tk); the block's one mask repeated for every layer."""
     shape = (data["heads"], data["n_q"], data["n_k"])
     bits = np.frombuffer(base64.b64decode(data["mask"]), dtype=np.uint8)
     mask = np.unpackbits(bits, bitorder="little")[: np.prod(shape)].reshape(shape).astype(bool)
+    mask = np.broadcast_to(mask, (len(data["layers"]), *shape))
     four, log = view_module.decode(base64.b64decode(data["weights"]), mask)
     return four, log, mask
 
 
-def test_the_browser_gets_every_heads_weights_of_the_layer_as_the_trace_has_them(cat_trace):
+def test_the_browser_gets_every_heads_weights_of_every_layer_as_the_trace_has_them(cat_trace):
     model, prep, trace = cat_trace
     at = open_app("attention", model=DEFAULT, text=TEXT, layer="2")
     assert_clean(at)
     data = attention_view(at)
-    stages = trace.attention("dec_self", 2)
-    w, kept = stages.weights[0].float().numpy(), stages.mask[0].numpy().astype(bool)
+    layers = range(model.cfg.n_layers)  # a short text: the view holds every layer (a layer switch in the browser)
+    assert data["layers"] == list(layers)
+    w = np.stack([trace.attention("dec_self", layer).weights[0].float().numpy() for layer in layers])
+    kept = np.broadcast_to(trace.attention("dec_self", 2).mask[0].numpy().astype(bool), w.shape)
     four, log, mask = decoded(data)
-    assert (data["heads"], data["n_q"], data["n_k"]) == w.shape == (model.cfg.n_heads, 13, 13)
+    assert (data["heads"], data["n_q"], data["n_k"]) == w.shape[1:] == (model.cfg.n_heads, 13, 13)
     assert np.array_equal(mask, kept)
     # the hover's number: the weight to 4 decimals, exactly as the server writes it (f"{w:.4f}")
     assert [f"{v / 1e4:.4f}" for v in four.ravel()] == [f"{v:.4f}" for v in w.ravel()]
@@ -51,11 +55,28 @@ def test_the_browser_gets_every_heads_weights_of_the_layer_as_the_trace_has_them
     assert len(base64.b64decode(data["weights"])) == 2 * int(kept.sum())
     labels = axis_labels(sequence_labels(model, prep.src_ids[0]))
     assert data["q"] == data["k"] == labels
-    assert data["shown"] == list(range(model.cfg.n_heads)) and len(data["titles"]) == model.cfg.n_heads
-    assert data["pick"]["head"] == 0 and data["pick"]["scale"] == "01" and data["gen"] == 0
-    # the browser's view holds the head and the scale: no Head box or colour-scale radio, no server map
-    assert not [w for w in at.selectbox if w.key == "head"] and not [r for r in at.radio if r.key == "att_scale"]
+    heads = list(range(model.cfg.n_heads))
+    assert data["shown"] == [heads] * len(layers) and [len(t) for t in data["titles"]] == [len(heads)] * len(layers)
+    assert data["pick"]["layer"] == 2 and data["pick"]["head"] == 0 and data["pick"]["scale"] == "01"
+    assert data["gen"] == 0
+    # each layer's heads are titled by that layer's patterns (the induction heads are layer 2's)
+    assert data["titles"][2] != data["titles"][0]
+    # the browser's view holds the layer, head and scale: no Layer or Head box or colour-scale radio, no server map
+    assert not [w for w in at.selectbox if w.key in ("layer", "head")] and not [r for r in at.radio
+                                                                                if r.key == "att_scale"]
     assert not [c for c in at.get("plotly_chart") if c.proto.id.endswith("-att_main") or "-att_thumbs_" in c.proto.id]
+
+
+def test_a_text_too_long_for_every_layer_holds_the_chosen_one_and_the_layer_box_stays(cat_trace):
+    text = "The cat sat on the mat and looked at the dog, and the dog looked back at the cat for a very long while"
+    at = open_app("attention", model=DEFAULT, text=text + ". " + text, layer="1")
+    assert_clean(at)
+    data = attention_view(at)
+    n = data["n_q"]
+    assert 38 < n <= view_module.VIEW_TOKENS  # 4 layers x 8 heads x n(n+1)/2 kept cells > LAYERS_CELLS
+    assert data["layers"] == [1] and len(data["titles"]) == len(data["shown"]) == 1
+    assert at.selectbox(key="layer").value == 1
+    assert len(base64.b64decode(data["weights"])) == 2 * data["heads"] * n * (n + 1) // 2
 
 
 @contextmanager
@@ -69,8 +90,8 @@ def test_a_pick_the_browser_tells_is_kept_in_the_link_and_leaves_the_views_data_
     at = open_app("attention", model=DEFAULT, text=TEXT, layer="1")
     before = attention_view(at)
     with state_of(at) as ss:  # what the view's "pick" callback does with what the browser sent
-        view_module.adopt({"head": 5, "scale": "log"})
-        assert (ss["head"], ss["att_scale"]) == (5, "log")
+        view_module.adopt({"layer": 1, "head": 5, "scale": "log"})
+        assert (ss["layer"], ss["head"], ss["att_scale"]) == (1, 5, "log")
     at.run()
     assert_clean(at)
     assert (at.query_params["head"], at.query_params["scale"]) == ("5", "log")
@@ -84,13 +105,30 @@ def test_a_pick_the_browser_tells_is_kept_in_the_link_and_leaves_the_views_data_
                                trace.attention("dec_self", 1).head("weights", 5)[query].numpy(), atol=1e-6)
 
 
+def test_a_layer_the_browser_picks_is_kept_in_the_link_and_leaves_the_views_data_as_it_was(cat_trace):
+    at = open_app("attention", model=DEFAULT, text=TEXT, layer="1", head="5")
+    before = attention_view(at)
+    with state_of(at) as ss:  # the view's list of layers: the view drew layer 3 at once, then tells the server
+        view_module.adopt({"layer": 3, "head": 5, "scale": "01"})
+        assert ss["layer"] == 3
+    at.run()
+    assert_clean(at)
+    assert at.query_params["layer"] == "3"
+    assert attention_view(at) == before  # every layer was in it: a reference again, no maps on the wire
+    steps = next(df.value for df in at.dataframe if "softmax weight" in df.value.columns)  # layer 3's head 5
+    _, _, trace = cat_trace
+    np.testing.assert_allclose(steps["softmax weight"].to_numpy(dtype=float),
+                               trace.attention("dec_self", 3).head("weights", 5)[at.session_state["att_query_idx"]]
+                               .numpy(), atol=1e-6)
+
+
 def test_a_bad_pick_from_the_browser_leaves_the_head_and_scale_as_they_were():
-    state = {"head": 2, "att_scale": "row"}
+    state = {"layer": 1, "head": 2, "att_scale": "row"}
     with patch.object(view_module.st, "session_state", state):
         for bad in ({"head": -1, "scale": "loud"}, {"head": "3"}, {"head": True}, {"head": 10_000}, None, "5",
-                    {"head": 2.5, "scale": ["log"]}):
+                    {"head": 2.5, "scale": ["log"]}, {"layer": -2}, {"layer": "0"}, {"layer": 1e9}, {"layer": None}):
             view_module.adopt(bad)
-            assert (state["head"], state["att_scale"]) == (2, "row"), bad
+            assert (state["layer"], state["head"], state["att_scale"]) == (1, 2, "row"), bad
 
 
 def test_the_servers_own_pick_reaches_the_view_with_a_new_serial():

@@ -19,6 +19,7 @@ from harness.apptest import (
     harness_language,
     messages,
     open_app,
+    set_layer,
     shown_texts,
 )
 from transformer_core.analysis.attention_steps import (
@@ -184,7 +185,7 @@ def test_encoder_decoder_opens_on_cross_attention_with_encoder_keys():
     at.radio(key="mask_mode").set_value("causal").run()  # never causal over the encoder memory
     assert_clean(at)
     assert (step_table(at)[MASKED] != "−∞").all()
-    at.selectbox(key="layer").set_value(2).run()  # a new layer keeps the kind of block
+    set_layer(at, 2)  # a new layer keeps the kind of block
     assert_clean(at)
     assert at.session_state["block"] == "cross"
     at.session_state["att_qkv_maps_open"] = True  # Q, K, V: built when opened
@@ -398,12 +399,12 @@ def test_generated_rows_are_marked_and_the_newest_query_outlined():
 def test_a_head_shows_each_label_with_the_input_it_was_measured_on():
     """repeat's layer 1 head 1: induction 0.60 on the probe; the page says so, and that it is not the text's score."""
     at = open_app(PAGE, model="shipped:repeat", text="d a c b g f d a c", lang="en")
-    at.selectbox(key="layer").set_value(1).run()
+    set_layer(at, 1)
     at.selectbox(key="head").set_value(1).run()
     assert_clean(at)
     info = next(i.value for i in at.info if EN_HEAD_WHAT in i.value)
     assert "**induction** pattern" in info and "random tokens written twice (the probe), not on your text" in info
-    at.selectbox(key="layer").set_value(0).run()
+    set_layer(at, 0)
     at.selectbox(key="head").set_value(1).run()
     info = next(i.value for i in at.info if EN_HEAD_WHAT in i.value)
     assert "**own token** pattern" in info and "Measured on your text." in info and "probe" not in info

@@ -7,7 +7,17 @@ from urllib.parse import parse_qsl
 
 import pytest
 
-from harness.apptest import EN, array, figure, harness_language, messages, open_app, page_file, shown_head
+from harness.apptest import (
+    EN,
+    array,
+    figure,
+    harness_language,
+    messages,
+    open_app,
+    page_file,
+    shown_head,
+    shown_layer,
+)
 from service import catalog, urlstate
 from transformer_core.analysis import demos
 from transformer_core.errors import InputError
@@ -73,7 +83,7 @@ def test_a_demo_button_opens_its_view_in_this_tab_as_its_link_does():
     view = found.views[1].values
     assert at.sidebar.selectbox(key="model").value == "shipped:everyday-gpt"
     assert at.sidebar.text_area(key="text").value == demos.INDUCTION_TEXT
-    assert (at.selectbox(key="layer").value, shown_head(at)) == (view["layer"], view["head"])
+    assert (shown_layer(at), shown_head(at)) == (view["layer"], view["head"])
     assert at.query_params["layer"] == str(view["layer"]) and at.query_params["head"] == str(view["head"])
     at.switch_page(page_file("demos")).run()
     at.button(key="demo_kv_0").click().run()  # the Logits page with the generated tokens and their cache
