@@ -12,8 +12,9 @@ every page of a 128-token text drawn in < 2 s.
 
 --switches N (default 5; 0: none): then the view switches a learner makes most, each N times, from the change to the
 page redrawn (stamped as above), on the pages among --pages that have them: the Attention page's head, layer,
-colour scale and mask (head and scale redrawn in the browser for a text of up to 64 tokens, and the layer where the
-view holds every layer (up to 38 tokens on the default model), stamped in its view, and the run that then tells the
+colour scale and mask (head and scale redrawn in the browser for a text of up to 64 tokens, the layer where the
+view holds every layer (up to 38 tokens on the default model) and the mask where it holds both (up to 22), stamped in
+its view, and the run that then tells the
 server, timed beside), the Logits page's temperature (one slider step: redrawn in the
 browser for a vocabulary of the default's size, stamped in its view, and the short run that tells the server). Target: a
 switch redrawn within 0.2 s (p95).
@@ -57,7 +58,8 @@ new MutationObserver(() => requestAnimationFrame(() => requestAnimationFrame(() 
 NOW_JS = "window.__pressed = performance.timeOrigin + performance.now()"
 # timed, but after what the learner waits for (the view redrew first)
 AFTER_REDRAW = ("logits: temperature, the run after it", "attention: head, the run after it",
-                "attention: scale, the run after it", "attention: layer, the run after it")
+                "attention: scale, the run after it", "attention: layer, the run after it",
+                "attention: mask, the run after it")
 VIEW = ".sv"  # the Logits page's sampling view (static/views/sampling.js), when the model's vocabulary goes to it
 VIEW_STAMP_JS = """el => { window.__viewDrawn = 0;  // the frame after the view's first change from now on
   new MutationObserver((_, obs) => { obs.disconnect(); requestAnimationFrame(() => requestAnimationFrame(() => {
@@ -116,6 +118,7 @@ def attention_switches(page, lang: str, times: int, timed, other, out: dict) -> 
               "mask": (s("att_mask_mode", lang), [s(f"mask_{k}", lang) for k in ("causal", "none")])}
     view = page.locator(ATT_VIEW)
     layers = view.locator(".field.layer:not([hidden]) select[name='layer']")  # where the view holds every layer
+    masks = view.locator(".field.mask:not([hidden])")  # and both masks
     for i in range(times):
         if view.count():  # a text the browser's view draws: head and scale (and layer) redrawn there, then a run tells
             # the server
@@ -123,6 +126,8 @@ def attention_switches(page, lang: str, times: int, timed, other, out: dict) -> 
                      "scale": lambda j=i: view.locator(f"input[name='scale'][value='{('row', '01')[j % 2]}']").check()}
             if layers.count():
                 picks["layer"] = lambda: layers.select_option(str(1 - int(layers.input_value())))
+            if masks.count():
+                picks["mask"] = lambda j=i: masks.locator(f"input[value='{('none', 'both')[j % 2]}']").check()
             for kind, act in picks.items():
                 view.evaluate(VIEW_STAMP_JS)  # in its own shadow root: the page's stamp misses it
                 run = timed(act)
@@ -135,7 +140,7 @@ def attention_switches(page, lang: str, times: int, timed, other, out: dict) -> 
             pick = other(label, [str(h) for h in range(2)], lambda lab: combobox_value(page, lab))
             out.setdefault(f"attention: {kind}", []).append(timed(lambda lab=label, o=pick: choose(page, lab, o)))
         for kind, (label, options) in radios.items():
-            if kind == "scale" and view.count():
+            if (kind == "scale" and view.count()) or (kind == "mask" and masks.count()):
                 continue
             pick = other(label, options, lambda lab: radio_value(page, lab))
             out.setdefault(f"attention: {kind}", []).append(timed(lambda lab=label, o=pick: radio(page, lab, o)))

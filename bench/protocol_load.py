@@ -62,7 +62,7 @@ SHARED_CACHE = next((p / "shared" / "tiktoken-cache" for p in ROOT.parents[:2]
 class Action:
     """One step of a learner: `kind` says what to do, `name` is the row it is reported under."""
     name: str
-    kind: str  # open | text | page | pick | slider | temperature | head | layer | click
+    kind: str  # open | text | page | pick | slider | temperature | head | layer | mask | click
     arg: str = ""  # url path (page), widget key (text, pick, slider, click)
     values: tuple = ()  # slider: (low, high) a learner drags within
 
@@ -73,7 +73,7 @@ SCRIPT: list[Action] = [
     Action("goto_attention", "page", "attention"),
     Action("layer", "layer", "layer"),
     Action("head", "head", "head"),
-    Action("mask_mode", "pick", "mask_mode"),
+    Action("mask_mode", "mask", "mask_mode"),
     Action("goto_logits", "page", "logits"),
     Action("temperature", "temperature", "log_T", (0.3, 2.0)),
     Action("append_five", "click", "log_five"),
@@ -437,12 +437,15 @@ async def do_action(c: StreamlitClient, a: Action, learner: int, round_: int, rn
             t = round(round(rng.uniform(*a.values) / 0.05) * 0.05, 2)
             return await c.set_view_state("sampling_view", "rule", {"k": 0, "p": 1.0, **rule, "T": t})
         return await do_action(c, replace(a, kind="slider"), learner, round_, rng, cfg)
-    if a.kind in ("head", "layer"):  # the Attention page's view tells the server (ui/attention_view.py) where it holds
-        # the head (and, for a short text, every layer), else the Head or Layer box
+    if a.kind in ("head", "layer", "mask"):  # the Attention page's view tells the server (ui/attention_view.py) where
+        # it holds the head (and, for a short text, every layer and both masks), else the Head or Layer box, Mask radio
         keys = {w.key for w in c.widgets.values()}
         if "attention_view" in keys and a.arg not in keys:
             held = c.states.get(c.widget("attention_view").id)
             pick = json.loads(held.json_value).get("pick", {}) if held is not None and held.json_value else {}
+            if a.kind == "mask":
+                other = "none" if pick.get("mask", "both") in ("causal", "both") else "both"
+                return await c.set_view_state("attention_view", "pick", {"scale": "01", **pick, "mask": other})
             now = int(pick.get(a.arg, 0))
             return await c.set_view_state("attention_view", "pick", {"scale": "01", **pick, a.arg: 1 - now % 2})
         return await do_action(c, replace(a, kind="pick"), learner, round_, rng, cfg)

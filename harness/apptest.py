@@ -191,7 +191,7 @@ def attention_view(at: AppTest) -> dict | None:
     """The data of the Attention page's view (ui.attention_view: the maps the browser draws), or None where the page
     drew its own charts (a map of more than its VIEW_TOKENS tokens)."""
     found = [json.loads(e.proto.json) for e in at.get("bidi_component")]
-    found = [d for d in found if "weights" in d and "mask" in d]
+    found = [d for d in found if "weights" in d and "masks" in d]
     return found[0] if found else None
 
 
@@ -213,6 +213,26 @@ def set_layer(at: AppTest, layer: int) -> AppTest:
 
     with patch.object(view_module.st, "session_state", at.session_state):
         view_module.adopt({**view["pick"], "layer": layer})
+    return at.run()
+
+
+def shown_mask(at: AppTest) -> str:
+    """The mask mode the Attention page shows: its radio, or where the browser's view holds both masks (a short text),
+    the pick the server gave the view."""
+    view = attention_view(at)
+    return view["pick"]["mask"] if view is not None and view["modes"] else at.radio(key="mask_mode").value
+
+
+def set_mask(at: AppTest, mode: str) -> AppTest:
+    """Choose the Attention page's mask mode as a learner does: its radio, or the browser's view's (what the view's
+    "pick" tells the server, as ui.attention_view takes it); then run."""
+    view = attention_view(at)
+    if view is None or not view["modes"]:
+        return at.radio(key="mask_mode").set_value(mode).run()
+    from ui import attention_view as view_module
+
+    with patch.object(view_module.st, "session_state", at.session_state):
+        view_module.adopt({**view["pick"], "mask": mode})
     return at.run()
 
 

@@ -772,24 +772,27 @@ def not_chinese(texts, strings: dict[str, dict[str, str]]) -> list[str]:
 
 # ---- the Attention page's view (ui/attention_view.py, static/views/attention.js) ----------------------------------
 ATT_VIEW = ".av"
-# every head's weights of the layer shown as the view holds them (4 decimals; None where masked), the values its colours
-# stand for on each scale (the chosen head), and what it shows: the layer (and the layers it holds, with whether its
-# list is shown), the head, the scale, the title
+# every head's weights of the layer and mask shown as the view holds them (4 decimals; None where masked), the values
+# its colours stand for on each scale (the chosen head), and what it shows: the layer (and the layers it holds, with
+# whether its list is shown), the mask (whether its radio is shown), the head, the scale, the title
 ATT_VIEW_JS = """root => {
     const d = root.__data, n = d.n_q * d.n_k, heads = [], list = root.querySelector("select[name='layer']");
     const layer = d.layers.length > 1 ? Number(list.value) : d.layers[0], at = d.layers.indexOf(layer);
+    const checked = root.querySelector("input[name='mask']:checked"), mask = d.modes ? checked.value : d.pick.mask;
+    const m = d.modes ? d.modes[mask] : 0, first = (m * d.layers.length + at) * d.heads * n;
     for (let h = 0; h < d.heads; h++) {
         const rows = [];
         for (let q = 0; q < d.n_q; q++) {
             rows.push(Array.from({length: d.n_k}, (_, k) => {
                 const i = h * n + q * d.n_k + k;
-                return root.__mask[i] ? root.__four[at * d.heads * n + i] / 1e4 : null;
+                return root.__masks[m][i] ? root.__four[first + i] / 1e4 : null;
             }));
         }
         heads.push(rows);
     }
     const drawn = Array.from(root.__z, v => Number.isNaN(v) ? null : v);
     return {weights: heads, drawn, layer, layers: d.layers, layer_list: !list.closest(".field").hidden,
+            mask, mask_radio: !!d.modes,
             head: Number(root.querySelector("select[name='head']").value),
             scale: root.querySelector("input[name='scale']:checked").value, n_q: d.n_q, n_k: d.n_k,
             title: root.querySelector('.title').textContent, q: d.q, k: d.k,
@@ -816,6 +819,23 @@ def pick_layer(page, layer: int, lang: str = "en") -> None:
         choose(page, s("att_layer", lang), str(layer))
 
 
+def pick_mask(page, mode: str, lang: str = "en") -> None:
+    """Choose the Attention page's mask mode as a learner does: in the view's radio where the view holds both masks (a
+    short text), else in the server's radio."""
+    if page.locator(f"{ATT_VIEW} .field.mask:not([hidden])").count():
+        view_pick(page, mask=mode)
+    else:
+        radio(page, s("att_mask_mode", lang), s(f"mask_{mode}", lang))
+
+
+def shown_mask(page, lang: str = "en") -> str:
+    """The mask mode the Attention page shows (its name in `lang`): the view's radio, else the server's."""
+    state = view_state(page) if page.locator(ATT_VIEW).count() else None
+    if state is not None and state["mask_radio"]:
+        return s(f"mask_{state['mask']}", lang)
+    return radio_value(page, s("att_mask_mode", lang))
+
+
 def shown_layer(page, lang: str = "en") -> str:
     """The layer the Attention page shows: the view's list where the view holds every layer, else the server's box."""
     state = view_state(page) if page.locator(ATT_VIEW).count() else None
@@ -824,14 +844,16 @@ def shown_layer(page, lang: str = "en") -> str:
     return combobox_value(page, s("att_layer", lang))
 
 
-def view_pick(page, *, layer: int | None = None, head: int | None = None, scale: str | None = None,
-              thumbnail: bool = False) -> None:
-    """Pick a layer (in the view's list: a text short enough for the view to hold every layer), a head (in the view's
-    list, or with thumbnail=True a click on its small map) or a colour scale in the Attention page's view, and wait for
-    the run that tells the server to be over (the view redraws at once)."""
+def view_pick(page, *, layer: int | None = None, mask: str | None = None, head: int | None = None,
+              scale: str | None = None, thumbnail: bool = False) -> None:
+    """Pick a layer or a mask mode (in the view's list and radio: a text short enough for the view to hold them), a
+    head (in the view's list, or with thumbnail=True a click on its small map) or a colour scale in the Attention
+    page's view, and wait for the run that tells the server to be over (the view redraws at once)."""
     view = page.locator(ATT_VIEW)
     if layer is not None:
         run_after(page, lambda: view.locator("select[name='layer']").select_option(str(layer)))
+    if mask is not None:
+        run_after(page, view.locator(f"input[name='mask'][value='{mask}']").check)
     if head is not None:
         if thumbnail:
             run_after(page, view.locator(f".thumb[data-head='{head}']").click)

@@ -1,5 +1,5 @@
 """Page 3: attention. One head large (every token labelled; click a cell to explain it), all heads of the layer as
-thumbnails that pick the head (both drawn and switched in the browser, and for a short text the layer too:
+thumbnails that pick the head (both drawn and switched in the browser, and for a short text the layer and mask too:
 ui.attention_view; a longer text gets the server's charts), scores before and after masking side by side, Q/K/V and
 one query step by step."""
 import numpy as np
@@ -20,7 +20,7 @@ from transformer_core.model.memory import KEEP_ALL
 from transformer_core.model.transformer import DEFAULT_MASKS
 from transformer_core.text.inputs import sequence_labels
 from ui import cache
-from ui.attention_view import attention_view, holds_every_layer, in_browser, view_data
+from ui.attention_view import attention_view, fits, in_browser, mask_sets, view_data
 from ui.errors import show_error
 from ui.figures import (
     COLUMN_PX,
@@ -39,7 +39,7 @@ from ui.i18n import t
 from ui.model_choice import load_selected_model
 from ui.panels import panel_heatmaps, thumbnails
 from ui.plain_figures import figure
-from ui.session import page_context, through_app
+from ui.session import page_context, through_app, traced_with
 from ui.state import generated, keep_view_in_model
 from ui.tools import export_panel, inputs, prep_for, reserve
 from ui.widgets import chart, clicked, explain, table, tensor_frame
@@ -66,8 +66,8 @@ def _on_block_change() -> None:
     ss.pop("att_cell", None)
 
 
-def selectors(model) -> tuple[str, object, object, object]:
-    """Block and mask widgets (before the trace, which depends on them); the block, and the places of the layer, head
+def selectors(model) -> tuple[str, dict]:
+    """The block widget (before the trace, which depends on it); the block, and the places of the layer, mask, head
     and colour-scale widgets, which the page draws after the trace unless the browser's view holds them."""
     cfg = model.cfg
     if "_pick_layer" in ss:  # a model-view thumbnail was clicked in the last run
@@ -87,14 +87,17 @@ def selectors(model) -> tuple[str, object, object, object]:
     c1, c2, c3, c4, c5 = st.columns([1, 3, 1, 3, 2])
     c2.selectbox(t("att_block"), kinds, key="block", on_change=_on_block_change,
                  format_func=lambda k: t("block_gpt_self" if not model.is_encoder_decoder else KIND_LABEL[k]))
-    head_slot = c3.empty()
-    c4.radio(t("att_mask_mode"), MASK_MODES, key="mask_mode", horizontal=True, format_func=lambda m: t(f"mask_{m}"))
-    return ss.block, c1.empty(), head_slot, c5.empty()
+    return ss.block, {"layer": c1.empty(), "head": c3.empty(), "mask": c4.empty(), "scale": c5.empty()}
 
 
 def layer_box(n_layers: int, slot) -> None:
     """The server's layer widget (a view that does not hold every layer, or none)."""
     slot.selectbox(t("att_layer"), range(n_layers), key="layer")
+
+
+def mask_radio(slot) -> None:
+    """The server's mask widget (a view that does not hold both masks, or none)."""
+    slot.radio(t("att_mask_mode"), MASK_MODES, key="mask_mode", horizontal=True, format_func=lambda m: t(f"mask_{m}"))
 
 
 def head_and_scale(heads: int, head_slot, scale_slot) -> None:
@@ -104,31 +107,55 @@ def head_and_scale(heads: int, head_slot, scale_slot) -> None:
                      format_func=lambda s: t(f"att_scale_{s}"), help=t("att_scale_help"))
 
 
-def view_layers(ctx, stages, kind: str) -> list:
-    """The layers' stages the browser's view holds: every layer's where they fit (ui.attention_view.LAYERS_CELLS; the
-    trace kept them all, and every layer's mask is this one's), else this layer's."""
-    n_layers = ctx.model.cfg.n_layers
-    if not holds_every_layer(n_layers, int(stages.mask[0].sum())):
-        return [stages]
+def view_maps(ctx, stages, kind: str) -> tuple[list, dict[str, int] | None]:
+    """What the browser's view holds, where it fits (ui.attention_view.LAYERS_CELLS): every layer (the trace kept them
+    all, and every layer's mask is this one's), and then the other mask's too (the text traced with it, cached as the
+    page's own trace): ([per mask set: every layer's stages], {mode: set}); else ([[this layer's stages]], None)."""
+    alone = [[stages]], None
+    n_layers, kept = ctx.model.cfg.n_layers, int(stages.mask[0].sum())
+    if n_layers == 1 or not fits(n_layers * kept):
+        return alone
     every = [stages if layer == stages.layer else ctx.trace.attention(kind, layer) for layer in range(n_layers)]
     if any(s is None or not bool((s.mask == stages.mask).all()) for s in every):
-        return [stages]
-    return every
+        return alone
+    modes, first = mask_sets(MASK_MODES, stages.n_q, stages.n_k)
+    mine = modes[ss.mask_mode]
+    others = {}
+    for i, mode in first.items():
+        if i == mine:
+            continue
+        trace = traced_with(ctx, {kind: mode})
+        other = [trace.attention(kind, layer) for layer in range(n_layers)]
+        if trace is None or any(s is None for s in other):
+            return [every], None
+        others[i] = other
+    if not fits(n_layers * (kept + sum(int(o[0].mask[0].sum()) for o in others.values()))):
+        return [every], None
+    return [every if i == mine else others[i] for i in range(len(first))], modes
 
 
-def browser_maps(ctx, held: list, kind: str, records: dict[int, object], q_lab, k_lab) -> tuple[int, int] | None:
-    """The head large and every head small, drawn and switched in the browser (ui.attention_view), with the layer
-    where the view holds every layer (`held`, view_layers); returns the clicked (query, key) cell, if any."""
-    heads, titles, shown = held[0].n_heads, [], []
-    for stages in held:
-        labels = records if stages.layer == ss.layer else head_labels(ctx, stages, kind)
-        titles.append([[f"{t('att_head')} {h}", label_text(labels.get(h)) if labels else ""] for h in range(heads)])
-        # the kind filter's pills are this layer's: another layer the view switches to shows every head
-        shown.append(kind_filter(records, heads) if stages.layer == ss.layer else list(range(heads)))
-    n_gen = generated_rows(held[0].n_q)
-    attention_view(view_data([s.layer for s in held], [s.weights[0] for s in held], held[0].mask[0], q_lab, k_lab,
-                             titles, shown, generated=n_gen))
-    say_generated(n_gen, held[0].n_q)
+def browser_maps(ctx, held: list, modes: dict | None, kind: str, records: dict[int, object], q_lab,
+                 k_lab) -> tuple[int, int] | None:
+    """The head large and every head small, drawn and switched in the browser (ui.attention_view), with the layer and
+    the mask where the view holds them (`held`, `modes`: view_maps); returns the clicked (query, key) cell, if any."""
+    heads, titles, shown = held[0][0].n_heads, [], []
+    mine = modes[ss.mask_mode] if modes else 0
+    for i, layers in enumerate(held):
+        titles.append([])
+        shown.append([])
+        for stages in layers:
+            here = i == mine and stages.layer == ss.layer
+            labels = records if here else head_labels(ctx, stages, kind, i != mine)
+            titles[-1].append([[f"{t('att_head')} {h}", label_text(labels.get(h)) if labels else ""]
+                               for h in range(heads)])
+            # the kind filter's pills are this layer's: another layer or mask the view switches to shows every head
+            shown[-1].append(kind_filter(records, heads) if here else list(range(heads)))
+    first = held[0][0]
+    n_gen = generated_rows(first.n_q)
+    attention_view(view_data([s.layer for s in held[0]], [(layers[0].mask[0], [s.weights[0] for s in layers])
+                                                          for layers in held], modes, q_lab, k_lab, titles, shown,
+                             generated=n_gen))
+    say_generated(n_gen, first.n_q)
     return ss.get("att_cell")
 
 
@@ -259,16 +286,17 @@ def side_by_side(stages, head, q_lab, k_lab) -> None:
             chart(fig, f"att_{key}")
 
 
-def head_labels(ctx, stages, kind: str) -> dict[int, object]:
+def head_labels(ctx, stages, kind: str, other_mask: bool = False) -> dict[int, object]:
     """head -> the detector's record for this block: its patterns on the traced text, and induction (measured once
-    per model on random repeated sequences). {} if it cannot run: the maps stand without labels."""
+    per model on random repeated sequences). {} if it cannot run: the maps stand without labels. other_mask: stages
+    of the text traced with the block's other mask (the view's), kept apart from the page's own."""
     try:
         induction = None
         if kind != "cross":  # measured once per model: a big one takes seconds, and says what it is doing
             with st.spinner(t("att_probe_running", count=probe_count(ctx.model), length=default_length(ctx.model))):
                 induction = cache.induction_by_block(ctx.key, ctx.device).get((kind, stages.layer))
         # once per trace (every session reading this text shares it): the view titles every layer's heads each run
-        return ctx.trace.memo(("head_labels", kind, stages.layer), lambda: {
+        return ctx.trace.memo(("head_labels", kind, stages.layer, other_mask), lambda: {
             r.head: r for r in label_block(kind, stages.layer, stages.weights, induction, prep=ctx.prep)})
     except Exception:  # noqa: BLE001 - labels are extra
         return {}
@@ -534,7 +562,7 @@ st.title(t("nav_attention"))
 explain("att_intro", r"\mathrm{Attention}(Q,K,V)=\mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}+M\right)V")
 st.caption(t("attn_formula_note"))
 _, model, _, _ = load_selected_model()
-kind, layer_slot, head_slot, scale_slot = selectors(model)
+kind, slots = selectors(model)
 if kind == "cross" and ss.mask_mode in ("causal", "both"):
     st.caption(t("attn_cross_no_causal"))
 ctx = page_context(layer=ss.layer, masks={kind: ss.mask_mode})
@@ -548,18 +576,20 @@ try:
            if ctx.trace.tgt_ids is not None else src)
     q_lab, k_lab = (src if kind == "enc_self" else tgt), (tgt if kind == "dec_self" else src)
     view = in_browser(stages.n_q, stages.n_k)  # head and colour scale switched in the browser
-    held = view_layers(ctx, stages, kind) if view else [stages]  # and the layer, where it holds every one
-    if len(held) == 1:
-        layer_box(model.cfg.n_layers, layer_slot)
+    held, modes = view_maps(ctx, stages, kind) if view else ([[stages]], None)  # and the layer and mask where it fits
+    if len(held[0]) == 1:
+        layer_box(model.cfg.n_layers, slots["layer"])
+    if modes is None:
+        mask_radio(slots["mask"])
     if not view:
-        head_and_scale(model.cfg.n_heads, head_slot, scale_slot)
+        head_and_scale(model.cfg.n_heads, slots["head"], slots["scale"])
     head = int(ss.head)
     records = head_labels(ctx, stages, kind)
     attention_hint(list(records.values()), bool(ctx.card.get("random_init")))
     what_head_does(records.get(head), head)
     cell = None
     if view:
-        cell = browser_maps(ctx, held, kind, records, list(q_lab), list(k_lab))
+        cell = browser_maps(ctx, held, modes, kind, records, list(q_lab), list(k_lab))
     else:
         main_map(stages, head, list(q_lab), list(k_lab))
     if cell is not None:

@@ -1,5 +1,6 @@
 """The codebase passes ruff (configured in pyproject.toml), and its text speaks only of the project: no file tells how
 the work on it was organised (the patterns below say what that is)."""
+import ast
 import re
 import shutil
 import subprocess
@@ -17,6 +18,25 @@ def test_ruff_finds_nothing():
     result = subprocess.run([ruff, "check", "--output-format", "concise", "."], cwd=ROOT, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _docstrings(tree) -> set[int]:
+    return {id(body[0]) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and (body := node.body) and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)}
+
+
+def test_no_page_writes_a_stray_value():
+    """Streamlit's magic writes any value standing alone on a line of a page (`a.append(x), b.append(y)` drew "None
+    None" on the Attention page): in app.py and pages/ a line that is only an expression is a call (or a docstring)."""
+    stray = []
+    for path in [ROOT / "app.py", *sorted((ROOT / "pages").glob("*.py"))]:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docs = _docstrings(tree)
+        stray += [f"{path.name}:{node.lineno}: {ast.unparse(node)[:60]}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Expr) and id(node) not in docs
+                  and not isinstance(node.value, (ast.Call, ast.Await, ast.Yield, ast.YieldFrom))]
+    assert not stray, stray
 
 
 # ---- the project speaks only of itself ----------------------------------------------------------------------------

@@ -1,15 +1,16 @@
-"""The Attention page's layer, head and colour scale, answered in the browser: one component (st.components.v2, its
-script in static/views/attention.js) holds the softmax weights of every head of the block (those the mask keeps, to 4
-decimals, the tiny ones with their log: `encode`; the mask as bits), of every layer where they fit in LAYERS_CELLS
-(else of the chosen layer), and draws the chosen head large and every head of its layer small. A pick of the layer
-(where the view holds them all), the head (its list, a small map) or the colour scale redraws there at once, before the
-server hears of it.
+"""The Attention page's layer, mask, head and colour scale, answered in the browser: one component (st.components.v2,
+its script in static/views/attention.js) holds the softmax weights of every head of the block (those the mask keeps, to
+4 decimals, the tiny ones with their log: `encode`; the mask as bits), of every layer where they fit in LAYERS_CELLS
+(else of the chosen layer), and where they fit with the other mask too (a text's mask either has the causal part or
+not: one sequence has no padding) under both; it draws the chosen head large and every head of its layer small. A pick
+of the layer or mask (where the view holds them), the head (its list, a small map) or the colour scale redraws there
+at once, before the server hears of it.
 
 The browser then tells the server the pick (the component's state "pick"): that run records it in the link and
-redraws what depends on the layer and head (its label, before/after masking, one query step by step). The view's data
-holds nothing the pick changes, so Streamlit's browser, which keeps any element of 10 KB or more it has seen, is sent a
-reference to it instead of the maps again. A click on a cell (state "cell") asks the server for that cell's arithmetic
-(q·k, the scaling, the weight), which the server computes as before.
+redraws what depends on the layer, mask and head (its label, before/after masking, one query step by step). The
+view's data holds nothing the pick changes, so Streamlit's browser, which keeps any element of 10 KB or more it has
+seen, is sent a reference to it instead of the maps again. A click on a cell (state "cell") asks the server for that
+cell's arithmetic (q·k, the scaling, the weight), which the server computes as before.
 
 The server's own picks (a link, the model view's click, another model) reach the view as "pick" in its data, with a
 serial that changes only then. Maps of more than VIEW_TOKENS tokens keep the server's charts (pooled, hover only)."""
@@ -22,6 +23,7 @@ import streamlit as st
 import torch
 
 from service.urlstate import SCALES
+from transformer_core.model.masks import MASK_MODES, attention_mask
 
 from .chart_theme import PALETTES
 from .figures import LOG_FLOOR, MASK_COLOUR
@@ -30,10 +32,11 @@ from .views import component
 from .widgets import picture_download
 
 VIEW_TOKENS = 64  # up to this many queries and keys: 8 heads of a causal 64 x 64 map are 33 KB (encode)
-# kept cells of every layer's maps together up to which the view holds every layer (a layer switch drawn in the
-# browser): 48 KB encoded, about 42 KB on the wire (base64 in the websocket's compression). The default model's 4 layers
-# x 8 heads up to 38 tokens, the course's 6 x 8 up to 31; beyond, the chosen layer's maps only (a layer switch is a
-# server run), so that entering the page stays light (at 64 tokens every layer would send 89 KB more than one)
+# kept cells of the maps together up to which the view holds every layer (a layer switch drawn in the browser), and
+# every layer under both masks (a mask switch too): 48 KB encoded, about 42 KB on the wire (base64 in the websocket's
+# compression). The default model's 4 layers x 8 heads up to 38 tokens (both masks up to 22), the course's 6 x 8 up to
+# 31 (18); beyond, the chosen layer's maps only (a layer switch is a server run), so that entering the page stays light
+# (at 64 tokens every layer would send 89 KB more than one)
 LAYERS_CELLS = 24_000
 LOG_LOW = float(np.log10(LOG_FLOOR))  # the log scale's lowest value (-6)
 _view = component("attention_view", "attention")
@@ -45,17 +48,33 @@ def in_browser(n_q: int, n_k: int) -> bool:
     return max(n_q, n_k) <= VIEW_TOKENS
 
 
-def holds_every_layer(n_layers: int, kept_cells: int) -> bool:
-    """Whether the view holds every layer's maps (each layer's mask keeping `kept_cells`): LAYERS_CELLS."""
-    return n_layers > 1 and n_layers * kept_cells <= LAYERS_CELLS
+def fits(kept_cells: int) -> bool:
+    """Whether maps of this many kept cells in all go to the browser's view beside the chosen layer's: LAYERS_CELLS."""
+    return kept_cells <= LAYERS_CELLS
+
+
+def mask_sets(modes: tuple[str, ...], n_q: int, n_k: int) -> tuple[dict[str, int], dict[int, str]]:
+    """The mask modes grouped by the mask they give one text ({mode: set}, and each set's first mode, whose trace the
+    view's set holds): a sequence has no padding, so "padding" keeps what "none" keeps and "both" what "causal" does."""
+    sets, first, seen = {}, {}, []
+    for mode in modes:
+        m = attention_mask(mode, 1, n_q, n_k, torch.tensor([n_k]))
+        m = torch.ones(n_q, n_k, dtype=torch.bool) if m is None else m[0, 0]
+        i = next((j for j, other in enumerate(seen) if torch.equal(other, m)), None)
+        if i is None:
+            i, first[len(seen)] = len(seen), mode
+            seen.append(m)
+        sets[mode] = i
+    return sets, first
 
 
 def server_pick() -> dict:
-    """{"layer", "head", "scale", "serial"}: the page's layer, head and scale, with a serial that changes only where the
-    server changed them from what the view shows (a link, the model view's click, another model), not where it took the
-    view's own: a view applies a pick whose serial it has not seen; a new view starts from the link."""
+    """{"layer", "mask", "head", "scale", "serial"}: the page's layer, mask, head and scale, with a serial that changes
+    only where the server changed them from what the view shows (a link, the model view's click, another model), not
+    where it took the view's own: a view applies a pick whose serial it has not seen; a new view starts from the
+    link."""
     ss = st.session_state
-    now = {"layer": int(ss["layer"]), "head": int(ss["head"]), "scale": ss["att_scale"]}
+    now = {"layer": int(ss["layer"]), "mask": ss["mask_mode"], "head": int(ss["head"]), "scale": ss["att_scale"]}
     pick = ss.get("_att_pick")
     if pick is None or ss.get("_att_shown") != now:
         pick = ss["_att_pick"] = {**now, "serial": (pick or {}).get("serial", 0) + 1}
@@ -96,28 +115,33 @@ def decode(planes: bytes, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return four, log
 
 
-def view_data(layers: list[int], weights: list[torch.Tensor], mask: torch.Tensor, q_lab: list[str], k_lab: list[str],
-              titles: list[list[list[str]]], shown: list[list[int]], *, generated: int) -> dict:
-    """What the browser gets: for each layer it holds (`layers`: every layer, or the chosen one), the (heads, Tq, Tk)
-    weights of the kept cells (`encode` of the layers stacked, base64), each layer's head titles (its
-    number, its pattern) and heads shown small; the block's mask as bits (1: kept; every layer's is the same), the axis
-    labels, how many last rows are generated, the server's pick, the colours, how the chart downloads and the page's
-    words. Not the pick the view holds (see the module)."""
-    kept = mask.detach().cpu().numpy().astype(bool)
-    maps = np.stack([w.detach().float().cpu().numpy() for w in weights])  # (layers, h, Tq, Tk)
-    bits = np.packbits(kept, axis=None, bitorder="little")
+def view_data(layers: list[int], sets: list[tuple[torch.Tensor, list[torch.Tensor]]], modes: dict[str, int] | None,
+              q_lab: list[str], k_lab: list[str], titles: list, shown: list, *, generated: int) -> dict:
+    """What the browser gets: for each mask set it holds (`sets`: (the block's (heads, Tq, Tk) mask, every layer's
+    weights)), the weights of the kept cells of each layer it holds (`layers`: every layer, or the chosen one;
+    `encode` of the sets and layers stacked, base64) and the mask as bits (1: kept; every layer's is the same), each
+    set's and layer's head titles (its number, its pattern) and heads shown small; the mask modes' sets (`mask_sets`;
+    None: the view holds the chosen mask's only, the server's radio switches it), the axis labels, how many last rows
+    are generated, the server's pick, the colours, how the chart downloads and the page's words. Not the pick the
+    view holds (see the module)."""
+    kept = [m.detach().cpu().numpy().astype(bool) for m, _ in sets]
+    maps = [np.stack([w.detach().float().cpu().numpy() for w in ws]) for _, ws in sets]  # each (layers, h, Tq, Tk)
     fmt, stem = picture_download("att_main")
     look = PALETTES["dark" if st.context.theme.type == "dark" else "light"]
     b64 = lambda b: base64.b64encode(b).decode("ascii")
+    weights = b"".join(encode(w, np.broadcast_to(k, w.shape)) for w, k in zip(maps, kept, strict=True))
+    # (one encode's bytes per set: high bytes then low bytes of that set's cells)
     return {
-        "layers": [int(layer) for layer in layers], "heads": int(maps.shape[1]), "n_q": int(maps.shape[2]),
-        "n_k": int(maps.shape[3]), "weights": b64(encode(maps, np.broadcast_to(kept, maps.shape))),
-        "mask": b64(bits.tobytes()), "q": list(q_lab), "k": list(k_lab), "titles": titles,
-        "shown": [[int(h) for h in heads] for heads in shown],
+        "layers": [int(layer) for layer in layers], "heads": int(maps[0].shape[1]), "n_q": int(maps[0].shape[2]),
+        "n_k": int(maps[0].shape[3]), "weights": b64(weights), "sizes": [int(k.sum()) * len(layers) for k in kept],
+        "masks": [b64(np.packbits(k, axis=None, bitorder="little").tobytes()) for k in kept], "modes": modes,
+        "q": list(q_lab), "k": list(k_lab), "titles": titles, "shown": [[[int(h) for h in heads] for heads in per_set]
+                                                                         for per_set in shown],
         "gen": int(generated), "pick": server_pick(), "scales": list(SCALES),
         "colours": {"scale": list(look[-1]), "masked": MASK_COLOUR, "mark": "rgba(90,90,90,0.9)"},
         "chart": {"format": fmt, "file": f"{stem}.{fmt}"},
-        "text": {"load_failed": t("view_load_failed"), "layer": t("att_layer"),
+        "text": {"load_failed": t("view_load_failed"), "layer": t("att_layer"), "mask": t("att_mask_mode"),
+                 "mask_names": {m: t(f"mask_{m}") for m in (modes or {})},
                  "head": t("att_head"), "scale": t("att_scale"), "scale_help": t("att_scale_help"),
                  "scale_names": {s: t(f"att_scale_{s}") for s in SCALES},
                  "title": t("att_main_title", head="{head}", scale="{scale}"), "queries": t("attn_queries"),
@@ -132,8 +156,8 @@ def _index(value: object) -> bool:
 
 
 def adopt(pick: object) -> None:
-    """Take the layer, head and scale the browser set ({"layer", "head", "scale"}, from "pick" or "cell"), each
-    checked; a bad one (or none: a view of one layer may leave it out) leaves the page's value as it was."""
+    """Take the layer, mask, head and scale the browser set ({"layer", "mask", "head", "scale"}, from "pick" or
+    "cell"), each checked; a bad one (or none) leaves the page's value as it was."""
     if not isinstance(pick, dict):
         return
     ss = st.session_state
@@ -144,9 +168,14 @@ def adopt(pick: object) -> None:
             ss[name] = value
             if "att_cell" in ss:  # a cell belongs to the head it was clicked on
                 del ss["att_cell"]
+    if pick.get("mask") in MASK_MODES and pick["mask"] != ss.get("mask_mode"):
+        ss["mask_mode"] = pick["mask"]
+        if "att_cell" in ss:  # the cell's arithmetic was under the other mask
+            del ss["att_cell"]
     if pick.get("scale") in SCALES:
         ss["att_scale"] = pick["scale"]
-    ss["_att_shown"] = {"layer": int(ss.get("layer", 0)), "head": int(ss["head"]), "scale": ss["att_scale"]}
+    ss["_att_shown"] = {"layer": int(ss.get("layer", 0)), "mask": ss.get("mask_mode"), "head": int(ss["head"]),
+                        "scale": ss["att_scale"]}
 
 
 def _on_pick() -> None:

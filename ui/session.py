@@ -67,6 +67,20 @@ def page_context(layer: int | None = None, masks: dict | None = None) -> PageCon
     return PageContext(key, model, meta, device, prep, trace, layer, masks)
 
 
+def traced_with(ctx: PageContext, masks: dict) -> Trace | None:
+    """The page's text traced with other masks ({block: mode} over the page's), cached as the page's own trace (the
+    Attention view's other mask); None where it cannot be (the page's own trace stands)."""
+    ss = st.session_state
+    tgt = ss.get("tgt") if ctx.model.is_encoder_decoder else None
+    try:
+        _, trace = cache.get_trace(ctx.key, ctx.device, ss.get("text", ""), tgt,
+                                   tuple(sorted({**ctx.masks, **masks}.items())), ctx.layer,
+                                   bool(ss.get("allow_special")), generated())
+    except Exception:  # noqa: BLE001 - the memory budget or a full server: the view keeps the page's mask only
+        return None
+    return trace
+
+
 DATES_EXAMPLE = ("23 November 2026", "=2026年11月23日")
 
 

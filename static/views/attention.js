@@ -1,10 +1,11 @@
 // The Attention page's maps, redrawn in the browser: the softmax weights of every head of the block, of every layer
-// for a short text (else of the chosen layer), sent once: the kept ones to 4 decimals, the tiny ones with their log,
-// and the mask as bits. The chosen head large and every head of its layer small.
-// A pick of the layer (where the view holds every layer), the head (the list, a small map) or the colour scale redraws
-// here at once; then the view tells the server (the state "pick"), whose run records it in the link and redraws what
-// depends on the layer and head (ui/attention_view.py). A click on a cell asks the server for its arithmetic (the
-// state "cell").
+// for a short text (else of the chosen layer), and for a shorter one under both masks (a mask set each), sent once: the
+// kept ones to 4 decimals, the tiny ones with their log, and each set's mask as bits. The chosen head large and every
+// head of its layer small.
+// A pick of the layer or mask (where the view holds them), the head (the list, a small map) or the colour scale
+// redraws here at once; then the view tells the server (the state "pick"), whose run records it in the link and
+// redraws what depends on them (ui/attention_view.py). A click on a cell asks the server for its arithmetic (the state
+// "cell").
 const TELL_AFTER_MS = 120;  // a run of changes (arrow keys held on the list) is told once
 const LOG_LOW = -6;  // log10 of ui.figures.LOG_FLOOR: the log scale's lowest value
 const MARK_CAP = 32 * 32;  // ui.figures.MARK_CAP: maps of up to this many cells draw an ✕ on each masked one
@@ -13,35 +14,39 @@ export default function (component) {
   const { data, parentElement, setStateValue } = component;
   const root = parentElement.querySelector(".av") || build(parentElement, data);
   root.__tell = setStateValue;
-  if (root.__key !== data.weights + data.mask) {  // decoded once per text (a run that only re-sends the view keeps it)
-    root.__mask = bits(data.mask, data.heads * data.n_q * data.n_k);
-    [root.__four, root.__log] = weights(data.weights, root.__mask, data.layers.length);
-    root.__key = data.weights + data.mask;
+  const key = data.weights + data.masks.join(" ");
+  if (root.__key !== key) {  // decoded once per text (a run that only re-sends the view keeps it)
+    root.__masks = data.masks.map((m) => bits(m, data.heads * data.n_q * data.n_k));
+    [root.__four, root.__log] = weights(data.weights, data.sizes, root.__masks, data.layers.length);
+    root.__key = key;
   }
   const was = root.__data, mounted = was === undefined;
   root.__data = data;
   if (mounted || was.heads !== data.heads) fillHeads(root);
   if (mounted || String(was.layers) !== String(data.layers)) fillLayers(root);
+  if (mounted || JSON.stringify(was.modes) !== JSON.stringify(data.modes)) fillMasks(root);
   if (mounted) {  // a new view starts from the link (the server writes the page's values in it)
     root.__serial = data.pick.serial;
-    const linked = new URLSearchParams(window.location.search);
+    const linked = new URLSearchParams(window.location.search), p = data.pick;
     const l = Number(linked.get("layer") ?? 0), h = Number(linked.get("head") ?? 0), s = linked.get("scale") ?? "01";
-    pickLayer(root, data.layers.includes(l) ? l : data.pick.layer);
-    pickHead(root, Number.isInteger(h) && h >= 0 && h < data.heads ? h : data.pick.head);
-    pickScale(root, data.scales.includes(s) ? s : data.pick.scale);
-    if (layer(root) !== data.pick.layer || head(root) !== data.pick.head || scale(root) !== data.pick.scale) {
+    pickLayer(root, data.layers.includes(l) ? l : p.layer);
+    pickMask(root, linked.get("mask") ?? p.mask);
+    pickHead(root, Number.isInteger(h) && h >= 0 && h < data.heads ? h : p.head);
+    pickScale(root, data.scales.includes(s) ? s : p.scale);
+    if (layer(root) !== p.layer || mask(root) !== p.mask || head(root) !== p.head || scale(root) !== p.scale) {
       queueMicrotask(() => tell(root));
     }
   } else if (data.pick.serial !== root.__serial) {  // the server chose (a link, the model view's click)
     root.__serial = data.pick.serial;
-    pickLayer(root, data.pick.layer); pickHead(root, data.pick.head); pickScale(root, data.pick.scale);
+    pickLayer(root, data.pick.layer); pickMask(root, data.pick.mask); pickHead(root, data.pick.head);
+    pickScale(root, data.pick.scale);
   }
   showable(root);
   draw(root);
 }
 
 function showable(root) {  // the thumbnails of the layer shown; where the kind filter hid the head, its first shown
-  const shown = root.__data.shown[at(root)];
+  const shown = root.__data.shown[set(root)][at(root)];
   buildThumbs(root);
   if (shown.length && !shown.includes(head(root))) {
     pickHead(root, shown[0]);
@@ -52,23 +57,28 @@ function showable(root) {  // the thumbnails of the layer shown; where the kind 
 // ui.attention_view.encode: one uint16 per kept cell, high bytes then low bytes; a code over 10,000 is a weight under
 // 0.0095 (10,001 + its 4 decimals * 256 + its log code). Every cell's weight to 4 decimals (0 where masked) and its log
 // code in 255 steps from -6 to 0 (a larger weight's from its 4 decimals).
-// The layers one after another, each with the block's one mask.
+// One encoding per mask set (`sizes`: its kept cells), each of the layers one after another with the set's mask.
 const TINY_BASE = 10_001;  // ui.attention_view.TINY_BASE
-function weights(b64, mask, layers) {
-  const planes = typed(b64, Uint8Array), n = planes.length / 2, size = mask.length * layers;
-  const four = new Uint16Array(size), log = new Uint8Array(size);
-  for (let i = 0, j = 0; i < size; i++) {
-    if (!mask[i % mask.length]) continue;
-    const code = (planes[j] << 8) | planes[n + j];
-    j++;
-    if (code >= TINY_BASE) {
-      four[i] = (code - TINY_BASE) >> 8;
-      log[i] = (code - TINY_BASE) & 255;
-    } else {
-      four[i] = code;
-      log[i] = Math.round(((Math.log10(code / 1e4) - LOG_LOW) / -LOG_LOW) * 255);
+function weights(b64, sizes, masks, layers) {
+  const planes = typed(b64, Uint8Array), cells = masks[0].length * layers;
+  const four = new Uint16Array(cells * masks.length), log = new Uint8Array(cells * masks.length);
+  let start = 0;
+  masks.forEach((mask, m) => {
+    const n = sizes[m];
+    for (let i = 0, j = 0; i < cells; i++) {
+      if (!mask[i % mask.length]) continue;
+      const code = (planes[start + j] << 8) | planes[start + n + j], at = m * cells + i;
+      j++;
+      if (code >= TINY_BASE) {
+        four[at] = (code - TINY_BASE) >> 8;
+        log[at] = (code - TINY_BASE) & 255;
+      } else {
+        four[at] = code;
+        log[at] = Math.round(((Math.log10(code / 1e4) - LOG_LOW) / -LOG_LOW) * 255);
+      }
     }
-  }
+    start += 2 * n;
+  });
   return [four, log];
 }
 
@@ -97,7 +107,9 @@ function build(parent, d) {
     options.append(opt);
   }
   scales.append(options);
-  controls.append(layerBox, headBox, scales);
+  const masks = el("div", { class: "field mask", role: "radiogroup", "aria-label": d.text.mask });
+  masks.append(el("span", { class: "legend" }, d.text.mask), el("div", { class: "options" }));
+  controls.append(layerBox, masks, headBox, scales);
   const map = el("div", { class: "map" });
   map.append(el("div", { class: "ylab" }), el("canvas", { class: "cells" }), el("div", { class: "bar" }),
              el("div", { class: "corner" }), el("div", { class: "xlab" }));
@@ -118,7 +130,7 @@ function build(parent, d) {
     const cell = cellAt(root, e);
     if (!cell) return;
     clearTimeout(root.__told);  // the cell's message carries the head and scale too
-    root.__cell = { layer: layer(root), head: head(root), q: cell.q, k: cell.k };
+    root.__cell = { layer: layer(root), mask: mask(root), head: head(root), q: cell.q, k: cell.k };
     draw(root);
     root.__tell("cell", { ...root.__cell, scale: scale(root) });
   });
@@ -138,6 +150,27 @@ function fillLayers(root) {  // a list of the layers where the view holds every 
   root.querySelector(".field.layer").hidden = d.layers.length < 2;
 }
 
+function fillMasks(root) {  // the mask's options where the view holds both masks, else none (the server's radio)
+  const d = root.__data, box = root.querySelector(".field.mask"), was = mask(root);
+  box.querySelector(".options").replaceChildren(...Object.keys(d.modes ?? {}).map((m) => {
+    const opt = el("label", { class: "option" }), input = el("input", { type: "radio", name: "mask", value: m });
+    input.addEventListener("change", () => { showable(root); draw(root); tell(root); });
+    opt.append(input, el("span", {}, d.text.mask_names[m]));
+    return opt;
+  }));
+  pickMask(root, d.modes && was in d.modes ? was : d.pick.mask);
+  box.hidden = !d.modes;
+}
+
+function mask(root) {  // the mask mode shown: the view's radio, or the server's (the pick) where the view holds one
+  const d = root.__data, m = root.querySelector("input[name='mask']:checked")?.value;
+  return d.modes && m in d.modes ? m : d.pick.mask;
+}
+function set(root) { const d = root.__data; return d.modes ? d.modes[mask(root)] : 0; }  // its maps' set
+function pickMask(root, m) {
+  for (const r of root.querySelectorAll("input[name='mask']")) r.checked = r.value === m;
+}
+
 function layer(root) {
   const d = root.__data, l = Number(root.querySelector("select[name='layer']").value);
   return d.layers.includes(l) ? l : d.layers[0];
@@ -154,8 +187,8 @@ function pickScale(root, s) {
 function tell(root) {  // the pick reaches the server after the last of a run of changes
   root.__cell = null;  // a cell belongs to the head it was clicked on
   clearTimeout(root.__told);
-  root.__told = setTimeout(() => root.__tell("pick", { layer: layer(root), head: head(root), scale: scale(root) }),
-                          TELL_AFTER_MS);
+  root.__told = setTimeout(() => root.__tell("pick", { layer: layer(root), mask: mask(root), head: head(root),
+                                                      scale: scale(root) }), TELL_AFTER_MS);
 }
 
 // The values the colours stand for, as ui.figures.scaled_weights gives them to the server's charts: the weight
@@ -179,9 +212,10 @@ export function values(four, log, mask, nq, nk, scale) {
 
 function range(scale) { return scale === "log" ? [LOG_LOW, 0] : [0, 1]; }
 
-function headMaps(root, h) {  // (weights to 4 decimals, their log, mask) of head h of the layer shown: views
-  const d = root.__data, n = d.n_q * d.n_k, i = at(root) * d.heads + h, part = (a, j) => a.subarray(j * n, (j + 1) * n);
-  return [part(root.__four, i), part(root.__log, i), part(root.__mask, h)];
+function headMaps(root, h) {  // (weights to 4 decimals, their log, mask) of head h of the layer and mask shown: views
+  const d = root.__data, n = d.n_q * d.n_k, m = set(root), i = (m * d.layers.length + at(root)) * d.heads + h;
+  const part = (a, j) => a.subarray(j * n, (j + 1) * n);
+  return [part(root.__four, i), part(root.__log, i), part(root.__masks[m], h)];
 }
 
 function rgb(hex) { return [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16)); }
@@ -255,7 +289,7 @@ function draw(root) {
     g.setLineDash([]); g.lineWidth = 3; g.strokeRect(1.5, (d.n_q - 1) * ch + 1.5, d.n_k * cw - 3, ch - 3);
   }
   const c = root.__cell;
-  if (c && c.head === h && c.layer === layer(root)) {  // the clicked cell, outlined
+  if (c && c.head === h && c.layer === layer(root) && c.mask === mask(root)) {  // the clicked cell, outlined
     g.strokeStyle = "#d62728"; g.lineWidth = 2; g.strokeRect(c.k * cw + 1, c.q * ch + 1, cw - 2, ch - 2);
   }
   drawBar(root.querySelector(".bar"), s, d, d.n_q * ch);
@@ -283,11 +317,11 @@ function drawBar(box, s, d, height) {
 }
 
 function buildThumbs(root) {
-  const d = root.__data, box = root.querySelector(".thumbs"), l = at(root), titles = d.titles[l];
-  const want = `${l}|${d.shown[l].join(",")}|${titles.map((t) => t.join("/")).join(",")}`;
+  const d = root.__data, box = root.querySelector(".thumbs"), m = set(root), l = at(root), titles = d.titles[m][l];
+  const shown = d.shown[m][l], want = `${m}|${l}|${shown.join(",")}|${titles.map((t) => t.join("/")).join(",")}`;
   if (box.__for === want) return;
   box.__for = want;
-  box.replaceChildren(...d.shown[l].map((h) => {
+  box.replaceChildren(...shown.map((h) => {
     const fig = el("figure", { class: "thumb", "data-head": h, tabindex: "0", role: "button" });
     const cap = el("figcaption");
     cap.append(el("span", { class: "name" }, titles[h][0]), el("span", { class: "kind" }, titles[h][1]));

@@ -42,11 +42,11 @@ from harness.browser import (
     next_token,
     not_chinese,
     pick_layer,
+    pick_mask,
     plot_index,
     plots,
     press_slider,
     radio,
-    radio_value,
     require_browser,
     run_after,
     runs_ended,
@@ -54,6 +54,7 @@ from harness.browser import (
     screenshot,
     settle,
     shown_layer,
+    shown_mask,
     slider,
     trace_point,
     type_into,
@@ -213,9 +214,9 @@ def test_attention_in_chinese_hover_cell_scale_and_masks(app, tab):
 
 
 PICK_JS = """([root, name, value]) => {  // pick as a learner does, then read what is drawn in the same task
-    const box = root.querySelector(name === 'scale' ? `input[name='scale'][value='${value}']`
-                                                    : `select[name='${name}']`);
-    if (name === 'scale') box.checked = true; else box.value = value;
+    const radio = name === 'scale' || name === 'mask';
+    const box = root.querySelector(radio ? `input[name='${name}'][value='${value}']` : `select[name='${name}']`);
+    if (radio) box.checked = true; else box.value = value;
     box.dispatchEvent(new Event('change'));
     const drawn = Array.from(root.__z, v => Number.isNaN(v) ? null : v);
     return {title: root.querySelector('.title').textContent, drawn};
@@ -225,8 +226,9 @@ PICK_JS = """([root, name, value]) => {  // pick as a learner does, then read wh
 def test_the_views_numbers_are_the_traces_and_a_pick_is_drawn_before_the_server_hears_of_it(app, tab):
     """The default model, layer 2: every head's weights the view holds are the trace's to the 4 decimals the hover
     shows (masked cells none); on each colour scale the colours stand for what ui.figures.scaled_weights gives the
-    server's charts (to the view's precision); a pick of head, scale or (a short text: the view holds every layer)
-    layer is drawn in the same task as the click, before any server run, and then reaches the link."""
+    server's charts (to the view's precision); a pick of head, scale or (a short text: the view holds every layer
+    under both masks) layer and mask is drawn in the same task as the click, before any server run, and then reaches
+    the link."""
     import numpy as np
 
     from transformer_core import load_model, trace_text
@@ -279,6 +281,19 @@ def test_the_views_numbers_are_the_traces_and_a_pick_is_drawn_before_the_server_
                                                           zip(wr, kr, strict=True)] for wr, kr in zip(w0, kept0,
                                                                                                        strict=True)]
     assert_clean(tab, app, "attention after a layer picked in the view")
+    # the mask, likewise (a text this short: the view holds both masks): no mask, every key kept
+    assert shown["mask_radio"] and shown["mask"] == "both"
+    runs = runs_ended(tab)
+    drawn = tab.evaluate(PICK_JS, [root, "mask", "none"])
+    assert runs_ended(tab) == runs
+    _, unmasked = trace_text(model, text, masks={"dec_self": "none"})
+    wn = unmasked.attention("dec_self", 0).weights[0][3].float().numpy()
+    got = np.array([np.nan if v is None else v for v in drawn["drawn"]]).reshape(wn.shape)
+    assert not np.isnan(got).any() and np.abs(got - wn).max() <= 5e-5
+    settle(tab)
+    assert parse_qs(urlparse(tab.url).query).get("mask") == ["none"], tab.url
+    assert view_state(tab)["mask"] == "none" and shown_mask(tab) == s("mask_none")
+    assert_clean(tab, app, "attention after a mask picked in the view")
 
 
 def seen(key: str):
@@ -484,7 +499,7 @@ def test_url_reproduces_the_view_on_a_fresh_server(app, tab, browser, tmp_path):
     pick_layer(tab, 1)
     choose(tab, s("att_block"), s("block_enc_self"))
     view_pick(tab, head=2)
-    radio(tab, s("att_mask_mode"), s("mask_none"))
+    pick_mask(tab, "none")
     view_pick(tab, scale="log")
     assert view_state(tab)["title"] == main_title(2, scale="log")
     assert_clean(tab, app, "attention, every control set")
@@ -532,7 +547,7 @@ def test_url_reproduces_the_view_on_a_fresh_server(app, tab, browser, tmp_path):
             assert_clean(other, fresh, "shared attention link on a fresh server")
             assert shown_layer(other, "zh") == "1"
             assert combobox_value(other, s("att_block", "zh")) == s("block_enc_self", "zh")
-            assert radio_value(other, s("att_mask_mode", "zh")) == s("mask_none", "zh")
+            assert shown_mask(other, "zh") == s("mask_none", "zh")
             shown = view_state(other)
             assert (shown["head"], shown["scale"], shown["title"]) == (2, "log", main_title(2, "zh", "log"))
         finally:
@@ -637,8 +652,8 @@ def test_a_view_whose_script_cannot_load_says_so_in_the_learners_language(app, t
             assert tab.locator(ATT_VIEW).count() == 0
     finally:
         tab.unroute(views)
-    radio(tab, s("att_mask_mode", "zh"), s("mask_none", "zh"))  # served again: the next run draws the view, and the
-    # note is gone
+    enter_text(tab, s("input_text", "zh"), "The cat sat on the mat.")  # served again: the next run draws the view, and
+    # the note is gone
     expect(tab.locator(ATT_VIEW)).to_be_visible()
     expect(tab.locator(f"{MAIN} .load-failed")).to_have_count(0)
 

@@ -17,53 +17,66 @@ from ui.figures import LOG_FLOOR, axis_labels
 TEXT = CAT
 
 
-def decoded(data: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(weights to 4 decimals as integers, log codes: -1 where the browser takes the log from the 4 decimals, mask),
-    each (layers held, heads, Tq, Tk); the block's one mask repeated for every layer."""
+def decoded(data: dict) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per mask set: (weights to 4 decimals as integers, log codes: -1 where the browser takes the log from the 4
+    decimals, mask), each (layers held, heads, Tq, Tk); the set's one mask repeated for every layer."""
     shape = (data["heads"], data["n_q"], data["n_k"])
-    bits = np.frombuffer(base64.b64decode(data["mask"]), dtype=np.uint8)
-    mask = np.unpackbits(bits, bitorder="little")[: np.prod(shape)].reshape(shape).astype(bool)
-    mask = np.broadcast_to(mask, (len(data["layers"]), *shape))
-    four, log = view_module.decode(base64.b64decode(data["weights"]), mask)
-    return four, log, mask
+    planes, start, out = base64.b64decode(data["weights"]), 0, []
+    for bits64, size in zip(data["masks"], data["sizes"], strict=True):
+        bits = np.frombuffer(base64.b64decode(bits64), dtype=np.uint8)
+        mask = np.unpackbits(bits, bitorder="little")[: np.prod(shape)].reshape(shape).astype(bool)
+        mask = np.broadcast_to(mask, (len(data["layers"]), *shape))
+        assert int(mask.sum()) == size
+        four, log = view_module.decode(planes[start:start + 2 * size], mask)
+        out.append((four, log, mask))
+        start += 2 * size
+    assert start == len(planes)
+    return out
 
 
-def test_the_browser_gets_every_heads_weights_of_every_layer_as_the_trace_has_them(cat_trace):
+def test_the_browser_gets_every_heads_weights_of_every_layer_and_both_masks_as_the_trace_has_them(cat_trace):
+    from transformer_core import trace_text
+
     model, prep, trace = cat_trace
     at = open_app("attention", model=DEFAULT, text=TEXT, layer="2")
     assert_clean(at)
     data = attention_view(at)
-    layers = range(model.cfg.n_layers)  # a short text: the view holds every layer (a layer switch in the browser)
+    layers = range(model.cfg.n_layers)  # a short text: every layer (a layer switch in the browser) under both masks
     assert data["layers"] == list(layers)
-    w = np.stack([trace.attention("dec_self", layer).weights[0].float().numpy() for layer in layers])
-    kept = np.broadcast_to(trace.attention("dec_self", 2).mask[0].numpy().astype(bool), w.shape)
-    four, log, mask = decoded(data)
-    assert (data["heads"], data["n_q"], data["n_k"]) == w.shape[1:] == (model.cfg.n_heads, 13, 13)
-    assert np.array_equal(mask, kept)
-    # the hover's number: the weight to 4 decimals, exactly as the server writes it (f"{w:.4f}")
-    assert [f"{v / 1e4:.4f}" for v in four.ravel()] == [f"{v:.4f}" for v in w.ravel()]
-    # the log scale's colours: log10 of the weight (floored at 1e-6) in 255 steps over 6 decades, sent for the tiny
-    # weights (to half a step), taken from the 4 decimals for the others (a tenth of a step more)
-    expected = (np.log10(np.maximum(w.astype(np.float64), LOG_FLOOR)) + 6) / 6 * 255
-    tiny = log >= 0
-    assert tiny[mask].any() and (~tiny[mask]).any()  # both kinds are in these maps
-    assert np.abs(log - expected)[tiny].max() <= 0.5 + 1e-9
-    from_four = np.rint((np.log10(four[mask & ~tiny] / 1e4) + 6) / 6 * 255)  # as attention.js reads it
-    assert np.abs(from_four - expected[mask & ~tiny]).max() <= 0.6
-    # masked weights are not sent (0, as softmax gives them)
-    assert (four[~mask] == 0).all() and (w[~kept] == 0).all()
-    assert len(base64.b64decode(data["weights"])) == 2 * int(kept.sum())
+    # one sequence has no padding: "padding" keeps what "none" keeps, "both" what "causal" keeps
+    assert data["modes"] == {"none": 0, "causal": 1, "padding": 0, "both": 1}
+    _, unmasked = trace_text(model, TEXT, masks={"dec_self": "none"})
+    for (four, log, mask), traced in zip(decoded(data), (unmasked, trace), strict=True):
+        w = np.stack([traced.attention("dec_self", layer).weights[0].float().numpy() for layer in layers])
+        kept = np.broadcast_to(traced.attention("dec_self", 2).mask[0].numpy().astype(bool), w.shape)
+        assert (data["heads"], data["n_q"], data["n_k"]) == w.shape[1:] == (model.cfg.n_heads, 13, 13)
+        assert np.array_equal(mask, kept)
+        # the hover's number: the weight to 4 decimals, exactly as the server writes it (f"{w:.4f}")
+        assert [f"{v / 1e4:.4f}" for v in four.ravel()] == [f"{v:.4f}" for v in w.ravel()]
+        # the log scale's colours: log10 of the weight (floored at 1e-6) in 255 steps over 6 decades, sent for the
+        # tiny weights (to half a step), taken from the 4 decimals for the others (a tenth of a step more)
+        expected = (np.log10(np.maximum(w.astype(np.float64), LOG_FLOOR)) + 6) / 6 * 255
+        tiny = log >= 0
+        assert tiny[mask].any() and (~tiny[mask]).any()  # both kinds are in these maps
+        assert np.abs(log - expected)[tiny].max() <= 0.5 + 1e-9
+        from_four = np.rint((np.log10(four[mask & ~tiny] / 1e4) + 6) / 6 * 255)  # as attention.js reads it
+        assert np.abs(from_four - expected[mask & ~tiny]).max() <= 0.6
+        # masked weights are not sent (0, as softmax gives them)
+        assert (four[~mask] == 0).all() and (w[~kept] == 0).all()
+    (_, _, none), (_, _, causal) = decoded(data)
+    assert none.all() and causal.sum() < none.sum()  # "none" keeps every cell, the causal mask the lower triangle
     labels = axis_labels(sequence_labels(model, prep.src_ids[0]))
     assert data["q"] == data["k"] == labels
     heads = list(range(model.cfg.n_heads))
-    assert data["shown"] == [heads] * len(layers) and [len(t) for t in data["titles"]] == [len(heads)] * len(layers)
-    assert data["pick"]["layer"] == 2 and data["pick"]["head"] == 0 and data["pick"]["scale"] == "01"
+    assert data["shown"] == [[heads] * len(layers)] * 2
+    assert [[len(t) for t in per_set] for per_set in data["titles"]] == [[len(heads)] * len(layers)] * 2
+    assert data["pick"] == {"layer": 2, "mask": "both", "head": 0, "scale": "01", "serial": data["pick"]["serial"]}
     assert data["gen"] == 0
     # each layer's heads are titled by that layer's patterns (the induction heads are layer 2's)
-    assert data["titles"][2] != data["titles"][0]
-    # the browser's view holds the layer, head and scale: no Layer or Head box or colour-scale radio, no server map
-    assert not [w for w in at.selectbox if w.key in ("layer", "head")] and not [r for r in at.radio
-                                                                                if r.key == "att_scale"]
+    assert data["titles"][1][2] != data["titles"][1][0]
+    # the view holds the layer, mask, head and scale: no Layer or Head box, mask or colour-scale radio, no server map
+    assert not [w for w in at.selectbox if w.key in ("layer", "head")]
+    assert not [r for r in at.radio if r.key in ("att_scale", "mask_mode")]
     assert not [c for c in at.get("plotly_chart") if c.proto.id.endswith("-att_main") or "-att_thumbs_" in c.proto.id]
 
 
@@ -74,9 +87,19 @@ def test_a_text_too_long_for_every_layer_holds_the_chosen_one_and_the_layer_box_
     data = attention_view(at)
     n = data["n_q"]
     assert 38 < n <= view_module.VIEW_TOKENS  # 4 layers x 8 heads x n(n+1)/2 kept cells > LAYERS_CELLS
-    assert data["layers"] == [1] and len(data["titles"]) == len(data["shown"]) == 1
-    assert at.selectbox(key="layer").value == 1
+    assert data["layers"] == [1] and data["modes"] is None and len(data["masks"]) == 1
+    assert [len(t) for t in data["titles"]] == [len(s) for s in data["shown"]] == [1]
+    assert at.selectbox(key="layer").value == 1 and at.radio(key="mask_mode").value == "both"
     assert len(base64.b64decode(data["weights"])) == 2 * data["heads"] * n * (n + 1) // 2
+
+
+def test_a_text_too_long_for_both_masks_holds_every_layer_under_its_own_and_the_mask_radio_stays():
+    at = open_app("attention", model=DEFAULT, text="The cat sat on the mat and the dog sat on the rug. " * 2, layer="1")
+    assert_clean(at)
+    data = attention_view(at)
+    assert 22 < data["n_q"] <= 38  # 4 layers x 8 heads: both masks' kept cells > LAYERS_CELLS, the causal's not
+    assert data["layers"] == [0, 1, 2, 3] and data["modes"] is None and len(data["masks"]) == 1
+    assert at.radio(key="mask_mode").value == "both" and not [w for w in at.selectbox if w.key == "layer"]
 
 
 @contextmanager
@@ -122,13 +145,35 @@ def test_a_layer_the_browser_picks_is_kept_in_the_link_and_leaves_the_views_data
                                .numpy(), atol=1e-6)
 
 
+def test_a_mask_the_browser_picks_is_kept_in_the_link_and_leaves_the_views_data_as_it_was(cat_trace):
+    from transformer_core import trace_text
+
+    at = open_app("attention", model=DEFAULT, text=TEXT, layer="2", head="1")
+    before = attention_view(at)
+    with state_of(at) as ss:  # the view's mask radio: drawn at once from the maps it holds, then told
+        view_module.adopt({"layer": 2, "mask": "none", "head": 1, "scale": "01"})
+        assert ss["mask_mode"] == "none"
+    at.run()
+    assert_clean(at)
+    assert at.query_params["mask"] == "none"
+    assert attention_view(at) == before  # both masks were in it: a reference again, no maps on the wire
+    model, _, _ = cat_trace
+    _, unmasked = trace_text(model, TEXT, masks={"dec_self": "none"})
+    steps = next(df.value for df in at.dataframe if "softmax weight" in df.value.columns)  # now unmasked
+    np.testing.assert_allclose(steps["softmax weight"].to_numpy(dtype=float),
+                               unmasked.attention("dec_self", 2).head("weights", 1)[at.session_state["att_query_idx"]]
+                               .numpy(), atol=1e-5)  # (the page's threads sum in another order: 2e-6 apart)
+    assert (steps["softmax weight"].to_numpy(dtype=float) > 0).all()
+
+
 def test_a_bad_pick_from_the_browser_leaves_the_head_and_scale_as_they_were():
-    state = {"layer": 1, "head": 2, "att_scale": "row"}
+    state = {"layer": 1, "mask_mode": "both", "head": 2, "att_scale": "row"}
     with patch.object(view_module.st, "session_state", state):
         for bad in ({"head": -1, "scale": "loud"}, {"head": "3"}, {"head": True}, {"head": 10_000}, None, "5",
-                    {"head": 2.5, "scale": ["log"]}, {"layer": -2}, {"layer": "0"}, {"layer": 1e9}, {"layer": None}):
+                    {"head": 2.5, "scale": ["log"]}, {"layer": -2}, {"layer": "0"}, {"layer": 1e9}, {"layer": None},
+                    {"mask": "all"}, {"mask": ["none"]}, {"mask": 0}, {"mask": "<script>"}):
             view_module.adopt(bad)
-            assert (state["layer"], state["head"], state["att_scale"]) == (1, 2, "row"), bad
+            assert (state["layer"], state["mask_mode"], state["head"], state["att_scale"]) == (1, "both", 2, "row"), bad
 
 
 def test_the_servers_own_pick_reaches_the_view_with_a_new_serial():

@@ -20,6 +20,8 @@ from harness.apptest import (
     messages,
     open_app,
     set_layer,
+    set_mask,
+    shown_mask,
     shown_texts,
 )
 from transformer_core.analysis.attention_steps import (
@@ -118,7 +120,7 @@ def test_decoder_only_page_shows_zero_weights_above_the_diagonal_and_rows_summin
 @pytest.mark.parametrize("mode", ["none", "causal", "padding", "both"])
 def test_each_mask_mode_recomputes_the_weights(mode):
     at = open_app(PAGE, model=SMALL, lang="en")
-    at.radio(key="mask_mode").set_value(mode).run()
+    set_mask(at, mode)
     assert_clean(at)
     q = int(at.session_state["att_query_idx"])
     df = step_table(at)
@@ -182,7 +184,7 @@ def test_encoder_decoder_opens_on_cross_attention_with_encoder_keys():
     assert len(at.selectbox(key="att_query_idx").options) == TGT_TOKENS
     assert df[WEIGHT].sum() == pytest.approx(1.0, abs=1e-6)
     assert any("DecoderBlock" in s for s in shown_texts(at))  # the cross-attention mistake, explained
-    at.radio(key="mask_mode").set_value("causal").run()  # never causal over the encoder memory
+    set_mask(at, "causal")  # never causal over the encoder memory
     assert_clean(at)
     assert (step_table(at)[MASKED] != "−∞").all()
     set_layer(at, 2)  # a new layer keeps the kind of block
@@ -532,7 +534,7 @@ def test_masked_cells_of_a_larger_map_are_grey_without_an_x_and_the_title_says_s
     text = " ".join(["The cat sat on the mat."] * 8)  # 56 tokens on the default
     at = open_app(PAGE, model="shipped:everyday-gpt", text=text, lang="en")
     assert_clean(at)
-    assert at.radio(key="mask_mode").value in ("causal", "both")  # one sentence: nothing is padding
+    assert shown_mask(at) in ("causal", "both")  # one sentence: nothing is padding
     after, main = figure(at, "att_after"), figure(at, "att_main")
     n = values(after)[0].shape[0]
     assert n * n > 32 * 32
