@@ -118,20 +118,18 @@ def view_maps(ctx, stages, kind: str) -> tuple[list, dict[str, int] | None]:
     every = [stages if layer == stages.layer else ctx.trace.attention(kind, layer) for layer in range(n_layers)]
     if any(s is None or not bool((s.mask == stages.mask).all()) for s in every):
         return alone
-    modes, first = mask_sets(MASK_MODES, stages.n_q, stages.n_k)
+    modes, first, cells = mask_sets(MASK_MODES, stages.n_q, stages.n_k)
     mine = modes[ss.mask_mode]
-    others = {}
-    for i, mode in first.items():
-        if i == mine:
-            continue
-        trace = traced_with(ctx, {kind: mode})
-        other = [trace.attention(kind, layer) for layer in range(n_layers)]
-        if trace is None or any(s is None for s in other):
-            return [every], None
-        others[i] = other
-    if not fits(n_layers * (kept + sum(int(o[0].mask[0].sum()) for o in others.values()))):
+    if not fits(n_layers * stages.n_heads * sum(cells)):  # (before tracing the text again)
         return [every], None
-    return [every if i == mine else others[i] for i in range(len(first))], modes
+    sets = []
+    for i, mode in first.items():
+        trace = ctx.trace if i == mine else traced_with(ctx, {kind: mode})
+        layers = [] if trace is None else [trace.attention(kind, layer) for layer in range(n_layers)]
+        if not layers or any(s is None or int(s.mask[0].sum()) != stages.n_heads * cells[i] for s in layers):
+            return [every], None
+        sets.append(every if i == mine else layers)
+    return sets, modes
 
 
 def browser_maps(ctx, held: list, modes: dict | None, kind: str, records: dict[int, object], q_lab,

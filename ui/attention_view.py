@@ -53,9 +53,10 @@ def fits(kept_cells: int) -> bool:
     return kept_cells <= LAYERS_CELLS
 
 
-def mask_sets(modes: tuple[str, ...], n_q: int, n_k: int) -> tuple[dict[str, int], dict[int, str]]:
-    """The mask modes grouped by the mask they give one text ({mode: set}, and each set's first mode, whose trace the
-    view's set holds): a sequence has no padding, so "padding" keeps what "none" keeps and "both" what "causal" does."""
+def mask_sets(modes: tuple[str, ...], n_q: int, n_k: int) -> tuple[dict[str, int], dict[int, str], list[int]]:
+    """The mask modes grouped by the mask they give one text: {mode: set}, each set's first mode (whose trace the
+    view's set holds) and the cells a head's map keeps under it. A sequence has no padding, so "padding" keeps what
+    "none" keeps and "both" what "causal" does."""
     sets, first, seen = {}, {}, []
     for mode in modes:
         m = attention_mask(mode, 1, n_q, n_k, torch.tensor([n_k]))
@@ -65,7 +66,7 @@ def mask_sets(modes: tuple[str, ...], n_q: int, n_k: int) -> tuple[dict[str, int
             i, first[len(seen)] = len(seen), mode
             seen.append(m)
         sets[mode] = i
-    return sets, first
+    return sets, first, [int(m.sum()) for m in seen]
 
 
 def server_pick() -> dict:
