@@ -175,7 +175,7 @@ def main_map(stages, head: int, q_lab, k_lab) -> None:
     mask = stages.head("mask", head).numpy()
     z, axis = scaled_weights(np.where(mask, weights, np.nan), ss.att_scale)
     n_q, n_k = weights.shape
-    title = t("att_main_title", head=head, scale=t(f"att_scale_{ss.att_scale}"))
+    title = t("att_main_title", layer=ss.layer, head=head, scale=t(f"att_scale_{ss.att_scale}"))
     step = -(-max(n_q, n_k) // MAIN_CAP)
     if step > 1:  # a long text: blocks of step × step tokens, each its largest weight (light in the browser)
         z, mask = block_max(z, step), block_max(np.where(mask, 1.0, np.nan), step) == 1.0

@@ -267,7 +267,7 @@ function draw(root) {
   const d = root.__data, h = head(root), s = scale(root), [lo, hi] = range(s);
   const z = values(...headMaps(root, h), d.n_q, d.n_k, s);
   root.__z = z;
-  root.querySelector(".title").textContent = d.text.title.replace("{head}", h)
+  root.querySelector(".title").textContent = d.text.title.replace("{layer}", layer(root)).replace("{head}", h)
     .replace("{scale}", d.text.scale_names[s]);
   root.querySelector(".axis-names").textContent = `↓ ${d.text.queries} · → ${d.text.keys}`;
   const ylab = root.querySelector(".ylab"), xlab = root.querySelector(".xlab");

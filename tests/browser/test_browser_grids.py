@@ -90,7 +90,7 @@ def test_a_long_map_names_its_tokens_on_hover(app, tab):
     tab.goto(app_url(app, "attention", "en", model=MODEL, text=text))
     settle(tab, charts=True, timeout=300_000)
     assert_clean(tab, app, "/attention with 300 tokens")
-    main = plot_index(tab, s("att_main_title", "en", head=0, scale=s("att_scale_01", "en")))
+    main = plot_index(tab, s("att_main_title", "en", layer=0, head=0, scale=s("att_scale_01", "en")))
     shown = " ".join(hover_texts(tab, main, 5, 20))  # block 20 (tokens 40–41) → block 5 (tokens 10–11)
     found = re.search(r"queries: (\d+)–(\d+): \1 ‘.+’ \d+ ‘.+’\s*keys: (\d+)–(\d+): \3 ‘.+’", shown)
     # (under load the mouse can land a block off: cells of ~3 px; what matters is that hover names the tokens)

@@ -103,8 +103,8 @@ def type_sidebar_text(page, text: str, lang: str = "en") -> None:
     enter_text(page, s("input_text", lang), text, SIDEBAR)
 
 
-def main_title(head: int, lang: str = "en", scale: str = "01") -> str:
-    return s("att_main_title", lang, head=head, scale=s(f"att_scale_{scale}", lang))
+def main_title(head: int, lang: str = "en", scale: str = "01", *, layer: int = 0) -> str:
+    return s("att_main_title", lang, layer=layer, head=head, scale=s(f"att_scale_{scale}", lang))
 
 
 def number_after(label: str, text: str) -> float:
@@ -113,11 +113,11 @@ def number_after(label: str, text: str) -> float:
     return float(found.group(1))
 
 
-def check_attention_map(page, lang: str, n_q: int, n_k: int) -> dict:
+def check_attention_map(page, lang: str, n_q: int, n_k: int, layer: int = 0) -> dict:
     """The large map (the browser's view): one label per token on both axes, a hover with the query, the key and the
     weight; before/after masking side by side; one small map per head."""
     view = view_state(page)
-    assert (view["n_q"], view["n_k"]) == (n_q, n_k) and view["title"] == main_title(0, lang)
+    assert (view["n_q"], view["n_k"]) == (n_q, n_k) and view["title"] == main_title(0, lang, layer=layer)
     assert len(set(view["q"])) == n_q and all(lab.startswith(f"{j} ‘") for j, lab in enumerate(view["q"]))
     labels = page.locator(ATT_VIEW).evaluate(X_LABELS_JS)
     assert (labels["rows"], labels["n"]) == (n_q, n_k), labels  # every token labelled, none dropped
@@ -147,13 +147,13 @@ def check_cell_click(page, lang: str, seen: dict) -> None:
     assert f"{weight:.4f}" in text, f"the cell's weight {weight:.4f} is not in {text!r}"
 
 
-def check_scales(page, lang: str, head: int = 0) -> None:
+def check_scales(page, lang: str, head: int = 0, layer: int = 0) -> None:
     """0–1, per row (each row's largest weight is 1) and log (log10 of the weights) colour the same map differently;
     each is drawn in the browser, then recorded in the link."""
     z01 = view_state(page)["drawn"]
     view_pick(page, scale="row")
     row = view_state(page)
-    assert row["drawn"] != z01 and row["title"] == main_title(head, lang, "row")
+    assert row["drawn"] != z01 and row["title"] == main_title(head, lang, "row", layer=layer)
     n = row["n_k"]
     rows = [row["drawn"][i:i + n] for i in range(0, len(row["drawn"]), n)]
     assert all(max(v for v in r if v is not None) == pytest.approx(1.0) for r in rows if any(r))
@@ -197,12 +197,12 @@ def test_attention_in_chinese_hover_cell_scale_and_masks(app, tab):
     """The same in 中文 on reverse (decoder self-attention, causal mask marked after masking), and the colour scales:
     per row (each row's largest weight is 1) and log change the map's values."""
     go(tab, app, "attention", "zh", model=REVERSE, layer=1, block="dec_self")
-    seen = check_attention_map(tab, "zh", 4, 4)
+    seen = check_attention_map(tab, "zh", 4, 4, layer=1)
     SEEN["hover"] = seen["hover"]
     after = plots(tab)[plot_index(tab, s("att_after", "zh"))]
     assert "mask" in after["names"]  # the causal mask's cells are marked (✕) after masking
     check_cell_click(tab, "zh", seen)
-    check_scales(tab, "zh")
+    check_scales(tab, "zh", layer=1)
     screenshot(tab, SHOTS / "attention_zh.png")
     assert_clean(tab, app, "attention in Chinese")
     see_chinese(tab, "/attention")
@@ -247,13 +247,13 @@ def test_the_views_numbers_are_the_traces_and_a_pick_is_drawn_before_the_server_
     root = tab.locator(ATT_VIEW).element_handle()
     runs = runs_ended(tab)
     drawn = tab.evaluate(PICK_JS, [root, "head", "3"])
-    assert drawn["title"] == main_title(3) and runs_ended(tab) == runs  # drawn before the server heard of it
+    assert drawn["title"] == main_title(3, layer=2) and runs_ended(tab) == runs  # drawn before the server heard of it
     top = np.nanmax(np.where(kept[3], w[3], np.nan), axis=1, keepdims=True)  # each row's largest weight
     # the view's precision: 4 decimals; their ratio to the row's largest; 255 steps over 6 decades
     tol = {"01": 5e-5, "row": 1e-4 / top, "log": 3 / 255}
     for scale in ("row", "log", "01"):
         drawn = tab.evaluate(PICK_JS, [root, "scale", scale])
-        assert drawn["title"] == main_title(3, scale=scale)
+        assert drawn["title"] == main_title(3, scale=scale, layer=2)
         z, _ = scaled_weights(np.where(kept[3], w[3], np.nan), scale)
         got = np.array([np.nan if v is None else v for v in drawn["drawn"]]).reshape(z.shape)
         assert np.array_equal(np.isnan(got), np.isnan(z)), scale
@@ -268,7 +268,7 @@ def test_the_views_numbers_are_the_traces_and_a_pick_is_drawn_before_the_server_
     assert not tab.locator(f"{MAIN} [data-testid='stSelectbox']").filter(has_text=s("att_layer")).count()  # no box
     runs = runs_ended(tab)
     drawn = tab.evaluate(PICK_JS, [root, "layer", "0"])  # layer 0's head 3, drawn before the server hears of it
-    assert runs_ended(tab) == runs and drawn["title"] == main_title(3)
+    assert runs_ended(tab) == runs and drawn["title"] == main_title(3, layer=0)  # the title names the layer
     first = trace.attention("dec_self", 0)
     w0, kept0 = first.weights[0][3].float().numpy(), first.mask[0][3].numpy().astype(bool)
     got = np.array([np.nan if v is None else v for v in drawn["drawn"]]).reshape(w0.shape)
@@ -306,7 +306,7 @@ def test_clicking_a_thumbnail_shows_that_head_large():
     clicked = seen("thumbnail")
     assert not clicked["errors"], clicked["errors"]
     # head 2 large, in the colour scale chosen last (check_scales ends on log): a click keeps the learner's choice
-    assert clicked["title"] == main_title(2, "zh", "log"), clicked["title"]
+    assert clicked["title"] == main_title(2, "zh", "log", layer=1), clicked["title"]
     assert clicked["head"] == "2" and clicked["chosen"] == [2]
     assert parse_qs(urlparse(clicked["url"]).query).get("head") == ["2"], clicked["url"]
 
@@ -380,7 +380,7 @@ def test_whole_model_picture_encoder_decoder_and_a_click_opens_the_block(app, ta
     assert shown_layer(tab) == "1"
     assert combobox_value(tab, s("att_block")) == s("block_cross")
     assert_clean(tab, app, "attention opened from the picture")
-    check_scales(tab, "en")
+    check_scales(tab, "en", layer=1)
 
 
 def test_whole_model_picture_in_chinese_decoder_only(app, tab):
@@ -501,7 +501,7 @@ def test_url_reproduces_the_view_on_a_fresh_server(app, tab, browser, tmp_path):
     view_pick(tab, head=2)
     pick_mask(tab, "none")
     view_pick(tab, scale="log")
-    assert view_state(tab)["title"] == main_title(2, scale="log")
+    assert view_state(tab)["title"] == main_title(2, scale="log", layer=1)
     assert_clean(tab, app, "attention, every control set")
     run_after(tab, tab.locator("[data-testid='stSidebarNav']").get_by_text(s("nav_logits"), exact=True).click,
               charts=True)
@@ -549,7 +549,7 @@ def test_url_reproduces_the_view_on_a_fresh_server(app, tab, browser, tmp_path):
             assert combobox_value(other, s("att_block", "zh")) == s("block_enc_self", "zh")
             assert shown_mask(other, "zh") == s("mask_none", "zh")
             shown = view_state(other)
-            assert (shown["head"], shown["scale"], shown["title"]) == (2, "log", main_title(2, "zh", "log"))
+            assert (shown["head"], shown["scale"], shown["title"]) == (2, "log", main_title(2, "zh", "log", layer=1))
         finally:
             other.context.close()
 
