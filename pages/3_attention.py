@@ -109,8 +109,9 @@ def head_and_scale(heads: int, head_slot, scale_slot) -> None:
 
 def view_maps(ctx, stages, kind: str) -> tuple[list, dict[str, int] | None]:
     """What the browser's view holds, where it fits (ui.attention_view.LAYERS_CELLS): every layer (the trace kept them
-    all, and every layer's mask is this one's), and then the other mask's too (the text traced with it, cached as the
-    page's own trace): ([per mask set: every layer's stages], {mode: set}); else ([[this layer's stages]], None)."""
+    all, and every layer's mask is this one's), and then under every mask (the text traced with the other, cached as
+    the page's own trace; one set per mask the model keeps): ([per set: every layer's stages], {mode: set}); else
+    ([every layer's stages], None) or ([[this layer's stages]], None)."""
     alone = [[stages]], None
     n_layers, kept = ctx.model.cfg.n_layers, int(stages.mask[0].sum())
     if n_layers == 1 or not fits(n_layers * kept):
@@ -122,14 +123,18 @@ def view_maps(ctx, stages, kind: str) -> tuple[list, dict[str, int] | None]:
     mine = modes[ss.mask_mode]
     if not fits(n_layers * stages.n_heads * sum(cells)):  # (before tracing the text again)
         return [every], None
-    sets = []
+    held, where = [], {}  # the sets the view holds; a mode's set -> its place among them
     for i, mode in first.items():
         trace = ctx.trace if i == mine else traced_with(ctx, {kind: mode})
-        layers = [] if trace is None else [trace.attention(kind, layer) for layer in range(n_layers)]
-        if not layers or any(s is None or int(s.mask[0].sum()) != stages.n_heads * cells[i] for s in layers):
+        layers = every if i == mine else [] if trace is None else [trace.attention(kind, k) for k in range(n_layers)]
+        if not layers or any(s is None or not bool((s.mask == layers[0].mask).all()) for s in layers):
             return [every], None
-        sets.append(every if i == mine else layers)
-    return sets, modes
+        # a mask the model keeps as another's (cross-attention is never causal over the encoder's tokens): one set
+        same = next((j for j, h in enumerate(held) if bool((h[0].mask == layers[0].mask).all())), None)
+        where[i] = len(held) if same is None else same
+        if same is None:
+            held.append(layers)
+    return held, {mode: where[i] for mode, i in modes.items()}
 
 
 def browser_maps(ctx, held: list, modes: dict | None, kind: str, records: dict[int, object], q_lab,

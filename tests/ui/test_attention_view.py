@@ -166,6 +166,18 @@ def test_a_mask_the_browser_picks_is_kept_in_the_link_and_leaves_the_views_data_
     assert (steps["softmax weight"].to_numpy(dtype=float) > 0).all()
 
 
+def test_cross_attention_keeps_one_mask_set_for_every_mode_as_the_model_does():
+    """Cross-attention is never causal over the encoder's tokens (and one text has no padding): every mode keeps every
+    key, so the view holds one set for all four and its radio switches with no new maps."""
+    at = open_app("attention", model="shipped:reverse", text="b d a c")
+    assert_clean(at)
+    assert at.session_state["block"] == "cross"
+    data = attention_view(at)
+    assert data["modes"] == {"none": 0, "causal": 0, "padding": 0, "both": 0} and len(data["masks"]) == 1
+    (_, _, mask), = decoded(data)
+    assert mask.all() and data["layers"] == [0, 1]
+
+
 def test_a_bad_pick_from_the_browser_leaves_the_head_and_scale_as_they_were():
     state = {"layer": 1, "mask_mode": "both", "head": 2, "att_scale": "row"}
     with patch.object(view_module.st, "session_state", state):
