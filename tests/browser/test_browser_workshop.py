@@ -252,8 +252,9 @@ def test_why8_what_one_browser_trains_uploads_or_types_is_invisible_to_another(r
     assert [o for o in sidebar_model_options(bob) if o.endswith("· trained here")] == []
     expect(bob.locator(MAIN).get_by_text(S["tr_no_models"]["en"])).to_be_visible()
     missing = "user:m-0123456789abcdef"
-    for key in [*keys, missing]:  # Alice's models by their URL keys: refused exactly like a missing model
-        goto(bob, app, f"/attention?model={quote(key, safe='')}", charts=True)
+    for key in [*keys, missing]:  # Alice's models by their URL keys: refused exactly like a missing model (the sidebar
+        # reads the link on every page: the Tokenizer page, lighter to draw than the Attention page)
+        goto(bob, app, f"/tokenizer?model={quote(key, safe='')}")
         notes = [c for c in bob.locator(f"{SIDEBAR} [data-testid='stCaptionContainer']").all_inner_texts() if "🔗" in c]
         assert notes == [f"🔗 {S['err.url_model_unknown']['en']}"], (key, notes)
         assert bob.locator(SIDEBAR).get_by_role("combobox", name="Model").input_value() == DEFAULT_SHOWN
