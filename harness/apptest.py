@@ -195,45 +195,43 @@ def attention_view(at: AppTest) -> dict | None:
     return found[0] if found else None
 
 
+# The Attention page's layer and mask: the browser's view holds them where the text is short enough (its data's
+# "layers" more than one; "modes" not None), else the page's Layer box and Mask radio do
+def _held(view: dict | None, name: str) -> bool:
+    return view is not None and (len(view["layers"]) > 1 if name == "layer" else view["modes"] is not None)
+
+
 def shown_layer(at: AppTest) -> int:
-    """The layer the Attention page shows: its Layer box, or where the browser's view holds every layer (a short
-    text), the pick the server gave the view."""
+    """The layer the Attention page shows: its Layer box, or the pick the server gave the view that holds it."""
     view = attention_view(at)
-    return int(view["pick"]["layer"]) if view is not None and len(view["layers"]) > 1 else int(
-        at.selectbox(key="layer").value)
-
-
-def set_layer(at: AppTest, layer: int) -> AppTest:
-    """Choose the Attention page's layer as a learner does: its Layer box, or the browser's view's list (what the
-    view's "pick" tells the server, as ui.attention_view takes it); then run."""
-    view = attention_view(at)
-    if view is None or len(view["layers"]) < 2:
-        return at.selectbox(key="layer").set_value(layer).run()
-    from ui import attention_view as view_module
-
-    with patch.object(view_module.st, "session_state", at.session_state):
-        view_module.adopt({**view["pick"], "layer": layer})
-    return at.run()
+    return int(view["pick"]["layer"]) if _held(view, "layer") else int(at.selectbox(key="layer").value)
 
 
 def shown_mask(at: AppTest) -> str:
-    """The mask mode the Attention page shows: its radio, or where the browser's view holds both masks (a short text),
-    the pick the server gave the view."""
+    """The mask mode the Attention page shows: its radio, or the pick the server gave the view that holds it."""
     view = attention_view(at)
-    return view["pick"]["mask"] if view is not None and view["modes"] else at.radio(key="mask_mode").value
+    return view["pick"]["mask"] if _held(view, "mask") else at.radio(key="mask_mode").value
 
 
-def set_mask(at: AppTest, mode: str) -> AppTest:
-    """Choose the Attention page's mask mode as a learner does: its radio, or the browser's view's (what the view's
-    "pick" tells the server, as ui.attention_view takes it); then run."""
+def _choose(at: AppTest, name: str, value, widget) -> AppTest:
+    """Choose the Attention page's layer or mask as a learner does: in the page's widget, or in the browser's view
+    that holds it (what the view's "pick" tells the server, as ui.attention_view takes it); then run."""
     view = attention_view(at)
-    if view is None or not view["modes"]:
-        return at.radio(key="mask_mode").set_value(mode).run()
+    if not _held(view, name):
+        return widget().set_value(value).run()
     from ui import attention_view as view_module
 
     with patch.object(view_module.st, "session_state", at.session_state):
-        view_module.adopt({**view["pick"], "mask": mode})
+        view_module.adopt({**view["pick"], name: value})
     return at.run()
+
+
+def set_layer(at: AppTest, layer: int) -> AppTest:
+    return _choose(at, "layer", layer, lambda: at.selectbox(key="layer"))
+
+
+def set_mask(at: AppTest, mode: str) -> AppTest:
+    return _choose(at, "mask", mode, lambda: at.radio(key="mask_mode"))
 
 
 def shown_head(at: AppTest) -> int:

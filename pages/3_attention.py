@@ -110,9 +110,9 @@ def head_and_scale(heads: int, head_slot, scale_slot) -> None:
 def view_maps(ctx, stages, kind: str) -> tuple[list, dict[str, int] | None]:
     """What the browser's view holds, where it fits (ui.attention_view.LAYERS_CELLS): every layer (the trace kept them
     all, and every layer's mask is this one's), and then under every mask (the text traced with the other, cached as
-    the page's own trace; one set per mask the model keeps): ([per set: every layer's stages], {mode: set}); else
-    ([every layer's stages], None) or ([[this layer's stages]], None)."""
-    alone = [[stages]], None
+    the page's own trace; one set per mask the model keeps): ([per set: (its trace, every layer's stages)],
+    {mode: set}); else ([(the page's trace, every layer's stages)], None) or ([(the trace, [this layer's])], None)."""
+    alone = [(ctx.trace, [stages])], None
     n_layers, kept = ctx.model.cfg.n_layers, int(stages.mask[0].sum())
     if n_layers == 1 or not fits(n_layers * kept):
         return alone
@@ -122,18 +122,18 @@ def view_maps(ctx, stages, kind: str) -> tuple[list, dict[str, int] | None]:
     modes, first, cells = mask_sets(MASK_MODES, stages.n_q, stages.n_k)
     mine = modes[ss.mask_mode]
     if not fits(n_layers * stages.n_heads * sum(cells)):  # (before tracing the text again)
-        return [every], None
+        return [(ctx.trace, every)], None
     held, where = [], {}  # the sets the view holds; a mode's set -> its place among them
     for i, mode in first.items():
         trace = ctx.trace if i == mine else traced_with(ctx, {kind: mode})
         layers = every if i == mine else [] if trace is None else [trace.attention(kind, k) for k in range(n_layers)]
         if not layers or any(s is None or not bool((s.mask == layers[0].mask).all()) for s in layers):
-            return [every], None
+            return [(ctx.trace, every)], None
         # a mask the model keeps as another's (cross-attention is never causal over the encoder's tokens): one set
-        same = next((j for j, h in enumerate(held) if bool((h[0].mask == layers[0].mask).all())), None)
+        same = next((j for j, (_, h) in enumerate(held) if bool((h[0].mask == layers[0].mask).all())), None)
         where[i] = len(held) if same is None else same
         if same is None:
-            held.append(layers)
+            held.append((trace, layers))
     return held, {mode: where[i] for mode, i in modes.items()}
 
 
@@ -141,23 +141,23 @@ def browser_maps(ctx, held: list, modes: dict | None, kind: str, records: dict[i
                  k_lab) -> tuple[int, int] | None:
     """The head large and every head small, drawn and switched in the browser (ui.attention_view), with the layer and
     the mask where the view holds them (`held`, `modes`: view_maps); returns the clicked (query, key) cell, if any."""
-    heads, titles, shown = held[0][0].n_heads, [], []
+    first = held[0][1][0]
+    heads, titles, shown = first.n_heads, [], []
     mine = modes[ss.mask_mode] if modes else 0
-    for i, layers in enumerate(held):
+    for i, (trace, layers) in enumerate(held):
         titles.append([])
         shown.append([])
         for stages in layers:
             here = i == mine and stages.layer == ss.layer
-            labels = records if here else head_labels(ctx, stages, kind, i != mine)
+            labels = records if here else head_labels(ctx, stages, kind, trace)
             titles[-1].append([[f"{t('att_head')} {h}", label_text(labels.get(h)) if labels else ""]
                                for h in range(heads)])
             # the kind filter's pills are this layer's: another layer or mask the view switches to shows every head
             shown[-1].append(kind_filter(records, heads) if here else list(range(heads)))
-    first = held[0][0]
     n_gen = generated_rows(first.n_q)
-    attention_view(view_data([s.layer for s in held[0]], [(layers[0].mask[0], [s.weights[0] for s in layers])
-                                                          for layers in held], modes, q_lab, k_lab, titles, shown,
-                             generated=n_gen))
+    attention_view(view_data([s.layer for s in held[0][1]], [(layers[0].mask[0], [s.weights[0] for s in layers])
+                                                             for _, layers in held], modes, q_lab, k_lab, titles,
+                             shown, generated=n_gen))
     say_generated(n_gen, first.n_q)
     return ss.get("att_cell")
 
@@ -289,17 +289,17 @@ def side_by_side(stages, head, q_lab, k_lab) -> None:
             chart(fig, f"att_{key}")
 
 
-def head_labels(ctx, stages, kind: str, other_mask: bool = False) -> dict[int, object]:
+def head_labels(ctx, stages, kind: str, trace=None) -> dict[int, object]:
     """head -> the detector's record for this block: its patterns on the traced text, and induction (measured once
-    per model on random repeated sequences). {} if it cannot run: the maps stand without labels. other_mask: stages
-    of the text traced with the block's other mask (the view's), kept apart from the page's own."""
+    per model on random repeated sequences). {} if it cannot run: the maps stand without labels. trace: the one the
+    stages are of (the page's, or the text traced with another mask for the view)."""
     try:
         induction = None
         if kind != "cross":  # measured once per model: a big one takes seconds, and says what it is doing
             with st.spinner(t("att_probe_running", count=probe_count(ctx.model), length=default_length(ctx.model))):
                 induction = cache.induction_by_block(ctx.key, ctx.device).get((kind, stages.layer))
         # once per trace (every session reading this text shares it): the view titles every layer's heads each run
-        return ctx.trace.memo(("head_labels", kind, stages.layer, other_mask), lambda: {
+        return (trace or ctx.trace).memo(("head_labels", kind, stages.layer), lambda: {
             r.head: r for r in label_block(kind, stages.layer, stages.weights, induction, prep=ctx.prep)})
     except Exception:  # noqa: BLE001 - labels are extra
         return {}
@@ -579,8 +579,8 @@ try:
            if ctx.trace.tgt_ids is not None else src)
     q_lab, k_lab = (src if kind == "enc_self" else tgt), (tgt if kind == "dec_self" else src)
     view = in_browser(stages.n_q, stages.n_k)  # head and colour scale switched in the browser
-    held, modes = view_maps(ctx, stages, kind) if view else ([[stages]], None)  # and the layer and mask where it fits
-    if len(held[0]) == 1:
+    held, modes = view_maps(ctx, stages, kind) if view else ([(ctx.trace, [stages])], None)  # the layer, mask if fit
+    if len(held[0][1]) == 1:
         layer_box(model.cfg.n_layers, slots["layer"])
     if modes is None:
         mask_radio(slots["mask"])

@@ -69,13 +69,20 @@ def mask_sets(modes: tuple[str, ...], n_q: int, n_k: int) -> tuple[dict[str, int
     return sets, first, [int(m.sum()) for m in seen]
 
 
+def _shown() -> dict:
+    """The page's layer, mask, head and scale: what the view shows once it has the server's pick."""
+    ss = st.session_state
+    return {"layer": int(ss.get("layer", 0)), "mask": ss.get("mask_mode"), "head": int(ss["head"]),
+            "scale": ss["att_scale"]}
+
+
 def server_pick() -> dict:
     """{"layer", "mask", "head", "scale", "serial"}: the page's layer, mask, head and scale, with a serial that changes
     only where the server changed them from what the view shows (a link, the model view's click, another model), not
     where it took the view's own: a view applies a pick whose serial it has not seen; a new view starts from the
     link."""
     ss = st.session_state
-    now = {"layer": int(ss["layer"]), "mask": ss["mask_mode"], "head": int(ss["head"]), "scale": ss["att_scale"]}
+    now = _shown()
     pick = ss.get("_att_pick")
     if pick is None or ss.get("_att_shown") != now:
         pick = ss["_att_pick"] = {**now, "serial": (pick or {}).get("serial", 0) + 1}
@@ -164,20 +171,16 @@ def adopt(pick: object) -> None:
         return
     ss = st.session_state
     # a layer or head past the model's is clamped by the page's next run (ui.state.keep_view_in_model), as a link's is
-    for name in ("layer", "head"):
+    checks = {"layer": ("layer", _index), "head": ("head", _index), "mask": ("mask_mode", MASK_MODES.__contains__)}
+    for name, (key, ok) in checks.items():
         value = pick.get(name)
-        if _index(value) and value != ss.get(name):
-            ss[name] = value
-            if "att_cell" in ss:  # a cell belongs to the head it was clicked on
+        if ok(value) and value != ss.get(key):
+            ss[key] = value
+            if "att_cell" in ss:  # a cell's arithmetic belongs to the layer, head and mask it was clicked under
                 del ss["att_cell"]
-    if pick.get("mask") in MASK_MODES and pick["mask"] != ss.get("mask_mode"):
-        ss["mask_mode"] = pick["mask"]
-        if "att_cell" in ss:  # the cell's arithmetic was under the other mask
-            del ss["att_cell"]
     if pick.get("scale") in SCALES:
         ss["att_scale"] = pick["scale"]
-    ss["_att_shown"] = {"layer": int(ss.get("layer", 0)), "mask": ss.get("mask_mode"), "head": int(ss["head"]),
-                        "scale": ss["att_scale"]}
+    ss["_att_shown"] = _shown()
 
 
 def _on_pick() -> None:

@@ -33,17 +33,24 @@ class PageContext:
     masks: dict
 
 
+def _traced(key: str, model, device: str, masks: dict, layer: int) -> tuple[Prepared, Trace]:
+    """The sidebar's text (and target, generated tokens) traced with these masks: ui.cache's trace, shared by every
+    session that reads the same input."""
+    ss = st.session_state
+    tgt = ss.get("tgt") if model.is_encoder_decoder else None
+    return cache.get_trace(key, device, ss.get("text", ""), tgt, tuple(sorted(masks.items())), layer,
+                           bool(ss.get("allow_special")), generated())
+
+
 def page_context(layer: int | None = None, masks: dict | None = None) -> PageContext:
     """Model + cached trace of the sidebar's text; shows a clear message and stops on bad input."""
     ss = st.session_state
     key, model, meta, device = load_selected_model()
     layer = min(int(ss.get("layer", 0)) if layer is None else layer, model.cfg.n_layers - 1)
     masks = {**DEFAULT_MASKS, **(masks or {})}
-    tgt = ss.get("tgt") if model.is_encoder_decoder else None
     try:
         with st.spinner("…"):
-            prep, trace = cache.get_trace(key, device, ss.get("text", ""), tgt, tuple(sorted(masks.items())),
-                                          layer, bool(ss.get("allow_special")), generated())
+            prep, trace = _traced(key, model, device, masks, layer)
     except InputError as exc:
         if exc.code == "tokens_not_in_vocab":
             cannot_take_text(exc, meta)
@@ -70,12 +77,8 @@ def page_context(layer: int | None = None, masks: dict | None = None) -> PageCon
 def traced_with(ctx: PageContext, masks: dict) -> Trace | None:
     """The page's text traced with other masks ({block: mode} over the page's), cached as the page's own trace (the
     Attention view's other mask); None where it cannot be (the page's own trace stands)."""
-    ss = st.session_state
-    tgt = ss.get("tgt") if ctx.model.is_encoder_decoder else None
     try:
-        _, trace = cache.get_trace(ctx.key, ctx.device, ss.get("text", ""), tgt,
-                                   tuple(sorted({**ctx.masks, **masks}.items())), ctx.layer,
-                                   bool(ss.get("allow_special")), generated())
+        _, trace = _traced(ctx.key, ctx.model, ctx.device, {**ctx.masks, **masks}, ctx.layer)
     except Exception:  # noqa: BLE001 - the memory budget or a full server: the view keeps the page's mask only
         return None
     return trace
