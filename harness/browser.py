@@ -810,10 +810,18 @@ def view_head(page) -> str:
     return page.locator(f"{ATT_VIEW} select[name='head']").input_value()
 
 
+def _view_holds(page, field: str) -> bool:
+    """Whether the Attention page's view shows its own `field` ("layer" or "mask") rather than the server's box or
+    radio. The view draws its data after the run is over, so this waits for its title first: a look before would
+    take the view's list, drawn a moment later, for the server's box (both are named by the same label)."""
+    page.locator(f"{ATT_VIEW} .title").wait_for(state="visible")
+    return page.locator(f"{ATT_VIEW} .field.{field}:not([hidden])").count() > 0
+
+
 def pick_layer(page, layer: int, lang: str = "en") -> None:
     """Choose the Attention page's layer as a learner does: in the view's list where the view holds every layer (a
     short text), else in the server's Layer box."""
-    if page.locator(f"{ATT_VIEW} .field.layer:not([hidden])").count():
+    if _view_holds(page, "layer"):
         view_pick(page, layer=layer)
     else:
         choose(page, s("att_layer", lang), str(layer))
@@ -822,7 +830,7 @@ def pick_layer(page, layer: int, lang: str = "en") -> None:
 def pick_mask(page, mode: str, lang: str = "en") -> None:
     """Choose the Attention page's mask mode as a learner does: in the view's radio where the view holds both masks (a
     short text), else in the server's radio."""
-    if page.locator(f"{ATT_VIEW} .field.mask:not([hidden])").count():
+    if _view_holds(page, "mask"):
         view_pick(page, mask=mode)
     else:
         radio(page, s("att_mask_mode", lang), s(f"mask_{mode}", lang))
@@ -830,17 +838,15 @@ def pick_mask(page, mode: str, lang: str = "en") -> None:
 
 def shown_mask(page, lang: str = "en") -> str:
     """The mask mode the Attention page shows (its name in `lang`): the view's radio, else the server's."""
-    state = view_state(page) if page.locator(ATT_VIEW).count() else None
-    if state is not None and state["mask_radio"]:
-        return s(f"mask_{state['mask']}", lang)
+    if _view_holds(page, "mask"):
+        return s(f"mask_{view_state(page)['mask']}", lang)
     return radio_value(page, s("att_mask_mode", lang))
 
 
 def shown_layer(page, lang: str = "en") -> str:
     """The layer the Attention page shows: the view's list where the view holds every layer, else the server's box."""
-    state = view_state(page) if page.locator(ATT_VIEW).count() else None
-    if state is not None and state["layer_list"]:
-        return str(state["layer"])
+    if _view_holds(page, "layer"):
+        return str(view_state(page)["layer"])
     return combobox_value(page, s("att_layer", lang))
 
 
