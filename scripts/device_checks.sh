@@ -2,7 +2,9 @@
 # The checks that need a GPU, run on a GPU machine in one call (README, Performance): the tests that skip on a
 # CPU, and the forward and page benchmarks with --device cuda. Each step is timed out on its own and a missing
 # package skips only its step (the machine reaches no registry).
+#   here:   bash scripts/device_tree.sh slim everyday-gpt   (a call sends at most 64 MiB: the other models stay here)
 #   there:  bash scripts/device_checks.sh "$OUT"      (about 3 minutes; the figures come back as JSON beside a log)
+#   here:   bash scripts/device_tree.sh restore
 set -uo pipefail
 out=${1:?usage: bash scripts/device_checks.sh OUT_FOLDER}
 export PYTHONUNBUFFERED=1

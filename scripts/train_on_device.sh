@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The default model's GPU recipe (train/defaults.py: EVERYDAY_GPU), run on a GPU machine that reaches no
-# network. Three steps (README, "Models"):
-#   here:   python -m transformer_core.train.corpus_pack --out .corpora --only everyday-gpt   (8.6 MB, ignored by git)
-#   there:  bash scripts/train_on_device.sh "$OUT"        (the device call carries .corpora; about 7 minutes)
+# The default model's GPU recipe (train/defaults.py: EVERYDAY_WORDS_GPU), run on a GPU machine that reaches no
+# network and gets the working tree without git's history. Four steps (README, "Building the models"):
+#   here:   python -m transformer_core.train.corpus_pack --out .corpora --only everyday-gpt
+#           (the cleaned corpora, the word list and the model the recipe starts from: 25 MB, ignored by git)
+#   here:   bash scripts/device_tree.sh slim        (the call sends at most 64 MiB: the shipped models stay here)
+#   there:  bash scripts/train_on_device.sh "$OUT"   (the call carries .corpora; about 7 minutes)
+#   here:   bash scripts/device_tree.sh restore
+#           cat FILES_AT/everyday-gpt.tgz.part-* | tar xz -C assets/models && python bench/everyday.py
 #   (a trial on a CPU: bash scripts/train_on_device.sh /tmp/out --budget 150 --device cpu; a trial on the GPU takes
 #    build.TRIAL_OPTIONS, e.g. --steps 20000 --budget 420 --d-model 512, which its card's command then names)
-#   here:   tar xzf FILES_AT/everyday-gpt.tgz -C assets/models && python bench/everyday.py
-# The build writes the model folder (weights, config, card with its figures, held-out samples, neuron index); it is
-# sent back as one archive with the build's log.
+# The build writes the model folder (weights, config, card with its figures, held-out samples, neuron index); it comes
+# back as an archive in parts of 15 MiB (a file sent back is at most 16 MiB) beside the build's log.
 set -euo pipefail
 out=${1:?usage: bash scripts/train_on_device.sh OUT_FOLDER [build options, e.g. --budget 240]}
 shift
@@ -16,5 +19,5 @@ python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name() 
 work=$(mktemp -d)
 python3 -m transformer_core.train.build --only everyday-gpt --recipe gpu --cache .corpora --out "$work" "$@" 2>&1 \
   | tee "$out/build.log"
-tar czf "$out/everyday-gpt.tgz" -C "$work" everyday-gpt
+tar czf - -C "$work" everyday-gpt | split -b 15M -d - "$out/everyday-gpt.tgz.part-"
 ls -la "$out"

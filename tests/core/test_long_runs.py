@@ -203,22 +203,49 @@ def test_a_trial_of_the_gpu_recipe_takes_more_steps_and_its_card_command_repeats
     assert fit_budget(replace(more, budget_s=100.0), 100, 2.0).max_iters < 20_000
 
 
-def test_the_pack_command_writes_every_corpus_the_recipe_reads(tmp_path, monkeypatch, capsys):
-    from transformer_core.train import corpus_pack
+def test_the_pack_command_writes_every_corpus_the_recipe_reads_its_word_list_and_the_model_it_starts_from(
+        tmp_path, monkeypatch, capsys):
+    import subprocess
+
+    from transformer_core.train import corpus_pack, transfer
 
     monkeypatch.setattr(corpus_pack, "load_corpus", lambda name, cache: corpus(name))  # no registry here
+    monkeypatch.setattr(corpus_pack, "word_list_file", lambda cache: (b"the word list", "sha"))
+    shown = []  # git show COMMIT:PATH/NAME, as the repository's history answers it
+    monkeypatch.setattr(transfer.subprocess, "run", lambda cmd, **kw: shown.append(cmd[-1]) or
+                        subprocess.CompletedProcess(cmd, 0, cmd[-1].encode(), b""))
     corpus_pack.main(["--out", str(tmp_path), "--only", "everyday-gpt"])
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{c}.corpus.xz" for c in EVERYDAY.corpus)
+    base = EVERYDAY_WORDS.init_from.split(":")  # git:cfcda73:assets/models/everyday-gpt
+    start = tmp_path / "bases" / f"everyday-gpt@{base[1]}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [f"{c}.corpus.xz" for c in EVERYDAY.corpus] + [corpora.WORDS_PACKED, "bases"])
     assert all(corpora.load_corpus(c, tmp_path) == corpus(c) for c in EVERYDAY.corpus)
-    assert capsys.readouterr().out.count(" MB") == len(EVERYDAY.corpus)
+    assert (tmp_path / corpora.WORDS_PACKED).read_bytes() == b"the word list"
+    assert sorted(p.name for p in start.iterdir()) == ["card.json", "config.json", "model.safetensors"]
+    assert (start / "model.safetensors").read_text() == f"{base[1]}:{base[2]}/model.safetensors"
+    assert EVERYDAY_WORDS_GPU.init_from == EVERYDAY_WORDS.init_from and len(shown) == 3  # one start for both recipes
+    assert capsys.readouterr().out.count(" MB") == len(EVERYDAY.corpus) + 4
+
+    # the GPU machine: the working tree and the packed folder, no git history and no network
+    def no_network_nor_history(*args, **kwargs):
+        raise AssertionError("fetched")
+
+    monkeypatch.setattr(transfer.subprocess, "run", no_network_nor_history)
+    monkeypatch.setattr(corpora, "_run", no_network_nor_history)
+    assert transfer.base_folder(EVERYDAY_WORDS.init_from, tmp_path) == start
+    pin = corpora.PINS["wordfreq"]["archive_sha256"]
+    assert corpora.word_list_file(tmp_path, strict=False) == (b"the word list", pin)
+    with pytest.raises(corpora.CorpusError, match="differs from the pinned"):  # a packed list is checked like the wheel
+        corpora.word_list_file(tmp_path)
 
 
-def test_the_device_script_runs_the_documented_build_and_sends_back_one_archive():
+def test_the_device_script_runs_the_documented_build_and_sends_back_its_archive_in_parts_the_call_returns():
     from pathlib import Path
 
     script = (Path(__file__).resolve().parents[2] / "scripts" / "train_on_device.sh").read_text(encoding="utf-8")
     assert "-m transformer_core.train.build --only everyday-gpt --recipe gpu --cache .corpora" in script
-    assert 'tar czf "$out/everyday-gpt.tgz"' in script and 'tee "$out/build.log"' in script  # 2 files: under 8
+    # at most 8 files of at most 16 MiB come back: the log and the archive in 15 MiB parts (the weights are 24 MB)
+    assert 'split -b 15M -d - "$out/everyday-gpt.tgz.part-"' in script and 'tee "$out/build.log"' in script
 
 
 def test_every_trial_option_reaches_the_recipe_and_the_card_s_command(monkeypatch, tmp_path):
@@ -233,3 +260,44 @@ def test_every_trial_option_reaches_the_recipe_and_the_card_s_command(monkeypatc
     assert build.gpu_command("everyday-gpt", seen).endswith(
         "--batch 128 --dropout 0.15 --d-model 384 --d-ffn 1536 --embed-std 0.051")
     replace(EVERYDAY_GPU, **seen).validate()  # each option names a real TrainConfig field
+
+
+def test_a_device_call_can_leave_the_shipped_models_out_and_get_them_back(tmp_path):
+    """scripts/device_tree.sh: what travels to a GPU machine (64 MiB at most) without the models a call does not need,
+    and git's index as it was after the call."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    def sh(*args: str, ok: bool = True) -> str:
+        done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, check=False)
+        assert (done.returncode == 0) == ok, done.stdout + done.stderr
+        return done.stdout + done.stderr
+
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(Path(__file__).resolve().parents[2] / "scripts" / "device_tree.sh", tmp_path / "scripts")
+    for name, size in (("everyday-gpt", 40), ("modern-gpt", 20), ("reverse", 8)):
+        (tmp_path / "assets" / "models" / name).mkdir(parents=True)
+        (tmp_path / "assets" / "models" / name / "model.safetensors").write_bytes(b"\0" * (size << 20))
+    (tmp_path / ".gitignore").write_text("/.corpora/\n")
+    (tmp_path / ".corpora").mkdir()
+    (tmp_path / ".corpora" / "brown.corpus.xz").write_bytes(b"\0" * (9 << 20))
+    sh("git", "init", "-q")
+    sh("git", "add", "-A")
+    sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "models")
+    exclude = (tmp_path / ".git" / "info" / "exclude").read_text()
+
+    assert "68.0 MiB would travel (the limit is 64 MiB): too large" in sh("bash", "scripts/device_tree.sh", "size",
+                                                                           ok=False)
+    sh("bash", "scripts/device_tree.sh", "slim", "everyday-gpt")
+    assert "49.0 MiB would travel (the limit is 64 MiB): fits" in sh("bash", "scripts/device_tree.sh", "size",
+                                                                      ".corpora")
+    assert sh("bash", "scripts/device_tree.sh", "list").split() == [
+        ".gitignore", "assets/models/everyday-gpt/model.safetensors", "scripts/device_tree.sh"]
+    assert "restore" in sh("bash", "scripts/device_tree.sh", "slim", ok=False)  # twice: refused
+    assert (tmp_path / "assets" / "models" / "reverse" / "model.safetensors").stat().st_size == 8 << 20  # still here
+
+    sh("bash", "scripts/device_tree.sh", "restore")
+    assert sh("git", "status", "--porcelain") == ""
+    assert (tmp_path / ".git" / "info" / "exclude").read_text() == exclude
+    assert len(sh("git", "ls-files").split()) == 5

