@@ -54,11 +54,12 @@ case "${1:-}" in
     echo "left out of the call: every shipped model but ${*:-none}; restore with 'bash scripts/device_tree.sh restore'"
     ;;
   restore)
-    git reset -q HEAD -- assets/models
-    if [ -f "$exclude" ]; then
-      awk -v m="$mark" '$0 == m {skip = 1} !skip {print} $0 == m " (end)" {skip = 0}' "$exclude" > "$exclude.new"
-      mv "$exclude.new" "$exclude"
+    if ! grep -qxF "$mark" "$exclude" 2>/dev/null; then
+      echo "not slim: nothing to restore"; exit 0  # (a reset here would unstage what is staged under assets/models)
     fi
+    git reset -q HEAD -- assets/models
+    awk -v m="$mark" '$0 == m {skip = 1} !skip {print} $0 == m " (end)" {skip = 0}' "$exclude" > "$exclude.new"
+    mv "$exclude.new" "$exclude"
     echo "git's index and .git/info/exclude are as they were"
     ;;
   *)

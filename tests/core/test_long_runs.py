@@ -301,3 +301,8 @@ def test_a_device_call_can_leave_the_shipped_models_out_and_get_them_back(tmp_pa
     assert sh("git", "status", "--porcelain") == ""
     assert (tmp_path / ".git" / "info" / "exclude").read_text() == exclude
     assert len(sh("git", "ls-files").split()) == 5
+    (tmp_path / "assets" / "models" / "mine").mkdir()  # a model staged by hand stays staged: nothing to restore
+    (tmp_path / "assets" / "models" / "mine" / "card.json").write_text("{}")
+    sh("git", "add", "assets/models/mine")
+    assert "nothing to restore" in sh("bash", "scripts/device_tree.sh", "restore")
+    assert sh("git", "status", "--porcelain") == "A  assets/models/mine/card.json\n"
