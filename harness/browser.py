@@ -366,7 +366,12 @@ def upload_model_file(page, path, name: str | None = None) -> None:
 
     def opened():
         if not chooser.is_visible():
-            upload.locator("summary").click()
+            wait_rendered(page)  # a run still going may not have drawn the expander again yet
+            try:
+                upload.locator("summary").click()
+            except Exception as exc:  # playwright's TimeoutError: say what the page shows instead
+                raise AssertionError(f"no expander {s['tr_ckpt_title']['en']!r}; the page shows:\n"
+                                     f"{app_text(page)[-1500:]}") from exc
             chooser.wait_for(state="visible")
         return upload
 
