@@ -116,6 +116,7 @@ def check_clean(page, app: App, where: str) -> None:
     problem = page_problem(page, app.proc)
     if problem:
         pytest.fail(f"{where}: {problem}")
+    assert not getattr(page, "crashed", False), f"{where}: the tab's renderer crashed"
     assert getattr(page, "dialogs", []) == [], f"{where}: a JS dialog opened: {page.dialogs}"
     assert app.alive(), f"{where}: the server is down:\n{app.log(3000)}"
 
@@ -370,8 +371,8 @@ def upload_model_file(page, path, name: str | None = None) -> None:
             try:
                 upload.locator("summary").click()
             except Exception as exc:  # playwright's TimeoutError: say what the page shows instead
-                raise AssertionError(f"no expander {s['tr_ckpt_title']['en']!r}; the page shows:\n"
-                                     f"{app_text(page)[-1500:]}") from exc
+                shown = "nothing: its renderer crashed" if getattr(page, "crashed", False) else app_text(page)[-1500:]
+                raise AssertionError(f"no expander {s['tr_ckpt_title']['en']!r}; the page shows:\n{shown}") from exc
             chooser.wait_for(state="visible")
         return upload
 
@@ -413,12 +414,14 @@ def set_number(page, label: str, value) -> None:
 
 def new_tab(browser, context=None):
     """An English tab (in a new browser context, i.e. another browser with its own cookies, unless `context` is
-    given) that records every JS dialog in `tab.dialogs` (tests/browser/conftest.py's `tab` fixture is one)."""
+    given) that records every JS dialog in `tab.dialogs` and whether its renderer crashed in `tab.crashed`
+    (tests/browser/conftest.py's `tab` fixture is one)."""
     ctx = context or browser_context(browser)
     page = ctx.new_page()
     page.set_default_timeout(60_000)
-    page.dialogs = []
+    page.dialogs, page.crashed = [], False
     page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
+    page.on("crash", lambda _: setattr(page, "crashed", True))
     return page
 
 
