@@ -14,7 +14,10 @@ learner's next sentence). Widgets are found by their user key, pages by their ur
 Per action it measures the time from sending the rerun request to the `script_finished` of that run, and
 counts errors: an exception element, an st.error alert, a page-not-found, a disconnect, a timeout. It
 samples the server process's CPU time and RSS (psutil if installed, else /proc) and prints per action kind:
-count, p50, p95, max, errors, skipped (an action that could not apply, e.g. a disabled button).
+count, p50, p95, max, errors, skipped (an action that could not apply, e.g. a disabled button). What a
+learner's browser does by itself is done too and counted in a row of its own: the Attention view's ask for every
+layer when the pointer reaches its Layer list, before a layer switch (view_asks_layers; the CPU line gives the
+server's CPU per run and per learner action).
 
 --start-server: start `streamlit run app.py --server.headless true --server.port P
 --browser.gatherUsageStats false` on a free port (TIKTOKEN_CACHE_DIR: the environment's, else a copy of
@@ -395,6 +398,20 @@ class Config:
     seed: int
 
 
+def view_shows(c: StreamlitClient) -> dict:
+    """The layer, mask, head and scale the Attention view shows, as attention.js keeps them: the server's pick (in
+    the view's data) where its serial is new to the view (a new view, a pick the server made: the Layer box, the Mask
+    radio), else the view's own last pick, told to the server."""
+    w = c.widget("attention_view")
+    server = json.loads(w.proto.json).get("pick", {}) if w.proto.json else {}
+    held = c.states.get(w.id)
+    told = json.loads(held.json_value).get("pick") if held is not None and held.json_value else None
+    if told is None or server.get("serial") != getattr(c, "view_serial", None):
+        c.view_serial = server.get("serial")
+        return {k: server[k] for k in ("layer", "mask", "head", "scale") if k in server}
+    return told
+
+
 async def do_action(c: StreamlitClient, a: Action, learner: int, round_: int, rng: random.Random,
                     cfg: Config) -> RunResult:
     """Run one action; raises MissingWidget/ProtocolError when it cannot apply."""
@@ -441,8 +458,7 @@ async def do_action(c: StreamlitClient, a: Action, learner: int, round_: int, rn
         # it holds the head (and, for a short text, every layer and both masks), else the Head or Layer box, Mask radio
         keys = {w.key for w in c.widgets.values()}
         if "attention_view" in keys and a.arg not in keys:
-            held = c.states.get(c.widget("attention_view").id)
-            pick = json.loads(held.json_value).get("pick", {}) if held is not None and held.json_value else {}
+            pick = view_shows(c)
             if a.kind == "mask":
                 other = "none" if pick.get("mask", "both") in ("causal", "both") else "both"
                 return await c.set_view_state("attention_view", "pick", {"scale": "01", **pick, "mask": other})
@@ -452,6 +468,22 @@ async def do_action(c: StreamlitClient, a: Action, learner: int, round_: int, rn
     if a.kind == "click":
         return await c.click(a.arg)
     raise ValueError(f"unknown action kind {a.kind!r}")
+
+
+ASKS = "view_asks_layers"  # the Attention view's own run for every layer (its row in the table)
+
+
+async def view_asks(c: StreamlitClient) -> RunResult | None:
+    """The Attention view's ask for every layer, as attention.js makes it when the pointer reaches its Layer list
+    where the server names a key (ui/attention_view.py: EVERY_CELLS): the run it starts, or None where it does not
+    ask (no view, no key, every layer held)."""
+    w = next((w for w in c.widgets.values() if w.key == "attention_view"), None)
+    if w is None or not w.proto.json:
+        return None
+    data = json.loads(w.proto.json)
+    if not data.get("every") or len(data["layers"]) >= len(data["choices"]):
+        return None
+    return await c.set_view_state("attention_view", "every", {"key": data["every"], "at": time.time()})
 
 
 async def learner_loop(i: int, cfg: Config, rec: Recorder, start_delay: float, deadline: float) -> None:
@@ -468,6 +500,10 @@ async def learner_loop(i: int, cfg: Config, rec: Recorder, start_delay: float, d
                 if need_open and c.ws is not None:
                     await c.close()
                     c = StreamlitClient(url, timeout=cfg.timeout)
+                if a.kind == "layer":  # the pointer on the way to the view's Layer list
+                    asked = await view_asks(c)
+                    if asked is not None:
+                        rec.add(i, ASKS, asked)
                 res = await do_action(c, a, i, round_, rng, cfg)
                 rec.add(i, a.name, res)
                 if res.status in ("TIMEOUT", "DISCONNECTED") or c.closed_reason:
@@ -619,8 +655,10 @@ def main(argv: list[str] | None = None) -> int:
     done = sum(1 for s in out["samples"] if not s.skipped)
     if servers and all(s["cpu_s"] is not None for s in servers) and done:
         cpu = sum(s["cpu_s"] for s in servers)
+        own = sum(1 for s in out["samples"] if not s.skipped and s.action != ASKS)  # a learner's own actions
         print(f"servers together: {cpu:.1f} s of CPU = {cpu / out['wall_s']:.2f} cores, "
-              f"{cpu / done:.3f} s per action ({done} actions)")
+              f"{cpu / done:.3f} s per run ({done} runs), {cpu / max(own, 1):.3f} s per learner action ({own}: the "
+              f"view's own asks for every layer not counted)")
     print(f"load generator: CPU {cl['cpu_s']:.1f} s = {cl['cpu_per_wall']:.3f} cores, max RSS {cl['maxrss_mb']:.0f} MB")
     errs = [(s.learner, s.action, e) for s in out["samples"] for e in s.errors]
     skips = [(s.learner, s.action, s.skipped) for s in out["samples"] if s.skipped]

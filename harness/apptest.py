@@ -195,10 +195,11 @@ def attention_view(at: AppTest) -> dict | None:
     return found[0] if found else None
 
 
-# The Attention page's layer and mask: the browser's view holds them where the text is short enough (its data's
-# "layers" more than one; "modes" not None), else the page's Layer box and Mask radio do
+# The Attention page's layer and mask: the browser's view offers them where the text is short enough (its data's
+# "choices" more than one: it holds every layer or asks for them; "modes" not None), else the page's Layer box and
+# Mask radio do
 def _held(view: dict | None, name: str) -> bool:
-    return view is not None and (len(view["layers"]) > 1 if name == "layer" else view["modes"] is not None)
+    return view is not None and (len(view["choices"]) > 1 if name == "layer" else view["modes"] is not None)
 
 
 def shown_layer(at: AppTest) -> int:

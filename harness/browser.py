@@ -480,11 +480,15 @@ INTERNAL_WORDS = ("hook_", "seed's", "seed’s", "/work/", "/home/", "/root/", "
 
 
 def settle(page, *, timeout: float = 120_000, charts: bool = False) -> None:
-    """wait_rendered, then until no skeleton placeholder or stale (faded) element is left: Streamlit reports the run
-    over a moment before the last elements replace their placeholders."""
+    """wait_rendered, then until no skeleton placeholder or stale (faded) element is left (Streamlit reports the run
+    over a moment before the last elements replace their placeholders) and the Attention view has the layers it asked
+    for (view_settled)."""
     wait_rendered(page, timeout=timeout, charts=charts, settle_ms=250)
     if page.locator(NOT_SETTLED).count():
         page.wait_for_function(f"() => !document.querySelector(\"{NOT_SETTLED}\")", timeout=30_000, polling=POLL_MS)
+        wait_rendered(page, timeout=timeout, settle_ms=250)
+    if page.locator(f"{ATT_VIEW}[data-asking]").count():  # the Attention view's own run for every layer: awaited too
+        page.locator(f"{ATT_VIEW}:not([data-asking])").wait_for(state="attached", timeout=timeout)
         wait_rendered(page, timeout=timeout, settle_ms=250)
 
 
@@ -785,7 +789,7 @@ ATT_VIEW = ".av"
 # whether its list is shown), the mask (whether its radio is shown), the head, the scale, the title
 ATT_VIEW_JS = """root => {
     const d = root.__data, n = d.n_q * d.n_k, heads = [], list = root.querySelector("select[name='layer']");
-    const layer = d.layers.length > 1 ? Number(list.value) : d.layers[0], at = d.layers.indexOf(layer);
+    const layer = d.choices.length > 1 ? Number(list.value) : d.layers[0], at = d.layers.indexOf(layer);
     const checked = root.querySelector("input[name='mask']:checked"), mask = d.modes ? checked.value : d.pick.mask;
     const m = d.modes ? d.modes[mask] : 0, first = (m * d.layers.length + at) * d.heads * n;
     for (let h = 0; h < d.heads; h++) {
@@ -799,7 +803,8 @@ ATT_VIEW_JS = """root => {
         heads.push(rows);
     }
     const drawn = Array.from(root.__z, v => Number.isNaN(v) ? null : v);
-    return {weights: heads, drawn, layer, layers: d.layers, layer_list: !list.closest(".field").hidden,
+    return {weights: heads, drawn, layer, layers: d.layers, choices: d.choices, every: d.every,
+            asking: root.hasAttribute("data-asking"), layer_list: !list.closest(".field").hidden,
             mask, mask_radio: !!d.modes,
             head: Number(root.querySelector("select[name='head']").value),
             scale: root.querySelector("input[name='scale']:checked").value, n_q: d.n_q, n_k: d.n_k,
@@ -818,11 +823,20 @@ def view_head(page) -> str:
     return page.locator(f"{ATT_VIEW} select[name='head']").input_value()
 
 
+def view_settled(page, timeout: float = 120_000) -> None:
+    """Wait until the Attention page's view has drawn its data and has every layer it asked for (attention.js asks
+    with a run of its own when the pointer or the focus reaches its Layer list, and marks itself data-asking until
+    that run's data has come), then for the page to settle."""
+    page.locator(f"{ATT_VIEW} .title").wait_for(state="visible", timeout=timeout)
+    if page.locator(f"{ATT_VIEW}[data-asking]").count():
+        settle(page, timeout=timeout)
+
+
 def _view_holds(page, field: str) -> bool:
     """Whether the Attention page's view shows its own `field` ("layer" or "mask") rather than the server's box or
-    radio. The view draws its data after the run is over, so this waits for its title first: a look before would
-    take the view's list, drawn a moment later, for the server's box (both are named by the same label)."""
-    page.locator(f"{ATT_VIEW} .title").wait_for(state="visible")
+    radio. The view draws its data after the run is over, so this waits for it first (view_settled): a look before
+    would take the view's list, drawn a moment later, for the server's box (both are named by the same label)."""
+    view_settled(page)
     return page.locator(f"{ATT_VIEW} .field.{field}:not([hidden])").count() > 0
 
 
@@ -860,11 +874,14 @@ def shown_layer(page, lang: str = "en") -> str:
 
 def view_pick(page, *, layer: int | None = None, mask: str | None = None, head: int | None = None,
               scale: str | None = None, thumbnail: bool = False) -> None:
-    """Pick a layer or a mask mode (in the view's list and radio: a text short enough for the view to hold them), a
-    head (in the view's list, or with thumbnail=True a click on its small map) or a colour scale in the Attention
-    page's view, and wait for the run that tells the server to be over (the view redraws at once)."""
+    """Pick a layer (in the view's list, the pointer on it first, as a learner's: the view asks for every layer it
+    lacks) or a mask mode (in its radio: a text short enough for the view to hold both), a head (in the view's list,
+    or with thumbnail=True a click on its small map) or a colour scale in the Attention page's view, and wait for the
+    run that tells the server to be over (the view redraws at once)."""
     view = page.locator(ATT_VIEW)
     if layer is not None:
+        view.locator(".field.layer").hover()  # as a learner's pointer: the view asks for every layer it may lack
+        view_settled(page)
         run_after(page, lambda: view.locator("select[name='layer']").select_option(str(layer)))
     if mask is not None:
         run_after(page, view.locator(f"input[name='mask'][value='{mask}']").check)

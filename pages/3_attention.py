@@ -20,7 +20,16 @@ from transformer_core.model.memory import KEEP_ALL
 from transformer_core.model.transformer import DEFAULT_MASKS
 from transformer_core.text.inputs import sequence_labels
 from ui import cache
-from ui.attention_view import attention_view, fits, in_browser, mask_sets, view_data
+from ui.attention_view import (
+    asked,
+    attention_view,
+    every_fits,
+    every_key,
+    fits,
+    in_browser,
+    mask_sets,
+    view_data,
+)
 from ui.errors import show_error
 from ui.figures import (
     COLUMN_PX,
@@ -39,7 +48,7 @@ from ui.i18n import t
 from ui.model_choice import load_selected_model
 from ui.panels import panel_heatmaps, thumbnails
 from ui.plain_figures import figure
-from ui.session import page_context, through_app, traced_with
+from ui.session import layer_maps, page_context, through_app, traced_with
 from ui.state import generated, keep_view_in_model
 from ui.tools import export_panel, inputs, prep_for, reserve
 from ui.widgets import chart, clicked, explain, table, tensor_frame
@@ -107,40 +116,56 @@ def head_and_scale(heads: int, head_slot, scale_slot) -> None:
                      format_func=lambda s: t(f"att_scale_{s}"), help=t("att_scale_help"))
 
 
-def view_maps(ctx, stages, kind: str) -> tuple[list, dict[str, int] | None]:
-    """What the browser's view holds, where it fits (ui.attention_view.LAYERS_CELLS): every layer (the trace kept them
-    all, and every layer's mask is this one's), and then under every mask (the text traced with the other, cached as
-    the page's own trace; one set per mask the model keeps): ([per set: (its trace, every layer's stages)],
-    {mode: set}); else ([(the page's trace, every layer's stages)], None) or ([(the trace, [this layer's])], None)."""
-    alone = [(ctx.trace, [stages])], None
+def same_mask(a, b) -> bool:
+    """Whether two blocks' stages have one mask (a trace of the weights alone may be cut to another length)."""
+    return a.mask.shape == b.mask.shape and bool((a.mask == b.mask).all())
+
+
+def view_maps(ctx, stages, kind: str) -> tuple[list, dict[str, int] | None, str | None]:
+    """What the browser's view holds, where it fits (ui.attention_view.LAYERS_CELLS): every layer (ui.session.
+    layer_maps; every layer's mask is this one's), and then under every mask (the text traced with the other; one set
+    per mask the model keeps): ([per set: (its trace, every layer's stages)], {mode: set}, None); else ([(the page's
+    trace, every layer's stages)], None, None) or ([(the trace, [this layer's])], None, the key under which the view
+    asks for every layer where they come to at most EVERY_CELLS (else None); every layer once asked)."""
+    alone = [(ctx.trace, [stages])], None, None
     n_layers, kept = ctx.model.cfg.n_layers, int(stages.mask[0].sum())
-    if n_layers == 1 or not fits(n_layers * kept):
+    if n_layers == 1 or not every_fits(n_layers * kept):
         return alone
-    every = [stages if layer == stages.layer else ctx.trace.attention(kind, layer) for layer in range(n_layers)]
-    if any(s is None or not bool((s.mask == stages.mask).all()) for s in every):
+    key = None
+    if not fits(n_layers * kept):  # too many for the page's run: the view asks when a learner goes for its list
+        ids = [ctx.trace.src_ids[0].tolist(), None if ctx.trace.tgt_ids is None else ctx.trace.tgt_ids[0].tolist()]
+        key = every_key(ctx.key, kind, ids, stages.mask[0])
+        if not asked(key):
+            return [(ctx.trace, [stages])], None, key
+    every = layer_maps(ctx, kind)
+    if every is None or any(not same_mask(s, stages) for s in every):
         return alone
+    every[stages.layer] = stages
+    if key is not None:
+        return [(ctx.trace, every)], None, key
     modes, first, cells = mask_sets(MASK_MODES, stages.n_q, stages.n_k)
     mine = modes[ss.mask_mode]
     if not fits(n_layers * stages.n_heads * sum(cells)):  # (before tracing the text again)
-        return [(ctx.trace, every)], None
+        return [(ctx.trace, every)], None, None
     held, where = [], {}  # the sets the view holds; a mode's set -> its place among them
     for i, mode in first.items():
         trace = ctx.trace if i == mine else traced_with(ctx, {kind: mode})
-        layers = every if i == mine else [] if trace is None else [trace.attention(kind, k) for k in range(n_layers)]
-        if not layers or any(s is None or not bool((s.mask == layers[0].mask).all()) for s in layers):
-            return [(ctx.trace, every)], None
+        layers = every if i == mine else (layer_maps(ctx, kind, {kind: mode}) if trace is not None else None) or []
+        if not layers or any(not same_mask(s, layers[0]) for s in layers):
+            return [(ctx.trace, every)], None, None
         # a mask the model keeps as another's (cross-attention is never causal over the encoder's tokens): one set
-        same = next((j for j, (_, h) in enumerate(held) if bool((h[0].mask == layers[0].mask).all())), None)
+        same = next((j for j, (_, h) in enumerate(held) if same_mask(h[0], layers[0])), None)
         where[i] = len(held) if same is None else same
         if same is None:
             held.append((trace, layers))
-    return held, {mode: where[i] for mode, i in modes.items()}
+    return held, {mode: where[i] for mode, i in modes.items()}, None
 
 
-def browser_maps(ctx, held: list, modes: dict | None, kind: str, records: dict[int, object], q_lab,
+def browser_maps(ctx, held: list, modes: dict | None, every: str | None, kind: str, records: dict[int, object], q_lab,
                  k_lab) -> tuple[int, int] | None:
     """The head large and every head small, drawn and switched in the browser (ui.attention_view), with the layer and
-    the mask where the view holds them (`held`, `modes`: view_maps); returns the clicked (query, key) cell, if any."""
+    the mask where the view holds them (`held`, `modes`, `every`: view_maps); returns the clicked (query, key) cell,
+    if any."""
     first = held[0][1][0]
     heads, titles, shown = first.n_heads, [], []
     mine = modes[ss.mask_mode] if modes else 0
@@ -157,7 +182,8 @@ def browser_maps(ctx, held: list, modes: dict | None, kind: str, records: dict[i
     n_gen = generated_rows(first.n_q)
     attention_view(view_data([s.layer for s in held[0][1]], [(layers[0].mask[0], [s.weights[0] for s in layers])
                                                              for _, layers in held], modes, q_lab, k_lab, titles,
-                             shown, generated=n_gen))
+                             shown, generated=n_gen, every=every,
+                             choices=list(range(ctx.model.cfg.n_layers)) if every else None))
     say_generated(n_gen, first.n_q)
     return ss.get("att_cell")
 
@@ -579,8 +605,8 @@ try:
            if ctx.trace.tgt_ids is not None else src)
     q_lab, k_lab = (src if kind == "enc_self" else tgt), (tgt if kind == "dec_self" else src)
     view = in_browser(stages.n_q, stages.n_k)  # head and colour scale switched in the browser
-    held, modes = view_maps(ctx, stages, kind) if view else ([(ctx.trace, [stages])], None)  # the layer, mask if fit
-    if len(held[0][1]) == 1:
+    held, modes, every = view_maps(ctx, stages, kind) if view else ([(ctx.trace, [stages])], None, None)
+    if len(held[0][1]) == 1 and every is None:  # the view's list offers every layer where it holds or asks for them
         layer_box(model.cfg.n_layers, slots["layer"])
     if modes is None:
         mask_radio(slots["mask"])
@@ -592,7 +618,7 @@ try:
     what_head_does(records.get(head), head)
     cell = None
     if view:
-        cell = browser_maps(ctx, held, modes, kind, records, list(q_lab), list(k_lab))
+        cell = browser_maps(ctx, held, modes, every, kind, records, list(q_lab), list(k_lab))
     else:
         main_map(stages, head, list(q_lab), list(k_lab))
     if cell is not None:

@@ -19,8 +19,7 @@ from service import budget, catalog
 from service.settings import settings
 from transformer_core.errors import DeviceError
 from transformer_core.model.device import device_name, pick_device
-from transformer_core.model.hooks import layer_filter
-from transformer_core.model.memory import KEEP_ALL, module_bytes, trace_bytes
+from transformer_core.model.memory import KEEP_ALL, module_bytes, trace_bytes, wanted
 from transformer_core.model.trace import Trace, run, run_with_trace
 from transformer_core.text.inputs import Prepared, prepare
 
@@ -144,11 +143,11 @@ def trace_keep(cfg, text: str, tgt_text: str | None, extra: tuple, layer: int):
 
 
 def get_trace(key: str, device: str, text: str, tgt_text: str | None, masks: tuple, layer: int,
-              allow_special: bool, extra: tuple = ()) -> tuple[Prepared, Trace]:
+              allow_special: bool, extra: tuple = (), keep=None) -> tuple[Prepared, Trace]:
     """Tokenize and trace once per input (shared by all sessions); per-head tensors kept for `layer` only, or
-    for every layer when that is small (trace_keep)."""
+    for every layer when that is small (trace_keep); or what `keep` says (KEEP_WEIGHTS: every layer's weights)."""
     model, _ = get_model(key, device)
-    keep = trace_keep(model.cfg, text, tgt_text, tuple(extra), layer)
+    keep = trace_keep(model.cfg, text, tgt_text, tuple(extra), layer) if keep is None else keep
 
     def compute():
         prep = budget.cut_to_fit(model.cfg, prepare(model, text, tgt_text, allow_special=allow_special, extra=extra),
@@ -156,7 +155,7 @@ def get_trace(key: str, device: str, text: str, tgt_text: str | None, masks: tup
         n_tgt = None if prep.tgt_ids is None else prep.tgt_ids.size(1)
         with budget.trace_reservation(model.cfg, prep.src_ids.size(1), n_tgt, keep=keep):  # in-flight work counts
             _, trace = run_with_trace(model, prep.src_ids, prep.tgt_ids, masks=dict(masks),
-                                      names=None if keep == KEEP_ALL else layer_filter(layer))
+                                      names=None if keep == KEEP_ALL else wanted(keep))
         return prep, trace
 
     return TRACES.get((key, device, text, tgt_text, masks, keep, allow_special, tuple(extra)), compute)

@@ -10,6 +10,7 @@ import streamlit as st
 
 from service import budget
 from transformer_core.errors import InputError
+from transformer_core.model.memory import KEEP_WEIGHTS
 from transformer_core.model.trace import Trace
 from transformer_core.model.transformer import DEFAULT_MASKS
 from transformer_core.text.inputs import Prepared
@@ -33,13 +34,13 @@ class PageContext:
     masks: dict
 
 
-def _traced(key: str, model, device: str, masks: dict, layer: int) -> tuple[Prepared, Trace]:
+def _traced(key: str, model, device: str, masks: dict, layer: int, keep=None) -> tuple[Prepared, Trace]:
     """The sidebar's text (and target, generated tokens) traced with these masks: ui.cache's trace, shared by every
-    session that reads the same input."""
+    session that reads the same input (`keep`: ui.cache.get_trace's)."""
     ss = st.session_state
     tgt = ss.get("tgt") if model.is_encoder_decoder else None
     return cache.get_trace(key, device, ss.get("text", ""), tgt, tuple(sorted(masks.items())), layer,
-                           bool(ss.get("allow_special")), generated())
+                           bool(ss.get("allow_special")), generated(), keep=keep)
 
 
 def page_context(layer: int | None = None, masks: dict | None = None) -> PageContext:
@@ -74,14 +75,29 @@ def page_context(layer: int | None = None, masks: dict | None = None) -> PageCon
     return PageContext(key, model, meta, device, prep, trace, layer, masks)
 
 
-def traced_with(ctx: PageContext, masks: dict) -> Trace | None:
+def traced_with(ctx: PageContext, masks: dict, keep=None) -> Trace | None:
     """The page's text traced with other masks ({block: mode} over the page's), cached as the page's own trace (the
-    Attention view's other mask); None where it cannot be (the page's own trace stands)."""
+    Attention view's other mask), or keeping what `keep` says; None where it cannot be (the page's own trace
+    stands)."""
     try:
-        _, trace = _traced(ctx.key, ctx.model, ctx.device, {**ctx.masks, **masks}, ctx.layer)
+        _, trace = _traced(ctx.key, ctx.model, ctx.device, {**ctx.masks, **masks}, ctx.layer, keep)
     except Exception:  # noqa: BLE001 - the memory budget or a full server: the view keeps the page's mask only
         return None
     return trace
+
+
+def layer_maps(ctx: PageContext, kind: str, masks: dict | None = None) -> list | None:
+    """Every layer's attention stages of `kind` for the page's text (with other masks: {block: mode} over the
+    page's): the page's trace's where it kept every layer's, else those of a trace that keeps every layer's weights
+    and masks alone (KEEP_WEIGHTS: a long text's trace keeps one layer's; cached and shared like the page's); None
+    where it cannot be."""
+    layers = range(ctx.model.cfg.n_layers)
+    for keep in (None, KEEP_WEIGHTS):
+        trace = ctx.trace if not masks and keep is None else traced_with(ctx, masks or {}, keep)
+        got = None if trace is None else [trace.attention(kind, layer) for layer in layers]
+        if got is not None and all(s is not None for s in got):
+            return got
+    return None
 
 
 DATES_EXAMPLE = ("23 November 2026", "=2026年11月23日")

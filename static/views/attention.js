@@ -1,7 +1,10 @@
 // The Attention page's maps, redrawn in the browser: the softmax weights of every head of the block, of every layer
 // for a short text (else of the chosen layer), and for a shorter one under both masks (a mask set each), sent once: the
 // kept ones to 4 decimals, the tiny ones with their log, and each set's mask as bits. The chosen head large and every
-// head of its layer small.
+// head of its layer small. Where the server sent the chosen layer's only but names a key (`every`), the view asks for
+// every layer (the state "every") once the pointer or the focus reaches its Layer list (a learner about to switch:
+// a learner who never does costs no bytes), so that the switch is drawn here too; a layer picked before that run's
+// data came is told to the server, whose run sends it.
 // A pick of the layer or mask (where the view holds them), the head (the list, a small map) or the colour scale
 // redraws here at once; then the view tells the server (the state "pick"), whose run records it in the link and
 // redraws what depends on them (ui/attention_view.py). A click on a cell asks the server for its arithmetic (the state
@@ -23,13 +26,13 @@ export default function (component) {
   const was = root.__data, mounted = was === undefined;
   root.__data = data;
   if (mounted || was.heads !== data.heads) fillHeads(root);
-  if (mounted || String(was.layers) !== String(data.layers)) fillLayers(root);
+  if (mounted || String(was.choices) !== String(data.choices)) fillLayers(root);
   if (mounted || JSON.stringify(was.modes) !== JSON.stringify(data.modes)) fillMasks(root);
   if (mounted) {  // a new view starts from the link (the server writes the page's values in it)
     root.__serial = data.pick.serial;
     const linked = new URLSearchParams(window.location.search), p = data.pick;
     const l = Number(linked.get("layer") ?? 0), h = Number(linked.get("head") ?? 0), s = linked.get("scale") ?? "01";
-    pickLayer(root, data.layers.includes(l) ? l : p.layer);
+    pickLayer(root, data.choices.includes(l) ? l : p.layer);
     pickMask(root, linked.get("mask") ?? p.mask);
     pickHead(root, Number.isInteger(h) && h >= 0 && h < data.heads ? h : p.head);
     pickScale(root, data.scales.includes(s) ? s : p.scale);
@@ -43,9 +46,20 @@ export default function (component) {
   }
   showable(root);
   draw(root);
+  askEvery(root, false);
+}
+
+function askEvery(root, now) {  // once per key: a new ask is a new value (the time), so it always starts a run
+  const d = root.__data, can = Boolean(d.every) && d.layers.length < d.choices.length;
+  if (can && now && root.__asked !== d.every) {
+    root.__asked = d.every;
+    root.__tell("every", { key: d.every, at: Date.now() });
+  }
+  root.toggleAttribute("data-asking", can && root.__asked === d.every);  // asked, not answered (the browser tests)
 }
 
 function showable(root) {  // the thumbnails of the layer shown; where the kind filter hid the head, its first shown
+  if (!held(root)) return;
   const shown = root.__data.shown[set(root)][at(root)];
   buildThumbs(root);
   if (shown.length && !shown.includes(head(root))) {
@@ -122,12 +136,14 @@ function build(parent, d) {
   parent.append(root);
   select.addEventListener("change", () => { draw(root); tell(root); });
   layerBox.querySelector("select").addEventListener("change", () => { showable(root); draw(root); tell(root); });
+  layerBox.addEventListener("pointerenter", () => askEvery(root, true));  // about to pick a layer: fetch them all
+  layerBox.querySelector("select").addEventListener("focus", () => askEvery(root, true));
   for (const r of options.querySelectorAll("input")) r.addEventListener("change", () => { draw(root); tell(root); });
   const canvas = map.querySelector("canvas.cells");
   canvas.addEventListener("mousemove", (e) => hover(root, e));
   canvas.addEventListener("mouseleave", () => { root.querySelector(".tip").hidden = true; });
   canvas.addEventListener("click", (e) => {
-    const cell = cellAt(root, e);
+    const cell = held(root) && cellAt(root, e);
     if (!cell) return;
     clearTimeout(root.__told);  // the cell's message carries the head and scale too
     root.__cell = { layer: layer(root), mask: mask(root), head: head(root), q: cell.q, k: cell.k };
@@ -143,11 +159,11 @@ function fillHeads(root) {
   select.value = was !== "" && Number(was) < d.heads ? was : "0";
 }
 
-function fillLayers(root) {  // a list of the layers where the view holds every one, else none (the server's box)
+function fillLayers(root) {  // a list of the layers where the view holds or asks for every one, else none (the server's)
   const d = root.__data, select = root.querySelector("select[name='layer']"), was = select.value;
-  select.replaceChildren(...d.layers.map((l) => el("option", { value: l }, String(l))));
-  select.value = d.layers.includes(Number(was)) && was !== "" ? was : String(d.pick.layer);
-  root.querySelector(".field.layer").hidden = d.layers.length < 2;
+  select.replaceChildren(...d.choices.map((l) => el("option", { value: l }, String(l))));
+  select.value = d.choices.includes(Number(was)) && was !== "" ? was : String(d.pick.layer);
+  root.querySelector(".field.layer").hidden = d.choices.length < 2;
 }
 
 function fillMasks(root) {  // the mask's options where the view holds both masks, else none (the server's radio)
@@ -173,10 +189,11 @@ function pickMask(root, m) {
 
 function layer(root) {
   const d = root.__data, l = Number(root.querySelector("select[name='layer']").value);
-  return d.layers.includes(l) ? l : d.layers[0];
+  return d.choices.includes(l) ? l : d.layers[0];
 }
 function at(root) { return root.__data.layers.indexOf(layer(root)); }  // the layer's place in the data
-function pickLayer(root, l) { if (root.__data.layers.includes(l)) root.querySelector("select[name='layer']").value = l; }
+function held(root) { return at(root) >= 0; }  // a layer the list offers whose maps have not come yet: not held
+function pickLayer(root, l) { if (root.__data.choices.includes(l)) root.querySelector("select[name='layer']").value = l; }
 function head(root) { return Number(root.querySelector("select[name='head']").value); }
 function scale(root) { return root.querySelector("input[name='scale']:checked")?.value ?? "01"; }
 function pickHead(root, h) { root.querySelector("select[name='head']").value = String(h); }
@@ -265,6 +282,12 @@ function fontFor(px) { return Math.max(7, Math.min(13, px - 2)); }
 function draw(root) {
   root.style.setProperty("--av-paper", paper());  // the hover box's background
   const d = root.__data, h = head(root), s = scale(root), [lo, hi] = range(s);
+  root.classList.toggle("waiting", !held(root));
+  if (!held(root)) {  // the maps drawn stay, faded, under a title that says the layer's are on their way
+    root.querySelector(".title").textContent = d.text.asking.replace("{layer}", layer(root));
+    root.querySelector(".tip").hidden = true;
+    return;
+  }
   const z = values(...headMaps(root, h), d.n_q, d.n_k, s);
   root.__z = z;
   root.querySelector(".title").textContent = d.text.title.replace("{layer}", layer(root)).replace("{head}", h)
@@ -354,7 +377,7 @@ function cellAt(root, e) {
 }
 
 function hover(root, e) {
-  const d = root.__data, tip = root.querySelector(".tip"), cell = cellAt(root, e);
+  const d = root.__data, tip = root.querySelector(".tip"), cell = held(root) && cellAt(root, e);
   if (!cell) { tip.hidden = true; return; }
   const [four, , mask] = headMaps(root, head(root)), i = cell.q * d.n_k + cell.k;
   const lines = [`${d.text.queries}: ${d.q[cell.q]}`, `${d.text.keys}: ${d.k[cell.k]}`,

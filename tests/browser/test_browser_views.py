@@ -61,6 +61,7 @@ from harness.browser import (
     view_cell,
     view_head,
     view_pick,
+    view_settled,
     view_state,
 )
 from harness.server import ROOT, fresh_app
@@ -223,6 +224,22 @@ PICK_JS = """([root, name, value]) => {  // pick as a learner does, then read wh
 }"""
 
 
+def layer_picked_in_the_view(tab, root, trace, layer: int, head: int):
+    """Pick `layer` in the view's list: drawn in the same task as the pick, before any server run, titled by the
+    layer, its head `head` the trace's weights (to the view's 4 decimals) with its masked cells; returns (weights,
+    kept) of that head."""
+    import numpy as np
+
+    runs = runs_ended(tab)
+    drawn = tab.evaluate(PICK_JS, [root, "layer", str(layer)])
+    assert runs_ended(tab) == runs and drawn["title"] == main_title(head, layer=layer)
+    stages = trace.attention("dec_self", layer)
+    w, kept = stages.weights[0][head].float().numpy(), stages.mask[0][head].numpy().astype(bool)
+    got = np.array([np.nan if v is None else v for v in drawn["drawn"]]).reshape(w.shape)
+    assert np.array_equal(np.isnan(got), ~kept) and np.nanmax(np.abs(got - np.where(kept, w, np.nan))) <= 5e-5
+    return w, kept
+
+
 def test_the_views_numbers_are_the_traces_and_a_pick_is_drawn_before_the_server_hears_of_it(app, tab):
     """The default model, layer 2: every head's weights the view holds are the trace's to the 4 decimals the hover
     shows (masked cells none); on each colour scale the colours stand for what ui.figures.scaled_weights gives the
@@ -266,13 +283,7 @@ def test_the_views_numbers_are_the_traces_and_a_pick_is_drawn_before_the_server_
     shown = view_state(tab)
     assert shown["layers"] == [0, 1, 2, 3] and shown["layer_list"] and shown["layer"] == 2
     assert not tab.locator(f"{MAIN} [data-testid='stSelectbox']").filter(has_text=s("att_layer")).count()  # no box
-    runs = runs_ended(tab)
-    drawn = tab.evaluate(PICK_JS, [root, "layer", "0"])  # layer 0's head 3, drawn before the server hears of it
-    assert runs_ended(tab) == runs and drawn["title"] == main_title(3, layer=0)  # the title names the layer
-    first = trace.attention("dec_self", 0)
-    w0, kept0 = first.weights[0][3].float().numpy(), first.mask[0][3].numpy().astype(bool)
-    got = np.array([np.nan if v is None else v for v in drawn["drawn"]]).reshape(w0.shape)
-    assert np.array_equal(np.isnan(got), ~kept0) and np.nanmax(np.abs(got - np.where(kept0, w0, np.nan))) <= 5e-5
+    w0, kept0 = layer_picked_in_the_view(tab, root, trace, 0, 3)  # layer 0's head 3
     settle(tab)
     params = parse_qs(urlparse(tab.url).query)
     assert "layer" not in params and params.get("head") == ["3"], tab.url  # layer 0: the default, left out
@@ -294,6 +305,58 @@ def test_the_views_numbers_are_the_traces_and_a_pick_is_drawn_before_the_server_
     assert parse_qs(urlparse(tab.url).query).get("mask") == ["none"], tab.url
     assert view_state(tab)["mask"] == "none" and shown_mask(tab) == s("mask_none")
     assert_clean(tab, app, "attention after a mask picked in the view")
+
+
+LONGER = "The cat sat on the mat and looked at the dog, and the dog looked back at the cat for a very long while"
+LONGER = LONGER + ". " + LONGER  # 53 tokens: the page's run sends one layer's maps, the view asks for the others
+# the view's data as a run that has not yet answered its ask for every layer (the chosen layer's maps only), then a
+# pick of another layer in its list
+WAIT_JS = """([root, chosen, other]) => {
+    const d = root.__data;
+    root.__data = {...d, layers: [chosen]};
+    const box = root.querySelector("select[name='layer']");
+    box.value = String(other);
+    box.dispatchEvent(new Event('change'));  // (its tell to the server is cut short below)
+    clearTimeout(root.__told);
+    const out = {title: root.querySelector('.title').textContent, waiting: root.classList.contains('waiting')};
+    root.__data = d;
+    box.value = String(chosen);
+    return out;
+}"""
+
+
+def test_a_longer_texts_view_asks_for_every_layer_then_draws_a_layer_pick_before_the_server_hears(app, tab):
+    """53 tokens on the default model: the page's run sends the chosen layer's maps (light, and nothing more until
+    the learner goes for the Layer list); the pointer on the list makes the view ask for every layer with a run of its
+    own; then a layer picked in its list is drawn in the same task as the click, with the trace's numbers, and
+    reaches the link. A layer picked before that answer came is named as on its way, its maps faded, until the
+    server's run sends it."""
+
+    from transformer_core import load_model, trace_text
+
+    go(tab, app, "attention", model="shipped:everyday-gpt", text=LONGER, layer=1)
+    view_settled(tab)
+    runs = runs_ended(tab)
+    tab.wait_for_timeout(500)
+    first = view_state(tab)
+    assert first["layers"] == [1] and first["choices"] == [0, 1, 2, 3] and first["every"] and not first["asking"]
+    assert runs_ended(tab) == runs  # no ask of its own yet
+    tab.locator(f"{ATT_VIEW} .field.layer").hover()
+    view_settled(tab)
+    shown = view_state(tab)
+    assert shown["layers"] == shown["choices"] == [0, 1, 2, 3] and shown["every"] and not shown["asking"]
+    assert shown["layer_list"] and shown["layer"] == 1 and shown["n_q"] == 53
+    assert not tab.locator(f"{MAIN} [data-testid='stSelectbox']").filter(has_text=s("att_layer")).count()  # no box
+    root = tab.locator(ATT_VIEW).element_handle()
+    waiting = tab.evaluate(WAIT_JS, [root, 1, 0])
+    assert waiting == {"title": s("att_view_asking", layer=0), "waiting": True}
+    model, _ = load_model("shipped:everyday-gpt")
+    _, trace = trace_text(model, LONGER)
+    layer_picked_in_the_view(tab, root, trace, 3, 0)
+    settle(tab)
+    assert parse_qs(urlparse(tab.url).query).get("layer") == ["3"], tab.url
+    assert view_state(tab)["layer"] == 3 and not tab.locator(f"{ATT_VIEW}.waiting").count()
+    assert_clean(tab, app, "attention after a layer picked in the view of a longer text")
 
 
 def seen(key: str):

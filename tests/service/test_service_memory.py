@@ -22,7 +22,6 @@ import torch.nn.functional as F
 
 from transformer_core.model import footprint, memory
 from transformer_core.model.config import PRESETS, TransformerConfig
-from transformer_core.model.hooks import layer_filter
 from transformer_core.model.trace import run_with_trace
 from transformer_core.model.transformer import Transformer, build_model
 
@@ -91,15 +90,21 @@ def stored_bytes(tensors) -> int:
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-@pytest.mark.parametrize("keep", [memory.KEEP_ALL, 0, 1, 9])
+@pytest.mark.parametrize("keep", [memory.KEEP_ALL, 0, 1, 9, memory.KEEP_WEIGHTS])
 def test_trace_estimate_bounds_the_bytes_a_trace_holds(family, keep):
     cfg = FAMILIES[family]
     model = build_model(cfg, "cpu")
     for T in (7, 96):
         src = torch.randint(0, cfg.vocab_size, (1, T))
         tgt = torch.randint(0, cfg.vocab_size, (1, T + 3)) if cfg.arch == "encoder_decoder" else None
-        _, trace = run_with_trace(model, src, tgt, names=None if keep == memory.KEEP_ALL else layer_filter(keep))
-        held = stored_bytes([*trace.tensors.values(), trace.probs])
+        logits, trace = run_with_trace(model, src, tgt, names=None if keep == memory.KEEP_ALL else memory.wanted(keep))
+        if keep == memory.KEEP_WEIGHTS:  # every attention block's weights and mask, nothing else (the logits returned,
+            # their softmax as the estimate counts it)
+            assert trace.tensors and all(n.endswith(memory.WEIGHT_STAGES) for n in trace.tensors)
+            assert len(trace.blocks()) == trace.n_blocks()
+            held = stored_bytes([*trace.tensors.values(), logits, torch.softmax(logits, dim=-1)])
+        else:
+            held = stored_bytes([*trace.tensors.values(), trace.probs])
         est = memory.trace_estimate(cfg, T, T + 3, keep=keep)
         assert held <= est.kept + est.logits + est.probs <= 1.15 * held
         assert est.total >= est.kept + est.logits + est.probs
@@ -133,8 +138,9 @@ def test_a_new_block_type_changes_the_estimate_with_no_formula():
 
 def test_keeping_one_layer_costs_less_than_keeping_all_and_more_than_none():
     cfg = PRESETS["course-base"]
-    all_, one, none = (memory.trace_bytes(cfg, 1000, keep=k) for k in (memory.KEEP_ALL, 0, memory.KEEP_NONE))
-    assert all_ > one > none
+    all_, one, weights, none = (memory.trace_bytes(cfg, 1000, keep=k) for k in (memory.KEEP_ALL, 0,
+                                                                                memory.KEEP_WEIGHTS, memory.KEEP_NONE))
+    assert all_ > one > weights > none
     # a 1000-token trace of the course preset is about 1.1 GB; pages keep one layer's heads
     assert 1.0e9 < one < 2.0e9
 

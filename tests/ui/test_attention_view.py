@@ -80,17 +80,86 @@ def test_the_browser_gets_every_heads_weights_of_every_layer_and_both_masks_as_t
     assert not [c for c in at.get("plotly_chart") if c.proto.id.endswith("-att_main") or "-att_thumbs_" in c.proto.id]
 
 
-def test_a_text_too_long_for_every_layer_holds_the_chosen_one_and_the_layer_box_stays(cat_trace):
+def every_layer(model, text: str, mask: str = "both") -> np.ndarray:
+    """(layers, heads, Tq, Tk) softmax weights of every layer of the text, traced alone."""
+    from transformer_core import trace_text
+
+    _, trace = trace_text(model, text, masks={"dec_self": mask})
+    return np.stack([trace.attention("dec_self", layer).weights[0].float().numpy()
+                     for layer in range(model.cfg.n_layers)])
+
+
+def assert_as_traced(data: dict, w: np.ndarray) -> None:
+    """The view's one mask set holds every layer's weights to the 4 decimals the hover shows, 0 where masked."""
+    (four, _, mask), = decoded(data)
+    assert four.shape == w.shape
+    assert [f"{v / 1e4:.4f}" for v in four[mask]] == [f"{v:.4f}" for v in w[mask]]
+    assert (w[~mask] == 0).all()
+
+
+def test_a_longer_text_sends_the_chosen_layer_first_and_every_layer_once_the_view_asks(cat_trace):
+    """The page's run stays light (the chosen layer's maps, the server's Layer box gone: the view's list offers every
+    layer); attention.js asks for every layer under the data's key (the state "every") when a learner goes for the
+    list, and that run
+    sends them as the trace has them; a layer picked then leaves the data as it was (a reference on the wire)."""
+    model, _, _ = cat_trace
     text = "The cat sat on the mat and looked at the dog, and the dog looked back at the cat for a very long while"
-    at = open_app("attention", model=DEFAULT, text=text + ". " + text, layer="1")
+    text = text + ". " + text
+    at = open_app("attention", model=DEFAULT, text=text, layer="1")
     assert_clean(at)
     data = attention_view(at)
     n = data["n_q"]
-    assert 38 < n <= view_module.VIEW_TOKENS  # 4 layers x 8 heads x n(n+1)/2 kept cells > LAYERS_CELLS
-    assert data["layers"] == [1] and data["modes"] is None and len(data["masks"]) == 1
-    assert [len(t) for t in data["titles"]] == [len(s) for s in data["shown"]] == [1]
-    assert at.selectbox(key="layer").value == 1 and at.radio(key="mask_mode").value == "both"
+    cells = model.cfg.n_layers * model.cfg.n_heads * n * (n + 1) // 2
+    assert 38 < n <= view_module.VIEW_TOKENS and not view_module.fits(cells) and view_module.every_fits(cells)
+    assert data["layers"] == [1] and data["choices"] == [0, 1, 2, 3] and data["every"] and data["modes"] is None
     assert len(base64.b64decode(data["weights"])) == 2 * data["heads"] * n * (n + 1) // 2
+    assert not [w for w in at.selectbox if w.key == "layer"] and at.radio(key="mask_mode").value == "both"
+    w = every_layer(model, text)
+    assert_as_traced(data, w[1:2])
+    at.session_state[view_module.KEY] = {"every": {"key": "another text's key", "at": 1}}  # an ask of before
+    at.run()
+    assert attention_view(at) == data  # not this text's: not answered
+    at.session_state[view_module.KEY] = {"every": {"key": data["every"], "at": 2}}  # as attention.js asks
+    at.run()
+    assert_clean(at)
+    every = attention_view(at)
+    assert every["layers"] == every["choices"] == [0, 1, 2, 3] and every["every"] == data["every"]
+    assert_as_traced(every, w)
+    assert [len(t) for t in every["titles"][0]] == [model.cfg.n_heads] * 4
+    with state_of(at):  # the view drew layer 3 at once, then tells the server
+        view_module.adopt({"layer": 3, "head": 2, "scale": "01"})
+    at.run()
+    assert_clean(at)
+    assert (at.query_params["layer"], at.query_params["head"]) == ("3", "2")
+    assert attention_view(at) == every  # every layer was in it: a reference again, no maps on the wire
+    at.radio(key="mask_mode").set_value("causal").run()  # the server's radio: the same cells kept
+    assert_clean(at)
+    assert at.query_params["mask"] == "causal" and attention_view(at) == every  # the view's data as it was
+    with state_of(at):  # no mask: more kept cells than EVERY_CELLS at this length, the server's Layer box is back
+        view_module.adopt({"layer": 3, "mask": "none", "head": 2, "scale": "01"})
+    at.run()
+    assert_clean(at)
+    unmasked = attention_view(at)
+    assert unmasked["layers"] == unmasked["choices"] == [3] and unmasked["every"] is None
+    assert at.selectbox(key="layer").value == 3
+    assert_as_traced(unmasked, every_layer(model, text, "none")[3:4])
+
+
+def test_a_short_text_of_long_words_holds_every_layer_from_the_first_run(cat_trace):
+    """A text whose bytes could make more tokens than the page's trace keeps every layer for (ui.cache.trace_keep)
+    but whose tokens fit LAYERS_CELLS: the view's every layer come from a trace of the weights alone."""
+    from ui.cache import trace_keep
+
+    model, _, _ = cat_trace
+    text = ("Extraordinary international environmental organizations systematically investigated unprecedented "
+            "agricultural transformations throughout Mediterranean communities yesterday.")
+    assert trace_keep(model.cfg, text, None, (), 1) == 1  # the page's trace keeps layer 1's maps only
+    at = open_app("attention", model=DEFAULT, text=text, layer="1")
+    assert_clean(at)
+    data = attention_view(at)
+    assert 22 < data["n_q"] <= 38 and data["layers"] == [0, 1, 2, 3] and data["every"] is None
+    assert not [w for w in at.selectbox if w.key == "layer"]
+    assert_as_traced(data, every_layer(model, text))
 
 
 def test_a_text_too_long_for_both_masks_holds_every_layer_under_its_own_and_the_mask_radio_stays():

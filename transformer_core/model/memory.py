@@ -10,6 +10,7 @@ process) for every family and pins the factor.
     keep = KEEP_ALL            every hook point (run_with_trace's default)
     keep = 3                   layer_filter(3): per-head attention tensors of layer 3 only, everything else kept
     keep = KEEP_NONE           an untraced forward (run)
+    keep = KEEP_WEIGHTS        every layer's softmax weights and masks only (the Attention view's every layer)
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from .footprint import footprint, parameters, saved_for_backward
 from .hooks import layer_filter
 
 FLOAT = 4  # bytes of a float32 (every model the core builds or loads is float32)
-KEEP_ALL, KEEP_NONE = "all", "none"
+KEEP_ALL, KEEP_NONE, KEEP_WEIGHTS = "all", "none", "weights"
+WEIGHT_STAGES = (".hook_weights", ".hook_mask")  # what KEEP_WEIGHTS keeps of every attention block
 # What no tensor shows: the allocator's rounding and the kernels' own buffers, on top of the most bytes alive at
 # once (a fresh process's RSS grew 1% more than the live tensors of an untraced forward:
 # tests/service/test_service_memory.py)
@@ -71,6 +73,8 @@ def wanted(keep) -> Callable[[str], bool]:
         return lambda name: True
     if keep == KEEP_NONE:
         return lambda name: False
+    if keep == KEEP_WEIGHTS:
+        return lambda name: "_attn." in name and name.endswith(WEIGHT_STAGES)
     return layer_filter(int(keep))
 
 
@@ -91,7 +95,8 @@ class TraceEstimate:
 def trace_estimate(cfg: TransformerConfig, n_src: int, n_tgt: int | None = None, *, keep=KEEP_ALL, batch: int = 1,
                    probs: bool = True) -> TraceEstimate:
     """The peak of one forward of `batch` sequences of n_src source tokens (and n_tgt target tokens, default n_src,
-    for an encoder-decoder), keeping the hook points `keep` chooses (KEEP_ALL, a layer index, or KEEP_NONE).
+    for an encoder-decoder), keeping the hook points `keep` chooses (KEEP_ALL, a layer index, KEEP_WEIGHTS or
+    KEEP_NONE).
 
     From the config's footprint: every hook tensor the trace keeps (a view is copied, a tensor two hook points
     return is held once), the most bytes alive at once while the forward runs, the logits and, with `probs`, their
