@@ -150,7 +150,7 @@ def view_maps(ctx, stages, kind: str) -> tuple[list, dict[str, int] | None, str 
     held, where = [], {}  # the sets the view holds; a mode's set -> its place among them
     for i, mode in first.items():
         trace = ctx.trace if i == mine else traced_with(ctx, {kind: mode})
-        layers = every if i == mine else (layer_maps(ctx, kind, {kind: mode}) if trace is not None else None) or []
+        layers = every if i == mine else layer_maps(ctx, kind, {kind: mode}) if trace is not None else None
         if not layers or any(not same_mask(s, layers[0]) for s in layers):
             return [(ctx.trace, every)], None, None
         # a mask the model keeps as another's (cross-attention is never causal over the encoder's tokens): one set

@@ -100,7 +100,7 @@ def test_trace_estimate_bounds_the_bytes_a_trace_holds(family, keep):
         logits, trace = run_with_trace(model, src, tgt, names=None if keep == memory.KEEP_ALL else memory.wanted(keep))
         if keep == memory.KEEP_WEIGHTS:  # every attention block's weights and mask, nothing else (the logits returned,
             # their softmax as the estimate counts it)
-            assert trace.tensors and all(n.endswith(memory.WEIGHT_STAGES) for n in trace.tensors)
+            assert trace.tensors and all(n.endswith((".hook_weights", ".hook_mask")) for n in trace.tensors)
             assert len(trace.blocks()) == trace.n_blocks()
             held = stored_bytes([*trace.tensors.values(), logits, torch.softmax(logits, dim=-1)])
         else:

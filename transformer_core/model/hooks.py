@@ -264,3 +264,15 @@ def layer_filter(layer: int) -> Callable[[str], bool]:
         return stage not in PER_HEAD_STAGES or "_attn." not in name or mine in name
 
     return wanted
+
+
+WEIGHT_STAGES = ("weights", "mask")  # what stages_filter keeps by default: the softmax weights and the mask
+
+
+def stages_filter(stages: tuple[str, ...] = WEIGHT_STAGES) -> Callable[[str], bool]:
+    """Keep these stages of every attention block and nothing else (every layer's maps at a fraction of the trace)."""
+
+    def wanted(name: str) -> bool:
+        return "_attn." in name and name.rsplit(".hook_", 1)[-1] in stages
+
+    return wanted

@@ -19,11 +19,10 @@ from dataclasses import dataclass
 
 from .config import TransformerConfig
 from .footprint import footprint, parameters, saved_for_backward
-from .hooks import layer_filter
+from .hooks import layer_filter, stages_filter
 
 FLOAT = 4  # bytes of a float32 (every model the core builds or loads is float32)
 KEEP_ALL, KEEP_NONE, KEEP_WEIGHTS = "all", "none", "weights"
-WEIGHT_STAGES = (".hook_weights", ".hook_mask")  # what KEEP_WEIGHTS keeps of every attention block
 # What no tensor shows: the allocator's rounding and the kernels' own buffers, on top of the most bytes alive at
 # once (a fresh process's RSS grew 1% more than the live tensors of an untraced forward:
 # tests/service/test_service_memory.py)
@@ -74,7 +73,7 @@ def wanted(keep) -> Callable[[str], bool]:
     if keep == KEEP_NONE:
         return lambda name: False
     if keep == KEEP_WEIGHTS:
-        return lambda name: "_attn." in name and name.endswith(WEIGHT_STAGES)
+        return stages_filter()
     return layer_filter(int(keep))
 
 
