@@ -12,10 +12,10 @@ every page of a 128-token text drawn in < 2 s.
 
 --switches N (default 5; 0: none): then the view switches a learner makes most, each N times, from the change to the
 page redrawn (stamped as above), on the pages among --pages that have them: the Attention page's head, layer, colour
-scale and mask (head and scale redrawn in the browser for a text of up to 64 tokens, the layer where the view holds
-every layer (on the default model up to 38 tokens in its first run, and up to 64 once it has asked for them with a run
-of its own when the pointer reaches its Layer list: the switches start after that run) and the mask where it holds both
-(up to 22), stamped in its view, and the run that then tells the server, timed beside), the Logits page's temperature
+scale and mask (for a text of up to 64 tokens redrawn in the browser's view, stamped there, and the run that then
+tells the server timed beside; before a layer or mask switch the pointer goes to the view's list or radio, where the
+view asks for the maps it lacks with a run of its own, and the switch follows that run; a switch whose maps the view
+still lacks (more than one ask brings) is a server run, in a row of its own), the Logits page's temperature
 (one slider step: redrawn in the browser for a vocabulary of the default's size, stamped in its view, and the short run
 that tells the server). Target: a switch redrawn within 0.2 s (p95).
 
@@ -122,43 +122,53 @@ def in_view(page) -> bool:
     return True
 
 
+HELD_JS = """(root, [kind, value]) => {  // whether the view holds the maps a pick of `value` shows (attention.js)
+  const d = root.__data, mask = root.querySelector("input[name='mask']:checked").value;
+  const layer = kind === "layer" ? Number(value) : Number(root.querySelector("select[name='layer']").value);
+  const set = d.modes[kind === "mask" ? value : mask];
+  return root.__maps.text === d.key && root.__maps.blocks.has(`${set}|${layer}`);
+}"""
+
+
 def attention_switches(page, lang: str, times: int, timed, other, out: dict) -> None:
     nav(page, "attention")
     drawn(page)
     if in_view(page):
         view_settled(page)
-    listed = page.locator(f"{ATT_VIEW} .field.layer:not([hidden])")
-    if listed.count():  # the pointer on the view's Layer list, as a learner's on the way to it: the view asks for
-        listed.hover()  # every layer it lacks (a run of its own); the switches start after that run
-        view_settled(page)
     radios = {"scale": (s("att_scale", lang), [s(f"att_scale_{k}", lang) for k in ("01", "row", "log")]),
               "mask": (s("att_mask_mode", lang), [s(f"mask_{k}", lang) for k in ("causal", "none")])}
     view = page.locator(ATT_VIEW)
-    layers = view.locator(".field.layer:not([hidden]) select[name='layer']")  # where the view holds every layer
-    masks = view.locator(".field.mask:not([hidden])")  # and both masks
+    layer = view.locator("select[name='layer']")
     for i in range(times):
-        if view.count():  # a text the browser's view draws: head and scale (and layer) redrawn there, then a run tells
-            # the server
-            picks = {"head": lambda: view.locator("select[name='head']").select_option(str(1 - int(view_head(page)))),
-                     "scale": lambda j=i: view.locator(f"input[name='scale'][value='{('row', '01')[j % 2]}']").check()}
-            if layers.count():
-                picks["layer"] = lambda: layers.select_option(str(1 - int(layers.input_value())))
-            if masks.count():
-                picks["mask"] = lambda j=i: masks.locator(f"input[value='{('none', 'both')[j % 2]}']").check()
-            for kind, act in picks.items():
+        if view.count():  # a text the browser's view draws: every switch redrawn there, then a run tells the server
+            picks = {"head": (None, lambda: str(1 - int(view_head(page))),
+                              lambda v: view.locator("select[name='head']").select_option(v)),
+                     "scale": (None, lambda j=i: ("row", "01")[j % 2],
+                               lambda v: view.locator(f"input[name='scale'][value='{v}']").check()),
+                     "layer": (".field.layer", lambda: str(1 - int(layer.input_value())), layer.select_option),
+                     "mask": (".field.mask", lambda j=i: ("none", "both")[j % 2],
+                              lambda v: view.locator(f"input[name='mask'][value='{v}']").check())}
+            for kind, (field, value, act) in picks.items():
+                if field and view.locator(f"{field}:not([hidden])").count() == 0:
+                    continue
+                if field:  # the pointer on the way to the list or radio: the view asks for the maps it lacks there
+                    view.locator(field).hover()
+                    view_settled(page)
+                v = value()
+                held = view.evaluate(HELD_JS, [kind, v])
                 view.evaluate(VIEW_STAMP_JS)  # in its own shadow root: the page's stamp misses it
-                run = timed(act)
+                run = timed(lambda a=act, x=v: a(x))
+                if not held:  # drawn faded until a run sends its maps: a server run
+                    out.setdefault(f"attention: {kind} (a server run)", []).append(run)
+                    continue
                 out.setdefault(f"attention: {kind} (in the browser)", []).append(
                     (page.evaluate("window.__viewDrawn") - page.evaluate("window.__pressed")) / 1000)
                 out.setdefault(f"attention: {kind}, the run after it", []).append(run)
-        kinds = (() if layers.count() else (("layer", s("att_layer", lang)),)) if view.count() else (
-            ("head", s("att_head", lang)), ("layer", s("att_layer", lang)))
-        for kind, label in kinds:
+            continue
+        for kind, label in (("head", s("att_head", lang)), ("layer", s("att_layer", lang))):
             pick = other(label, [str(h) for h in range(2)], lambda lab: combobox_value(page, lab))
             out.setdefault(f"attention: {kind}", []).append(timed(lambda lab=label, o=pick: choose(page, lab, o)))
         for kind, (label, options) in radios.items():
-            if (kind == "scale" and view.count()) or (kind == "mask" and masks.count()):
-                continue
             pick = other(label, options, lambda lab: radio_value(page, lab))
             out.setdefault(f"attention: {kind}", []).append(timed(lambda lab=label, o=pick: radio(page, lab, o)))
 

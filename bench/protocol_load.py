@@ -15,9 +15,9 @@ Per action it measures the time from sending the rerun request to the `script_fi
 counts errors: an exception element, an st.error alert, a page-not-found, a disconnect, a timeout. It
 samples the server process's CPU time and RSS (psutil if installed, else /proc) and prints per action kind:
 count, p50, p95, max, errors, skipped (an action that could not apply, e.g. a disabled button). What a
-learner's browser does by itself is done too and counted in a row of its own: the Attention view's ask for every
-layer when the pointer reaches its Layer list, before a layer switch (view_asks_layers; the CPU line gives the
-server's CPU per run and per learner action).
+learner's browser does by itself is done too and counted in rows of their own: the Attention view's ask for the
+maps it lacks when the pointer reaches its Layer list, before a layer switch (view_asks_layers), or its mask radio,
+before a mask switch (view_asks_masks); the CPU line gives the server's CPU per run and per learner action.
 
 --start-server: start `streamlit run app.py --server.headless true --server.port P
 --browser.gatherUsageStats false` on a free port (TIKTOKEN_CACHE_DIR: the environment's, else a copy of
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -399,17 +400,9 @@ class Config:
 
 
 def view_shows(c: StreamlitClient) -> dict:
-    """The layer, mask, head and scale the Attention view shows, as attention.js keeps them: the server's pick (in
-    the view's data) where its serial is new to the view (a new view, a pick the server made: the Layer box, the Mask
-    radio), else the view's own last pick, told to the server."""
-    w = c.widget("attention_view")
-    server = json.loads(w.proto.json).get("pick", {}) if w.proto.json else {}
-    held = c.states.get(w.id)
-    told = json.loads(held.json_value).get("pick") if held is not None and held.json_value else None
-    if told is None or server.get("serial") != getattr(c, "view_serial", None):
-        c.view_serial = server.get("serial")
-        return {k: server[k] for k in ("layer", "mask", "head", "scale") if k in server}
-    return told
+    """The layer, mask, head and scale the Attention view shows, as attention.js keeps them (note_view): the server's
+    pick where its serial was new to the view (a new view, a pick the server made), else the view's own last pick."""
+    return dict(getattr(c, "view_pick", None) or {})
 
 
 async def do_action(c: StreamlitClient, a: Action, learner: int, round_: int, rng: random.Random,
@@ -455,35 +448,70 @@ async def do_action(c: StreamlitClient, a: Action, learner: int, round_: int, rn
             return await c.set_view_state("sampling_view", "rule", {"k": 0, "p": 1.0, **rule, "T": t})
         return await do_action(c, replace(a, kind="slider"), learner, round_, rng, cfg)
     if a.kind in ("head", "layer", "mask"):  # the Attention page's view tells the server (ui/attention_view.py) where
-        # it holds the head (and, for a short text, every layer and both masks), else the Head or Layer box, Mask radio
+        # it is drawn (a text of up to its VIEW_TOKENS tokens), else the Head or Layer box, Mask radio
         keys = {w.key for w in c.widgets.values()}
         if "attention_view" in keys and a.arg not in keys:
-            pick = view_shows(c)
+            pick = {"scale": "01", **view_shows(c)}
             if a.kind == "mask":
-                other = "none" if pick.get("mask", "both") in ("causal", "both") else "both"
-                return await c.set_view_state("attention_view", "pick", {"scale": "01", **pick, "mask": other})
-            now = int(pick.get(a.arg, 0))
-            return await c.set_view_state("attention_view", "pick", {"scale": "01", **pick, a.arg: 1 - now % 2})
+                pick["mask"] = "none" if pick.get("mask", "both") in ("causal", "both") else "both"
+            else:
+                pick[a.arg] = 1 - int(pick.get(a.arg, 0)) % 2
+            c.view_pick = pick
+            return await c.set_view_state("attention_view", "pick", pick)
         return await do_action(c, replace(a, kind="pick"), learner, round_, rng, cfg)
     if a.kind == "click":
         return await c.click(a.arg)
     raise ValueError(f"unknown action kind {a.kind!r}")
 
 
-ASKS = "view_asks_layers"  # the Attention view's own run for every layer (its row in the table)
+ASKS = {"layer": "view_asks_layers", "mask": "view_asks_masks"}  # the Attention view's own runs (rows of their own)
 
 
-async def view_asks(c: StreamlitClient) -> RunResult | None:
-    """The Attention view's ask for every layer, as attention.js makes it when the pointer reaches its Layer list
-    where the server names a key (ui/attention_view.py: EVERY_CELLS): the run it starts, or None where it does not
-    ask (no view, no key, every layer held)."""
+def note_view(c: StreamlitClient) -> None:
+    """After a run, keep what attention.js keeps (ui/attention_view.py): the server's pick where its serial is new to
+    the view, and what the maps element has sent (the blocks (mask set, layer) of one text, each set's kept cells of
+    a layer)."""
+    for w in c.widgets.values():
+        data = json.loads(w.proto.json) if w.key in ("attention_view", "attention_maps") and w.proto.json else None
+        if not data:
+            continue
+        if w.key == "attention_view" and data["pick"]["serial"] != getattr(c, "view_serial", None):
+            c.view_serial = data["pick"]["serial"]
+            c.view_pick = {k: data["pick"][k] for k in ("layer", "mask", "head", "scale")}
+        elif w.key == "attention_maps":
+            if getattr(c, "maps_key", None) != data["key"]:
+                c.maps_key, c.maps_held = data["key"], set()
+            c.maps_held |= {tuple(b) for b in data["blocks"]}
+            c.maps_cells = [bin(int.from_bytes(base64.b64decode(m), "little")).count("1") * data["heads"]
+                            for m in data["masks"]]
+
+
+async def view_asks(c: StreamlitClient, kind: str) -> RunResult | None:
+    """The Attention view's ask, as attention.js makes it when the pointer reaches its Layer list (kind "layer": the
+    mask shown's other layers, nearest first) or its mask radio ("mask": the layer shown under the other masks), for
+    those maps it does not hold, as many as one ask brings (the view's "cap"): the run it starts (the maps element's
+    alone), or None where it does not ask (no view, every one held)."""
     w = next((w for w in c.widgets.values() if w.key == "attention_view"), None)
-    if w is None or not w.proto.json:
+    if w is None or not w.proto.json or getattr(c, "maps_key", None) is None:
         return None
-    data = json.loads(w.proto.json)
-    if not data.get("every") or len(data["layers"]) >= len(data["choices"]):
+    data, shown = json.loads(w.proto.json), view_shows(c)
+    if data["key"] != c.maps_key:
         return None
-    return await c.set_view_state("attention_view", "every", {"key": data["every"], "at": time.time()})
+    s, layer = data["modes"].get(shown.get("mask"), 0), int(shown.get("layer", 0))
+    if kind == "layer":
+        blocks = [(s, other) for other in sorted(range(data["layers"]), key=lambda x: (abs(x - layer), x))]
+    else:
+        blocks = [(m, layer) for m in sorted(set(data["modes"].values()))]
+    asked, total = [], 0
+    for m, other in blocks:
+        if (m, other) not in c.maps_held and total + c.maps_cells[m] <= data["cap"]:
+            asked.append([m, other])
+            total += c.maps_cells[m]
+    if not asked:
+        return None
+    res = await c.set_view_state("attention_maps", "want", {"key": data["key"], "blocks": asked, "at": time.time()})
+    note_view(c)
+    return res
 
 
 async def learner_loop(i: int, cfg: Config, rec: Recorder, start_delay: float, deadline: float) -> None:
@@ -500,11 +528,12 @@ async def learner_loop(i: int, cfg: Config, rec: Recorder, start_delay: float, d
                 if need_open and c.ws is not None:
                     await c.close()
                     c = StreamlitClient(url, timeout=cfg.timeout)
-                if a.kind == "layer":  # the pointer on the way to the view's Layer list
-                    asked = await view_asks(c)
+                if a.kind in ASKS:  # the pointer on the way to the view's Layer list or mask radio
+                    asked = await view_asks(c, a.kind)
                     if asked is not None:
-                        rec.add(i, ASKS, asked)
+                        rec.add(i, ASKS[a.kind], asked)
                 res = await do_action(c, a, i, round_, rng, cfg)
+                note_view(c)
                 rec.add(i, a.name, res)
                 if res.status in ("TIMEOUT", "DISCONNECTED") or c.closed_reason:
                     need_open = True  # a browser would reload; start again from the home page
@@ -655,10 +684,10 @@ def main(argv: list[str] | None = None) -> int:
     done = sum(1 for s in out["samples"] if not s.skipped)
     if servers and all(s["cpu_s"] is not None for s in servers) and done:
         cpu = sum(s["cpu_s"] for s in servers)
-        own = sum(1 for s in out["samples"] if not s.skipped and s.action != ASKS)  # a learner's own actions
+        own = sum(1 for s in out["samples"] if not s.skipped and s.action not in ASKS.values())  # a learner's own
         print(f"servers together: {cpu:.1f} s of CPU = {cpu / out['wall_s']:.2f} cores, "
               f"{cpu / done:.3f} s per run ({done} runs), {cpu / max(own, 1):.3f} s per learner action ({own}: the "
-              f"view's own asks for every layer not counted)")
+              f"view's own asks not counted)")
     print(f"load generator: CPU {cl['cpu_s']:.1f} s = {cl['cpu_per_wall']:.3f} cores, max RSS {cl['maxrss_mb']:.0f} MB")
     errs = [(s.learner, s.action, e) for s in out["samples"] for e in s.errors]
     skips = [(s.learner, s.action, s.skipped) for s in out["samples"] if s.skipped]

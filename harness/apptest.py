@@ -187,38 +187,40 @@ def array(value) -> np.ndarray:
     return np.asarray(value, dtype=float)
 
 
+def _components(at: AppTest) -> list[dict]:
+    return [json.loads(e.proto.json) for e in at.get("bidi_component")]
+
+
 def attention_view(at: AppTest) -> dict | None:
-    """The data of the Attention page's view (ui.attention_view: the maps the browser draws), or None where the page
-    drew its own charts (a map of more than its VIEW_TOKENS tokens)."""
-    found = [json.loads(e.proto.json) for e in at.get("bidi_component")]
-    found = [d for d in found if "weights" in d and "masks" in d]
+    """The data of the Attention page's view (ui.attention_view: what the browser draws the maps with), or None where
+    the page drew its own charts (a map of more than its VIEW_TOKENS tokens)."""
+    found = [d for d in _components(at) if "pick" in d and "modes" in d]
     return found[0] if found else None
 
 
-# The Attention page's layer and mask: the browser's view offers them where the text is short enough (its data's
-# "choices" more than one: it holds every layer or asks for them; "modes" not None), else the page's Layer box and
-# Mask radio do
-def _held(view: dict | None, name: str) -> bool:
-    return view is not None and (len(view["choices"]) > 1 if name == "layer" else view["modes"] is not None)
+def attention_maps(at: AppTest) -> dict | None:
+    """The data of the Attention page's maps element (ui.attention_view.attention_maps: the blocks this run sent)."""
+    found = [d for d in _components(at) if d.get("role") == "maps"]
+    return found[0] if found else None
 
 
 def shown_layer(at: AppTest) -> int:
     """The layer the Attention page shows: its Layer box, or the pick the server gave the view that holds it."""
     view = attention_view(at)
-    return int(view["pick"]["layer"]) if _held(view, "layer") else int(at.selectbox(key="layer").value)
+    return int(view["pick"]["layer"]) if view is not None else int(at.selectbox(key="layer").value)
 
 
 def shown_mask(at: AppTest) -> str:
     """The mask mode the Attention page shows: its radio, or the pick the server gave the view that holds it."""
     view = attention_view(at)
-    return view["pick"]["mask"] if _held(view, "mask") else at.radio(key="mask_mode").value
+    return view["pick"]["mask"] if view is not None else at.radio(key="mask_mode").value
 
 
 def _choose(at: AppTest, name: str, value, widget) -> AppTest:
     """Choose the Attention page's layer or mask as a learner does: in the page's widget, or in the browser's view
     that holds it (what the view's "pick" tells the server, as ui.attention_view takes it); then run."""
     view = attention_view(at)
-    if not _held(view, name):
+    if view is None:
         return widget().set_value(value).run()
     from ui import attention_view as view_module
 

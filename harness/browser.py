@@ -789,23 +789,21 @@ ATT_VIEW = ".av"
 # whether its list is shown), the mask (whether its radio is shown), the head, the scale, the title
 ATT_VIEW_JS = """root => {
     const d = root.__data, n = d.n_q * d.n_k, heads = [], list = root.querySelector("select[name='layer']");
-    const layer = d.choices.length > 1 ? Number(list.value) : d.layers[0], at = d.layers.indexOf(layer);
-    const checked = root.querySelector("input[name='mask']:checked"), mask = d.modes ? checked.value : d.pick.mask;
-    const m = d.modes ? d.modes[mask] : 0, first = (m * d.layers.length + at) * d.heads * n;
-    for (let h = 0; h < d.heads; h++) {
+    const MAPS = root.__maps;
+    const layer = Number(list.value), mask = root.querySelector("input[name='mask']:checked").value;
+    const maps = MAPS.blocks.get(`${d.modes[mask]}|${layer}`), kept = MAPS.masks[d.modes[mask]];
+    for (let h = 0; maps && h < d.heads; h++) {
         const rows = [];
         for (let q = 0; q < d.n_q; q++) {
-            rows.push(Array.from({length: d.n_k}, (_, k) => {
-                const i = h * n + q * d.n_k + k;
-                return root.__masks[m][i] ? root.__four[first + i] / 1e4 : null;
-            }));
+            rows.push(Array.from({length: d.n_k}, (_, k) => kept[q * d.n_k + k] ? maps.four[h * n + q * d.n_k + k] / 1e4
+                                                                                 : null));
         }
         heads.push(rows);
     }
-    const drawn = Array.from(root.__z, v => Number.isNaN(v) ? null : v);
-    return {weights: heads, drawn, layer, layers: d.layers, choices: d.choices, every: d.every,
-            asking: root.hasAttribute("data-asking"), layer_list: !list.closest(".field").hidden,
-            mask, mask_radio: !!d.modes,
+    const drawn = root.__z ? Array.from(root.__z, v => Number.isNaN(v) ? null : v) : null;
+    return {weights: maps ? heads : null, drawn, layer, layers: d.layers, mask, modes: d.modes,
+            held: [...MAPS.blocks.keys()].filter(() => MAPS.text === d.key).map(b => b.split("|").map(Number)),
+            asking: root.hasAttribute("data-asking"), waiting: root.classList.contains("waiting"),
             head: Number(root.querySelector("select[name='head']").value),
             scale: root.querySelector("input[name='scale']:checked").value, n_q: d.n_q, n_k: d.n_k,
             title: root.querySelector('.title').textContent, q: d.q, k: d.k,
@@ -824,12 +822,12 @@ def view_head(page) -> str:
 
 
 def view_settled(page, timeout: float = 120_000) -> None:
-    """Wait until the Attention page's view has drawn its data and has every layer it asked for (attention.js asks
-    with a run of its own when the pointer or the focus reaches its Layer list, and marks itself data-asking until
-    that run's data has come), then for the page to settle."""
+    """Wait until the Attention page's view has drawn its maps and has those it asked for (attention.js asks with a
+    run of its own when the pointer or the focus reaches its Layer list or mask radio, and marks itself data-asking
+    until that run's data has come), then for the page to settle."""
     page.locator(f"{ATT_VIEW} .title").wait_for(state="visible", timeout=timeout)
-    if page.locator(f"{ATT_VIEW}[data-asking]").count():
-        settle(page, timeout=timeout)
+    page.locator(f"{ATT_VIEW}:not(.waiting):not([data-asking])").wait_for(state="attached", timeout=timeout)
+    settle(page, timeout=timeout)
 
 
 def _view_holds(page, field: str) -> bool:
@@ -841,8 +839,8 @@ def _view_holds(page, field: str) -> bool:
 
 
 def pick_layer(page, layer: int, lang: str = "en") -> None:
-    """Choose the Attention page's layer as a learner does: in the view's list where the view holds every layer (a
-    short text), else in the server's Layer box."""
+    """Choose the Attention page's layer as a learner does: in the view's list (a text of up to VIEW_TOKENS tokens),
+    else in the server's Layer box."""
     if _view_holds(page, "layer"):
         view_pick(page, layer=layer)
     else:
@@ -850,8 +848,8 @@ def pick_layer(page, layer: int, lang: str = "en") -> None:
 
 
 def pick_mask(page, mode: str, lang: str = "en") -> None:
-    """Choose the Attention page's mask mode as a learner does: in the view's radio where the view holds both masks (a
-    short text), else in the server's radio."""
+    """Choose the Attention page's mask mode as a learner does: in the view's radio (a text of up to VIEW_TOKENS
+    tokens), else in the server's radio."""
     if _view_holds(page, "mask"):
         view_pick(page, mask=mode)
     else:
@@ -874,16 +872,18 @@ def shown_layer(page, lang: str = "en") -> str:
 
 def view_pick(page, *, layer: int | None = None, mask: str | None = None, head: int | None = None,
               scale: str | None = None, thumbnail: bool = False) -> None:
-    """Pick a layer (in the view's list, the pointer on it first, as a learner's: the view asks for every layer it
-    lacks) or a mask mode (in its radio: a text short enough for the view to hold both), a head (in the view's list,
-    or with thumbnail=True a click on its small map) or a colour scale in the Attention page's view, and wait for the
-    run that tells the server to be over (the view redraws at once)."""
+    """Pick a layer (in the view's list) or a mask mode (in its radio), the pointer on it first, as a learner's: the
+    view asks for the maps it lacks there), a head (in the view's list, or with thumbnail=True a click on its small
+    map) or a colour scale in the Attention page's view, and wait for the run that tells the server to be over (the
+    view redraws at once)."""
     view = page.locator(ATT_VIEW)
     if layer is not None:
-        view.locator(".field.layer").hover()  # as a learner's pointer: the view asks for every layer it may lack
+        view.locator(".field.layer").hover()
         view_settled(page)
         run_after(page, lambda: view.locator("select[name='layer']").select_option(str(layer)))
     if mask is not None:
+        view.locator(".field.mask").hover()
+        view_settled(page)
         run_after(page, view.locator(f"input[name='mask'][value='{mask}']").check)
     if head is not None:
         if thumbnail:

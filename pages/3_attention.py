@@ -20,16 +20,7 @@ from transformer_core.model.memory import KEEP_ALL
 from transformer_core.model.transformer import DEFAULT_MASKS
 from transformer_core.text.inputs import sequence_labels
 from ui import cache
-from ui.attention_view import (
-    asked,
-    attention_view,
-    every_fits,
-    every_key,
-    fits,
-    in_browser,
-    mask_sets,
-    view_data,
-)
+from ui.attention_view import attention_maps, attention_view, in_browser, mask_sets, text_key, view_data
 from ui.errors import show_error
 from ui.figures import (
     COLUMN_PX,
@@ -48,7 +39,7 @@ from ui.i18n import t
 from ui.model_choice import load_selected_model
 from ui.panels import panel_heatmaps, thumbnails
 from ui.plain_figures import figure
-from ui.session import layer_maps, page_context, through_app, traced_with
+from ui.session import layer_maps, page_context, through_app
 from ui.state import generated, keep_view_in_model
 from ui.tools import export_panel, inputs, prep_for, reserve
 from ui.widgets import chart, clicked, explain, table, tensor_frame
@@ -99,92 +90,65 @@ def selectors(model) -> tuple[str, dict]:
     return ss.block, {"layer": c1.empty(), "head": c3.empty(), "mask": c4.empty(), "scale": c5.empty()}
 
 
-def layer_box(n_layers: int, slot) -> None:
-    """The server's layer widget (a view that does not hold every layer, or none)."""
-    slot.selectbox(t("att_layer"), range(n_layers), key="layer")
+def server_controls(model, slots) -> None:
+    """The server's layer, mask, head and colour-scale widgets (a map too long for the browser's view)."""
+    slots["layer"].selectbox(t("att_layer"), range(model.cfg.n_layers), key="layer")
+    slots["mask"].radio(t("att_mask_mode"), MASK_MODES, key="mask_mode", horizontal=True,
+                        format_func=lambda m: t(f"mask_{m}"))
+    slots["head"].selectbox(t("att_head"), range(model.cfg.n_heads), key="head")
+    slots["scale"].radio(t("att_scale"), SCALES, key="att_scale", horizontal=True,
+                         format_func=lambda s: t(f"att_scale_{s}"), help=t("att_scale_help"))
 
 
-def mask_radio(slot) -> None:
-    """The server's mask widget (a view that does not hold both masks, or none)."""
-    slot.radio(t("att_mask_mode"), MASK_MODES, key="mask_mode", horizontal=True, format_func=lambda m: t(f"mask_{m}"))
+def is_set_mask(stages, mask: np.ndarray) -> bool:
+    """Whether a block's mask ((1, heads or 1, Tq, Tk)) is this mask set's ((Tq, Tk): what the view's maps of that set
+    are drawn with; a trace of the weights alone may be cut to another length on a tight server)."""
+    m = stages.mask[0].numpy()
+    return m.shape[-2:] == mask.shape and bool((m == mask).all())
 
 
-def head_and_scale(heads: int, head_slot, scale_slot) -> None:
-    """The server's head and colour-scale widgets (a map too long for the browser's view)."""
-    head_slot.selectbox(t("att_head"), range(heads), key="head")
-    scale_slot.radio(t("att_scale"), SCALES, key="att_scale", horizontal=True,
-                     format_func=lambda s: t(f"att_scale_{s}"), help=t("att_scale_help"))
+def view_knows(stages, kind: str) -> bool:
+    """Whether the block's mask is its mask set's (ui.attention_view.mask_sets); else the server's charts draw it."""
+    modes, _, masks = mask_sets(kind, stages.n_q, stages.n_k)
+    return is_set_mask(stages, masks[modes[ss.mask_mode]])
 
 
-def same_mask(a, b) -> bool:
-    """Whether two blocks' stages have one mask (a trace of the weights alone may be cut to another length)."""
-    return a.mask.shape == b.mask.shape and bool((a.mask == b.mask).all())
+def block_source(ctx, stages, kind: str, records: dict[int, object], first: dict[int, str], mine: int,
+                 masks: list[np.ndarray]):
+    """The view's maps of (mask set, layer) for ui.attention_view.attention_maps: (the heads' weights, their labels),
+    from the page's trace (the chosen block), else from the text traced with that set's mask (ui.session.layer_maps:
+    every layer's weights); None where they cannot be had or their mask is not the set's (is_set_mask)."""
+    def source(block):
+        s, layer = block
+        if (s, layer) == (mine, stages.layer):
+            got, labels = stages, records
+        else:
+            traced = layer_maps(ctx, kind, None if s == mine else {kind: first[s]})
+            if traced is None:
+                return None
+            got = traced[1][layer]
+            labels = head_labels(ctx, got, kind, traced[0])
+        if not is_set_mask(got, masks[s]):
+            return None
+        return got.weights[0].float().numpy(), [label_text(labels.get(h)) for h in range(got.n_heads)]
+    return source
 
 
-def view_maps(ctx, stages, kind: str) -> tuple[list, dict[str, int] | None, str | None]:
-    """What the browser's view holds, where it fits (ui.attention_view.LAYERS_CELLS): every layer (ui.session.
-    layer_maps; every layer's mask is this one's), and then under every mask (the text traced with the other; one set
-    per mask the model keeps): ([per set: (its trace, every layer's stages)], {mode: set}, None); else ([(the page's
-    trace, every layer's stages)], None, None) or ([(the trace, [this layer's])], None, the key under which the view
-    asks for every layer where they come to at most EVERY_CELLS (else None); every layer once asked)."""
-    alone = [(ctx.trace, [stages])], None, None
-    n_layers, kept = ctx.model.cfg.n_layers, int(stages.mask[0].sum())
-    if n_layers == 1 or not every_fits(n_layers * kept):
-        return alone
-    key = None
-    if not fits(n_layers * kept):  # too many for the page's run: the view asks when a learner goes for its list
-        ids = [ctx.trace.src_ids[0].tolist(), None if ctx.trace.tgt_ids is None else ctx.trace.tgt_ids[0].tolist()]
-        key = every_key(ctx.key, kind, ids, stages.mask[0])
-        if not asked(key):
-            return [(ctx.trace, [stages])], None, key
-    every = layer_maps(ctx, kind)
-    if every is None or any(not same_mask(s, stages) for s in every):
-        return alone
-    every[stages.layer] = stages
-    if key is not None:
-        return [(ctx.trace, every)], None, key
-    modes, first, cells = mask_sets(MASK_MODES, stages.n_q, stages.n_k)
-    mine = modes[ss.mask_mode]
-    if not fits(n_layers * stages.n_heads * sum(cells)):  # (before tracing the text again)
-        return [(ctx.trace, every)], None, None
-    held, where = [], {}  # the sets the view holds; a mode's set -> its place among them
-    for i, mode in first.items():
-        trace = ctx.trace if i == mine else traced_with(ctx, {kind: mode})
-        layers = every if i == mine else layer_maps(ctx, kind, {kind: mode}) if trace is not None else None
-        if not layers or any(not same_mask(s, layers[0]) for s in layers):
-            return [(ctx.trace, every)], None, None
-        # a mask the model keeps as another's (cross-attention is never causal over the encoder's tokens): one set
-        same = next((j for j, (_, h) in enumerate(held) if same_mask(h[0], layers[0])), None)
-        where[i] = len(held) if same is None else same
-        if same is None:
-            held.append((trace, layers))
-    return held, {mode: where[i] for mode, i in modes.items()}, None
-
-
-def browser_maps(ctx, held: list, modes: dict | None, every: str | None, kind: str, records: dict[int, object], q_lab,
-                 k_lab) -> tuple[int, int] | None:
-    """The head large and every head small, drawn and switched in the browser (ui.attention_view), with the layer and
-    the mask where the view holds them (`held`, `modes`, `every`: view_maps); returns the clicked (query, key) cell,
-    if any."""
-    first = held[0][1][0]
-    heads, titles, shown = first.n_heads, [], []
-    mine = modes[ss.mask_mode] if modes else 0
-    for i, (trace, layers) in enumerate(held):
-        titles.append([])
-        shown.append([])
-        for stages in layers:
-            here = i == mine and stages.layer == ss.layer
-            labels = records if here else head_labels(ctx, stages, kind, trace)
-            titles[-1].append([[f"{t('att_head')} {h}", label_text(labels.get(h)) if labels else ""]
-                               for h in range(heads)])
-            # the kind filter's pills are this layer's: another layer or mask the view switches to shows every head
-            shown[-1].append(kind_filter(records, heads) if here else list(range(heads)))
-    n_gen = generated_rows(first.n_q)
-    attention_view(view_data([s.layer for s in held[0][1]], [(layers[0].mask[0], [s.weights[0] for s in layers])
-                                                             for _, layers in held], modes, q_lab, k_lab, titles,
-                             shown, generated=n_gen, every=every,
-                             choices=list(range(ctx.model.cfg.n_layers)) if every else None))
-    say_generated(n_gen, first.n_q)
+def browser_maps(ctx, stages, kind: str, records: dict[int, object], q_lab, k_lab) -> tuple[int, int] | None:
+    """The head large and every head small, drawn and switched in the browser with the layer, the mask and the colour
+    scale (ui.attention_view: the maps' element, then the view); returns the clicked (query, key) cell, if any."""
+    modes, first, masks = mask_sets(kind, stages.n_q, stages.n_k)
+    mine, n_layers, heads = modes[ss.mask_mode], ctx.model.cfg.n_layers, stages.n_heads
+    ids = [ctx.trace.src_ids[0].tolist(), None if ctx.trace.tgt_ids is None else ctx.trace.tgt_ids[0].tolist()]
+    text = text_key(ctx.key, kind, ids)
+    attention_maps(text, masks, (mine, stages.layer), n_layers, heads,
+                   block_source(ctx, stages, kind, records, first, mine, masks))
+    n_gen = generated_rows(stages.n_q)
+    # the kind filter's pills are this block's: another layer or mask the view switches to shows every head
+    attention_view(view_data(text, n_layers, heads, modes, q_lab, k_lab, ((mine, stages.layer),
+                                                                          kind_filter(records, heads)),
+                             generated=n_gen))
+    say_generated(n_gen, stages.n_q)
     return ss.get("att_cell")
 
 
@@ -604,21 +568,17 @@ try:
     tgt = (np.array(axis_labels(sequence_labels(model, ctx.trace.tgt_ids[0])), dtype=object)
            if ctx.trace.tgt_ids is not None else src)
     q_lab, k_lab = (src if kind == "enc_self" else tgt), (tgt if kind == "dec_self" else src)
-    view = in_browser(stages.n_q, stages.n_k)  # head and colour scale switched in the browser
-    held, modes, every = view_maps(ctx, stages, kind) if view else ([(ctx.trace, [stages])], None, None)
-    if len(held[0][1]) == 1 and every is None:  # the view's list offers every layer where it holds or asks for them
-        layer_box(model.cfg.n_layers, slots["layer"])
-    if modes is None:
-        mask_radio(slots["mask"])
+    # layer, mask, head and colour scale switched in the browser, where the block's mask is the one its view expects
+    view = in_browser(stages.n_q, stages.n_k) and view_knows(stages, kind)
     if not view:
-        head_and_scale(model.cfg.n_heads, slots["head"], slots["scale"])
+        server_controls(model, slots)
     head = int(ss.head)
     records = head_labels(ctx, stages, kind)
     attention_hint(list(records.values()), bool(ctx.card.get("random_init")))
     what_head_does(records.get(head), head)
     cell = None
     if view:
-        cell = browser_maps(ctx, held, modes, every, kind, records, list(q_lab), list(k_lab))
+        cell = browser_maps(ctx, stages, kind, records, list(q_lab), list(k_lab))
     else:
         main_map(stages, head, list(q_lab), list(k_lab))
     if cell is not None:

@@ -86,9 +86,9 @@ def traced_with(ctx: PageContext, masks: dict, keep=None) -> Trace | None:
     return trace
 
 
-def layer_maps(ctx: PageContext, kind: str, masks: dict | None = None) -> list | None:
-    """Every layer's attention stages of `kind` for the page's text (with other masks: {block: mode} over the
-    page's): the page's trace's where it kept every layer's, else those of a trace that keeps every layer's weights
+def layer_maps(ctx: PageContext, kind: str, masks: dict | None = None) -> tuple[Trace, list] | None:
+    """(the trace, every layer's attention stages of `kind`) for the page's text (with other masks: {block: mode}
+    over the page's): the page's trace where it kept every layer's, else a trace that keeps every layer's weights
     and masks alone (KEEP_WEIGHTS: a long text's trace keeps one layer's; cached and shared like the page's); None
     where it cannot be."""
     layers = range(ctx.model.cfg.n_layers)
@@ -96,7 +96,7 @@ def layer_maps(ctx: PageContext, kind: str, masks: dict | None = None) -> list |
         trace = ctx.trace if not masks and keep is None else traced_with(ctx, masks or {}, keep)
         got = None if trace is None else [trace.attention(kind, layer) for layer in layers]
         if got is not None and all(s is not None for s in got):
-            return got
+            return trace, got
     return None
 
 

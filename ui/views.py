@@ -21,12 +21,13 @@ URL_PATH = "app/static/views"
 # The loader: fetch the parts (their address holds a hash of their text, so an updated server's browsers fetch them
 # anew), join them, import the result once per page (every view element of that kind shares it), draw. Where they
 # cannot be fetched, a note in the view's place (its shadow root) in the learner's language; the next run tries again.
-# An error of the view's own drawing is no failed load: it stays in the browser's console.
+# An error of the view's own drawing is no failed load: it stays in the browser's console. An element of no words (no
+# picture of its own: the Attention page's maps) leaves the note to the view beside it.
 LOADER = """const parts = %(parts)s, key = parts.join(" ");
 const loaded = (window.__teViews ??= {});
 function script() {
   return (loaded[key] ??= Promise.all(parts.map((p) => fetch(new URL(p, document.baseURI)).then((r) => {
-    if (!r.ok) throw new Error(`${p}: HTTP ${r.status}`);
+    if (!r.ok) throw new Error(`${p}: ${r.status}`);
     return r.text();
   }))).then((texts) => import(URL.createObjectURL(new Blob([texts.join("\\n")], { type: "text/javascript" })))));
 }
@@ -38,10 +39,10 @@ export default function (component) {
   }, (error) => {
     delete loaded[key];
     console.error(error);
-    if (place.querySelector("p.load-failed")) return;
-    const note = document.createElement("p");
+    const words = component.data?.text?.load_failed, note = document.createElement("p");
+    if (!words || place.querySelector("p.load-failed")) return;
     note.className = "load-failed";
-    note.textContent = component.data?.text?.load_failed ?? String(error);
+    note.textContent = words;
     place.prepend(note);
   });
 }

@@ -1,38 +1,41 @@
-// The Attention page's maps, redrawn in the browser: the softmax weights of every head of the block, of every layer
-// for a short text (else of the chosen layer), and for a shorter one under both masks (a mask set each), sent once: the
-// kept ones to 4 decimals, the tiny ones with their log, and each set's mask as bits. The chosen head large and every
-// head of its layer small. Where the server sent the chosen layer's only but names a key (`every`), the view asks for
-// every layer (the state "every") once the pointer or the focus reaches its Layer list (a learner about to switch:
-// a learner who never does costs no bytes), so that the switch is drawn here too; a layer picked before that run's
-// data came is told to the server, whose run sends it.
-// A pick of the layer or mask (where the view holds them), the head (the list, a small map) or the colour scale
-// redraws here at once; then the view tells the server (the state "pick"), whose run records it in the link and
-// redraws what depends on them (ui/attention_view.py). A click on a cell asks the server for its arithmetic (the state
-// "cell").
+// The Attention page's maps, redrawn in the browser (ui/attention_view.py). Two elements share this script: the maps
+// (data.role "maps": blocks of (mask set, layer), each every head's softmax weights, the kept ones to 4 decimals, the
+// tiny ones with their log, and each set's mask as bits), which it keeps in MAPS for the text they are of, and the
+// view, which draws the chosen head large and every head of its layer small from them. Where the maps of a layer or a
+// mask are not here yet, the view asks for them (the maps element's state "want", a run of that element alone) when
+// the pointer or the focus reaches its Layer list (its mask's other layers) or its mask radio (the layer under the
+// other masks): a learner about to switch; a learner who never does costs no bytes. A pick made before they come
+// shows the maps drawn, faded, until they have.
+// A pick of the layer, mask, head (the list, a small map) or colour scale redraws here at once; then the view tells
+// the server (the state "pick"), whose run records it in the link and redraws what depends on them. A click on a cell
+// asks the server for its arithmetic (the state "cell").
 const TELL_AFTER_MS = 120;  // a run of changes (arrow keys held on the list) is told once
 const LOG_LOW = -6;  // log10 of ui.figures.LOG_FLOOR: the log scale's lowest value
 const MARK_CAP = 32 * 32;  // ui.figures.MARK_CAP: maps of up to this many cells draw an ✕ on each masked one
 
+// The maps of one text (its key): "set|layer" -> {four, log, labels}; the sets' masks; the blocks asked for and not
+// come yet ("set|layer" -> the ask's time), and those an answer came without (not asked again); the maps element's
+// setStateValue; the views drawn from them
+const MAPS = { text: null, blocks: new Map(), masks: [], pending: new Map(), refused: new Set(), seen: null, ask: null,
+               views: new Set() };
+
 export default function (component) {
+  if (component.data.role === "maps") return receive(component);
   const { data, parentElement, setStateValue } = component;
   const root = parentElement.querySelector(".av") || build(parentElement, data);
   root.__tell = setStateValue;
-  const key = data.weights + data.masks.join(" ");
-  if (root.__key !== key) {  // decoded once per text (a run that only re-sends the view keeps it)
-    root.__masks = data.masks.map((m) => bits(m, data.heads * data.n_q * data.n_k));
-    [root.__four, root.__log] = weights(data.weights, data.sizes, root.__masks, data.layers.length);
-    root.__key = key;
-  }
+  root.__maps = MAPS;  // (what the browser tests read)
+  MAPS.views.add(root);
   const was = root.__data, mounted = was === undefined;
   root.__data = data;
   if (mounted || was.heads !== data.heads) fillHeads(root);
-  if (mounted || String(was.choices) !== String(data.choices)) fillLayers(root);
+  if (mounted || was.layers !== data.layers) fillLayers(root);
   if (mounted || JSON.stringify(was.modes) !== JSON.stringify(data.modes)) fillMasks(root);
   if (mounted) {  // a new view starts from the link (the server writes the page's values in it)
     root.__serial = data.pick.serial;
     const linked = new URLSearchParams(window.location.search), p = data.pick;
     const l = Number(linked.get("layer") ?? 0), h = Number(linked.get("head") ?? 0), s = linked.get("scale") ?? "01";
-    pickLayer(root, data.choices.includes(l) ? l : p.layer);
+    pickLayer(root, Number.isInteger(l) && l >= 0 && l < data.layers ? l : p.layer);
     pickMask(root, linked.get("mask") ?? p.mask);
     pickHead(root, Number.isInteger(h) && h >= 0 && h < data.heads ? h : p.head);
     pickScale(root, data.scales.includes(s) ? s : p.scale);
@@ -44,56 +47,105 @@ export default function (component) {
     pickLayer(root, data.pick.layer); pickMask(root, data.pick.mask); pickHead(root, data.pick.head);
     pickScale(root, data.pick.scale);
   }
-  showable(root);
-  draw(root);
-  askEvery(root, false);
+  refresh(root);
 }
 
-function askEvery(root, now) {  // once per key: a new ask is a new value (the time), so it always starts a run
-  const d = root.__data, can = Boolean(d.every) && d.layers.length < d.choices.length;
-  if (can && now && root.__asked !== d.every) {
-    root.__asked = d.every;
-    root.__tell("every", { key: d.every, at: Date.now() });
+function refresh(root) {  // after new data or new maps
+  showable(root);
+  draw(root);
+  if (!held(root) && ours(root)) want(root, [[set(root), layer(root)]]);  // a pick whose maps never came: ask
+  root.toggleAttribute("data-asking", ours(root) && MAPS.pending.size > 0);  // asked, not answered (the tests)
+}
+
+// ui.attention_view.encode: one uint16 per kept cell, high bytes then low bytes; a code over 10,000 is a weight under
+// 0.0095 (10,001 + its 4 decimals * 256 + its log code). Every cell's weight to 4 decimals (0 where masked) and its log
+// code in 255 steps from -6 to 0 (a larger weight's from its 4 decimals). One encoding per block, with its set's mask.
+const TINY_BASE = 10_001;  // ui.attention_view.TINY_BASE
+function receive({ data, setStateValue }) {
+  MAPS.ask = setStateValue;
+  if (MAPS.text !== data.key) {  // another text: its maps start again
+    Object.assign(MAPS, { text: data.key, blocks: new Map(), pending: new Map(), refused: new Set(), seen: null });
   }
-  root.toggleAttribute("data-asking", can && root.__asked === d.every);  // asked, not answered (the browser tests)
+  const seen = `${data.weights}|${data.blocks.join(";")}|${data.answered}`;
+  if (MAPS.seen === seen) return;  // a run that only re-sends the element keeps what it decoded
+  MAPS.seen = seen;
+  const n = data.n_q * data.n_k, cells = data.heads * n;
+  MAPS.masks = data.masks.map((m) => bits(m, n));
+  const planes = typed(data.weights, Uint8Array);
+  let start = 0;
+  data.blocks.forEach(([s, l], b) => {
+    const mask = MAPS.masks[s], kept = data.heads * mask.reduce((a, v) => a + v, 0);
+    const four = new Uint16Array(cells), log = new Uint8Array(cells);
+    for (let i = 0, j = 0; i < cells; i++) {
+      if (!mask[i % n]) continue;
+      const code = (planes[start + j] << 8) | planes[start + kept + j];
+      j++;
+      if (code >= TINY_BASE) {
+        four[i] = (code - TINY_BASE) >> 8;
+        log[i] = (code - TINY_BASE) & 255;
+      } else {
+        four[i] = code;
+        log[i] = Math.round(((Math.log10(code / 1e4) - LOG_LOW) / -LOG_LOW) * 255);
+      }
+    }
+    start += 2 * kept;
+    MAPS.blocks.set(`${s}|${l}`, { four, log, labels: data.labels[b] });
+    MAPS.pending.delete(`${s}|${l}`);
+  });
+  for (const [block, at] of MAPS.pending) {  // asked and answered without them (a server short of memory)
+    if (data.answered !== null && at <= data.answered) {
+      MAPS.pending.delete(block);
+      MAPS.refused.add(block);
+    }
+  }
+  for (const root of MAPS.views) {
+    if (root.isConnected) refresh(root); else MAPS.views.delete(root);
+  }
+}
+
+function ours(root) { return MAPS.text === root.__data.key && MAPS.ask !== null; }  // the maps are of this text
+
+function want(root, blocks) {  // ask for the blocks not here nor asked, as many as one ask brings (data.cap cells)
+  const d = root.__data;
+  if (!ours(root)) return;
+  let total = 0;
+  const asked = [];
+  for (const [s, l] of blocks) {
+    const name = `${s}|${l}`, cells = d.heads * MAPS.masks[s].reduce((a, v) => a + v, 0);
+    const askedBefore = MAPS.pending.has(name) || MAPS.refused.has(name);
+    if (MAPS.blocks.has(name) || askedBefore || total + cells > d.cap) continue;
+    total += cells;
+    asked.push([s, l]);
+  }
+  if (!asked.length) return;
+  const at = Date.now();
+  for (const [s, l] of asked) MAPS.pending.set(`${s}|${l}`, at);
+  root.setAttribute("data-asking", "");
+  MAPS.ask("want", { key: d.key, blocks: asked, at });
+}
+
+function nearest(l, n) {  // ui.attention_view.nearest: the layers from l outwards
+  return Array.from({ length: n }, (_, i) => i).sort((a, b) => Math.abs(a - l) - Math.abs(b - l) || a - b);
+}
+
+function wantLayers(root) {  // the pointer or the focus on the Layer list: the mask shown's other layers
+  const m = set(root);
+  want(root, nearest(layer(root), root.__data.layers).map((l) => [m, l]));
+}
+
+function wantMasks(root) {  // ... on the mask radio: the layer shown under the other masks
+  const sets = [...new Set(Object.values(root.__data.modes))];
+  want(root, sets.map((m) => [m, layer(root)]));
 }
 
 function showable(root) {  // the thumbnails of the layer shown; where the kind filter hid the head, its first shown
   if (!held(root)) return;
-  const shown = root.__data.shown[set(root)][at(root)];
+  const shown = shownHeads(root);
   buildThumbs(root);
   if (shown.length && !shown.includes(head(root))) {
     pickHead(root, shown[0]);
     tell(root);
   }
-}
-
-// ui.attention_view.encode: one uint16 per kept cell, high bytes then low bytes; a code over 10,000 is a weight under
-// 0.0095 (10,001 + its 4 decimals * 256 + its log code). Every cell's weight to 4 decimals (0 where masked) and its log
-// code in 255 steps from -6 to 0 (a larger weight's from its 4 decimals).
-// One encoding per mask set (`sizes`: its kept cells), each of the layers one after another with the set's mask.
-const TINY_BASE = 10_001;  // ui.attention_view.TINY_BASE
-function weights(b64, sizes, masks, layers) {
-  const planes = typed(b64, Uint8Array), cells = masks[0].length * layers;
-  const four = new Uint16Array(cells * masks.length), log = new Uint8Array(cells * masks.length);
-  let start = 0;
-  masks.forEach((mask, m) => {
-    const n = sizes[m];
-    for (let i = 0, j = 0; i < cells; i++) {
-      if (!mask[i % mask.length]) continue;
-      const code = (planes[start + j] << 8) | planes[start + n + j], at = m * cells + i;
-      j++;
-      if (code >= TINY_BASE) {
-        four[at] = (code - TINY_BASE) >> 8;
-        log[at] = (code - TINY_BASE) & 255;
-      } else {
-        four[at] = code;
-        log[at] = Math.round(((Math.log10(code / 1e4) - LOG_LOW) / -LOG_LOW) * 255);
-      }
-    }
-    start += 2 * n;
-  });
-  return [four, log];
 }
 
 function bits(b64, n) {  // numpy.packbits(..., bitorder="little"): 1 = the key is kept
@@ -135,9 +187,11 @@ function build(parent, d) {
               el("p", { class: "hint thumbs-hint" }));
   parent.append(root);
   select.addEventListener("change", () => { draw(root); tell(root); });
-  layerBox.querySelector("select").addEventListener("change", () => { showable(root); draw(root); tell(root); });
-  layerBox.addEventListener("pointerenter", () => askEvery(root, true));  // about to pick a layer: fetch them all
-  layerBox.querySelector("select").addEventListener("focus", () => askEvery(root, true));
+  layerBox.querySelector("select").addEventListener("change", () => { refresh(root); tell(root); });
+  layerBox.addEventListener("pointerenter", () => wantLayers(root));  // about to pick a layer: fetch them
+  layerBox.querySelector("select").addEventListener("focus", () => wantLayers(root));
+  masks.addEventListener("pointerenter", () => wantMasks(root));  // about to pick a mask
+  masks.addEventListener("focusin", () => wantMasks(root));
   for (const r of options.querySelectorAll("input")) r.addEventListener("change", () => { draw(root); tell(root); });
   const canvas = map.querySelector("canvas.cells");
   canvas.addEventListener("mousemove", (e) => hover(root, e));
@@ -159,41 +213,45 @@ function fillHeads(root) {
   select.value = was !== "" && Number(was) < d.heads ? was : "0";
 }
 
-function fillLayers(root) {  // a list of the layers where the view holds or asks for every one, else none (the server's)
+function fillLayers(root) {  // the layers' list (none for a model of one layer)
   const d = root.__data, select = root.querySelector("select[name='layer']"), was = select.value;
-  select.replaceChildren(...d.choices.map((l) => el("option", { value: l }, String(l))));
-  select.value = d.choices.includes(Number(was)) && was !== "" ? was : String(d.pick.layer);
-  root.querySelector(".field.layer").hidden = d.choices.length < 2;
+  select.replaceChildren(...Array.from({ length: d.layers }, (_, l) => el("option", { value: l }, String(l))));
+  select.value = was !== "" && Number(was) < d.layers ? was : String(d.pick.layer);
+  root.querySelector(".field.layer").hidden = d.layers < 2;
 }
 
-function fillMasks(root) {  // the mask's options where the view holds both masks, else none (the server's radio)
+function fillMasks(root) {  // the mask modes' radio
   const d = root.__data, box = root.querySelector(".field.mask"), was = mask(root);
-  box.querySelector(".options").replaceChildren(...Object.keys(d.modes ?? {}).map((m) => {
+  box.querySelector(".options").replaceChildren(...Object.keys(d.modes).map((m) => {
     const opt = el("label", { class: "option" }), input = el("input", { type: "radio", name: "mask", value: m });
-    input.addEventListener("change", () => { showable(root); draw(root); tell(root); });
+    input.addEventListener("change", () => { refresh(root); tell(root); });
     opt.append(input, el("span", {}, d.text.mask_names[m]));
     return opt;
   }));
-  pickMask(root, d.modes && was in d.modes ? was : d.pick.mask);
-  box.hidden = !d.modes;
+  pickMask(root, was in d.modes ? was : d.pick.mask);
 }
 
-function mask(root) {  // the mask mode shown: the view's radio, or the server's (the pick) where the view holds one
+function mask(root) {  // the mask mode shown (the radio's, else the server's)
   const d = root.__data, m = root.querySelector("input[name='mask']:checked")?.value;
-  return d.modes && m in d.modes ? m : d.pick.mask;
+  return m in d.modes ? m : d.pick.mask;
 }
-function set(root) { const d = root.__data; return d.modes ? d.modes[mask(root)] : 0; }  // its maps' set
+function set(root) { return root.__data.modes[mask(root)]; }  // its maps' set
 function pickMask(root, m) {
   for (const r of root.querySelectorAll("input[name='mask']")) r.checked = r.value === m;
 }
 
 function layer(root) {
   const d = root.__data, l = Number(root.querySelector("select[name='layer']").value);
-  return d.choices.includes(l) ? l : d.layers[0];
+  return Number.isInteger(l) && l >= 0 && l < d.layers ? l : d.pick.layer;
 }
-function at(root) { return root.__data.layers.indexOf(layer(root)); }  // the layer's place in the data
-function held(root) { return at(root) >= 0; }  // a layer the list offers whose maps have not come yet: not held
-function pickLayer(root, l) { if (root.__data.choices.includes(l)) root.querySelector("select[name='layer']").value = l; }
+function held(root) {  // whether the maps of the layer and mask shown are here (else on their way)
+  return ours(root) && MAPS.blocks.has(`${set(root)}|${layer(root)}`);
+}
+function shownHeads(root) {  // the heads shown small: the kind filter's for the server's block, else every head
+  const d = root.__data, all = Array.from({ length: d.heads }, (_, h) => h);
+  return d.shown && d.shown.set === set(root) && d.shown.layer === layer(root) ? d.shown.heads : all;
+}
+function pickLayer(root, l) { if (l >= 0 && l < root.__data.layers) root.querySelector("select[name='layer']").value = l; }
 function head(root) { return Number(root.querySelector("select[name='head']").value); }
 function scale(root) { return root.querySelector("input[name='scale']:checked")?.value ?? "01"; }
 function pickHead(root, h) { root.querySelector("select[name='head']").value = String(h); }
@@ -230,9 +288,9 @@ export function values(four, log, mask, nq, nk, scale) {
 function range(scale) { return scale === "log" ? [LOG_LOW, 0] : [0, 1]; }
 
 function headMaps(root, h) {  // (weights to 4 decimals, their log, mask) of head h of the layer and mask shown: views
-  const d = root.__data, n = d.n_q * d.n_k, m = set(root), i = (m * d.layers.length + at(root)) * d.heads + h;
+  const d = root.__data, n = d.n_q * d.n_k, maps = MAPS.blocks.get(`${set(root)}|${layer(root)}`);
   const part = (a, j) => a.subarray(j * n, (j + 1) * n);
-  return [part(root.__four, i), part(root.__log, i), part(root.__masks[m], h)];
+  return [part(maps.four, h), part(maps.log, h), MAPS.masks[set(root)]];
 }
 
 function rgb(hex) { return [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16)); }
@@ -294,10 +352,10 @@ function draw(root) {
     .replace("{scale}", d.text.scale_names[s]);
   root.querySelector(".axis-names").textContent = `↓ ${d.text.queries} · → ${d.text.keys}`;
   const ylab = root.querySelector(".ylab"), xlab = root.querySelector(".xlab");
-  if (ylab.childElementCount !== d.n_q || root.__labelsFor !== root.__key) {
+  if (ylab.childElementCount !== d.n_q || root.__labelsFor !== d.key) {
     ylab.replaceChildren(...d.q.map((t) => el("div", {}, t)));
     xlab.replaceChildren(...d.k.map((t) => el("div", {}, t)));
-    root.__labelsFor = root.__key;
+    root.__labelsFor = d.key;
   }
   root.__ylabWidth = ylab.getBoundingClientRect().width || 120;
   const [cw, ch] = sizes(root);
@@ -340,14 +398,15 @@ function drawBar(box, s, d, height) {
 }
 
 function buildThumbs(root) {
-  const d = root.__data, box = root.querySelector(".thumbs"), m = set(root), l = at(root), titles = d.titles[m][l];
-  const shown = d.shown[m][l], want = `${m}|${l}|${shown.join(",")}|${titles.map((t) => t.join("/")).join(",")}`;
-  if (box.__for === want) return;
-  box.__for = want;
+  const d = root.__data, box = root.querySelector(".thumbs"), m = set(root), l = layer(root);
+  const labels = MAPS.blocks.get(`${m}|${l}`).labels, shown = shownHeads(root);
+  const key = `${d.key}|${m}|${l}|${shown.join(",")}|${labels.join("/")}`;
+  if (box.__for === key) return;
+  box.__for = key;
   box.replaceChildren(...shown.map((h) => {
     const fig = el("figure", { class: "thumb", "data-head": h, tabindex: "0", role: "button" });
     const cap = el("figcaption");
-    cap.append(el("span", { class: "name" }, titles[h][0]), el("span", { class: "kind" }, titles[h][1]));
+    cap.append(el("span", { class: "name" }, `${d.text.head} ${h}`), el("span", { class: "kind" }, labels[h]));
     fig.append(cap, el("canvas"));
     const choose = () => { pickHead(root, h); draw(root); tell(root); };
     fig.addEventListener("click", choose);

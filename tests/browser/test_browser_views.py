@@ -280,8 +280,9 @@ def test_the_views_numbers_are_the_traces_and_a_pick_is_drawn_before_the_server_
     params = parse_qs(urlparse(tab.url).query)
     assert params.get("head") == ["3"] and "scale" not in params, tab.url  # told once, after the last pick
     assert_clean(tab, app, "attention after picks in the view")
-    shown = view_state(tab)
-    assert shown["layers"] == [0, 1, 2, 3] and shown["layer_list"] and shown["layer"] == 2
+    shown = view_state(tab)  # a text this short: every layer under both masks came with the page's run
+    assert shown["layers"] == 4 and shown["layer"] == 2 and sorted(shown["held"]) == [[m, layer] for m in (0, 1)
+                                                                                        for layer in range(4)]
     assert not tab.locator(f"{MAIN} [data-testid='stSelectbox']").filter(has_text=s("att_layer")).count()  # no box
     w0, kept0 = layer_picked_in_the_view(tab, root, trace, 0, 3)  # layer 0's head 3
     settle(tab)
@@ -292,8 +293,8 @@ def test_the_views_numbers_are_the_traces_and_a_pick_is_drawn_before_the_server_
                                                           zip(wr, kr, strict=True)] for wr, kr in zip(w0, kept0,
                                                                                                        strict=True)]
     assert_clean(tab, app, "attention after a layer picked in the view")
-    # the mask, likewise (a text this short: the view holds both masks): no mask, every key kept
-    assert shown["mask_radio"] and shown["mask"] == "both"
+    # the mask, likewise: no mask, every key kept
+    assert shown["mask"] == "both" and shown["modes"] == {"none": 0, "causal": 1, "padding": 0, "both": 1}
     runs = runs_ended(tab)
     drawn = tab.evaluate(PICK_JS, [root, "mask", "none"])
     assert runs_ended(tab) == runs
@@ -309,28 +310,23 @@ def test_the_views_numbers_are_the_traces_and_a_pick_is_drawn_before_the_server_
 
 LONGER = "The cat sat on the mat and looked at the dog, and the dog looked back at the cat for a very long while"
 LONGER = LONGER + ". " + LONGER  # 53 tokens: the page's run sends one layer's maps, the view asks for the others
-# the view's data as a run that has not yet answered its ask for every layer (the chosen layer's maps only), then a
-# pick of another layer in its list
-WAIT_JS = """([root, chosen, other]) => {
-    const d = root.__data;
-    root.__data = {...d, layers: [chosen]};
-    const box = root.querySelector("select[name='layer']");
-    box.value = String(other);
-    box.dispatchEvent(new Event('change'));  // (its tell to the server is cut short below)
-    clearTimeout(root.__told);
-    const out = {title: root.querySelector('.title').textContent, waiting: root.classList.contains('waiting')};
-    root.__data = d;
-    box.value = String(chosen);
-    return out;
+# a mask picked as a learner does, without the pointer on the radio first: what is drawn in the same task
+UNASKED_JS = """([root, mode]) => {
+    const box = root.querySelector(`input[name='mask'][value='${mode}']`);
+    box.checked = true;
+    box.dispatchEvent(new Event('change'));
+    return {title: root.querySelector('.title').textContent, waiting: root.classList.contains('waiting'),
+            asking: root.hasAttribute('data-asking')};
 }"""
 
 
-def test_a_longer_texts_view_asks_for_every_layer_then_draws_a_layer_pick_before_the_server_hears(app, tab):
+def test_a_longer_texts_view_asks_for_the_maps_it_lacks_then_draws_a_pick_before_the_server_hears(app, tab):
     """53 tokens on the default model: the page's run sends the chosen layer's maps (light, and nothing more until
-    the learner goes for the Layer list); the pointer on the list makes the view ask for every layer with a run of its
-    own; then a layer picked in its list is drawn in the same task as the click, with the trace's numbers, and
-    reaches the link. A layer picked before that answer came is named as on its way, its maps faded, until the
-    server's run sends it."""
+    the learner goes for the Layer list or the mask radio); the pointer on the list makes the view ask for its mask's
+    other layers with a run of its own, on the radio for the layer under the other mask; then a pick in the view is
+    drawn in the same task as the click, with the trace's numbers, and reaches the link. A mask picked before its
+    maps came is named as on its way, its maps faded, until a run sends them."""
+    import numpy as np
 
     from transformer_core import load_model, trace_text
 
@@ -339,24 +335,48 @@ def test_a_longer_texts_view_asks_for_every_layer_then_draws_a_layer_pick_before
     runs = runs_ended(tab)
     tab.wait_for_timeout(500)
     first = view_state(tab)
-    assert first["layers"] == [1] and first["choices"] == [0, 1, 2, 3] and first["every"] and not first["asking"]
+    # the chosen layer's maps under the causal mask (set 1), and the nearest one that fits beside it (FIRST_CELLS)
+    assert first["held"] == [[1, 1], [1, 0]] and first["layers"] == 4 and not first["asking"]
     assert runs_ended(tab) == runs  # no ask of its own yet
+    assert not tab.locator(f"{MAIN} [data-testid='stSelectbox']").filter(has_text=s("att_layer")).count()  # no box
     tab.locator(f"{ATT_VIEW} .field.layer").hover()
     view_settled(tab)
     shown = view_state(tab)
-    assert shown["layers"] == shown["choices"] == [0, 1, 2, 3] and shown["every"] and not shown["asking"]
-    assert shown["layer_list"] and shown["layer"] == 1 and shown["n_q"] == 53
-    assert not tab.locator(f"{MAIN} [data-testid='stSelectbox']").filter(has_text=s("att_layer")).count()  # no box
-    root = tab.locator(ATT_VIEW).element_handle()
-    waiting = tab.evaluate(WAIT_JS, [root, 1, 0])
-    assert waiting == {"title": s("att_view_asking", layer=0), "waiting": True}
+    assert sorted(shown["held"]) == [[1, layer] for layer in range(4)] and not shown["asking"]
+    assert shown["layer"] == 1 and shown["n_q"] == 53
     model, _ = load_model("shipped:everyday-gpt")
     _, trace = trace_text(model, LONGER)
+    root = tab.locator(ATT_VIEW).element_handle()
     layer_picked_in_the_view(tab, root, trace, 3, 0)
     settle(tab)
     assert parse_qs(urlparse(tab.url).query).get("layer") == ["3"], tab.url
     assert view_state(tab)["layer"] == 3 and not tab.locator(f"{ATT_VIEW}.waiting").count()
-    assert_clean(tab, app, "attention after a layer picked in the view of a longer text")
+    # no mask, picked before its maps came: on their way, the maps drawn faded; then drawn from the run that sent them
+    waiting = tab.evaluate(UNASKED_JS, [root, "none"])
+    assert waiting == {"title": s("att_view_asking", layer=3), "waiting": True, "asking": True}
+    view_settled(tab)
+    _, unmasked = trace_text(model, LONGER, masks={"dec_self": "none"})
+    after = view_state(tab)
+    assert after["mask"] == "none" and [0, 3] in after["held"] and not after["waiting"]
+    w = unmasked.attention("dec_self", 3).weights[0][0].float().numpy()
+    assert np.abs(np.array(after["drawn"]).reshape(w.shape) - w).max() <= 5e-5
+    assert parse_qs(urlparse(tab.url).query).get("mask") == ["none"], tab.url
+    # the pointer on the list again: no mask's other layers come (3 of 53 x 53 x 8 cells: one ask), then a pick of
+    # one is drawn at once
+    tab.locator(f"{ATT_VIEW} .field.layer").hover()
+    view_settled(tab)
+    assert sorted(view_state(tab)["held"]) == [[m, layer] for m in (0, 1) for layer in range(4)]
+    layer_picked_in_the_view(tab, root, unmasked, 0, 0)
+    settle(tab)
+    # and back to the causal mask through the radio, the pointer on it first: held, nothing asked
+    runs = runs_ended(tab)
+    tab.locator(f"{ATT_VIEW} .field.mask").hover()
+    tab.wait_for_timeout(300)
+    assert runs_ended(tab) == runs and not view_state(tab)["asking"]
+    drawn = tab.evaluate(PICK_JS, [root, "mask", "both"])
+    assert runs_ended(tab) == runs and drawn["title"] == main_title(0, layer=0)
+    settle(tab)
+    assert_clean(tab, app, "attention after picks in the view of a longer text")
 
 
 def seen(key: str):

@@ -1,7 +1,8 @@
-"""The Attention page's head and colour scale in the browser (ui.attention_view): what the page sends the browser is
-every head's weights of the chosen layer as the trace has them (to the 4 decimals shown, their log, the mask), and
-nothing a pick in the browser changes; a pick the browser tells the server is taken as a link's is and recorded in
-the link; a click on a cell is explained with the server's numbers. The browser's side (attention.js) is tested in
+"""The Attention page's layer, mask, head and colour scale in the browser (ui.attention_view): what the page sends the
+browser is every head's weights of a block (mask set, layer) as the trace has them (to the 4 decimals shown, their
+log, the mask), the chosen block and those that fit beside it first, the others when the view asks, each once; a pick
+in the browser sends no maps again; a pick the browser tells the server is taken as a link's is and recorded in the
+link; a click on a cell is explained with the server's numbers. The browser's side (attention.js) is tested in
 Chromium: tests/browser/test_browser_views.py."""
 import base64
 from contextlib import contextmanager
@@ -9,7 +10,7 @@ from unittest.mock import patch
 
 import numpy as np
 
-from harness.apptest import CAT, DEFAULT, array, assert_clean, attention_view, figure, open_app
+from harness.apptest import CAT, DEFAULT, array, assert_clean, attention_maps, attention_view, figure, open_app
 from transformer_core.text.inputs import sequence_labels
 from ui import attention_view as view_module
 from ui.figures import LOG_FLOOR, axis_labels
@@ -17,20 +18,20 @@ from ui.figures import LOG_FLOOR, axis_labels
 TEXT = CAT
 
 
-def decoded(data: dict) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Per mask set: (weights to 4 decimals as integers, log codes: -1 where the browser takes the log from the 4
-    decimals, mask), each (layers held, heads, Tq, Tk); the set's one mask repeated for every layer."""
-    shape = (data["heads"], data["n_q"], data["n_k"])
-    planes, start, out = base64.b64decode(data["weights"]), 0, []
-    for bits64, size in zip(data["masks"], data["sizes"], strict=True):
-        bits = np.frombuffer(base64.b64decode(bits64), dtype=np.uint8)
-        mask = np.unpackbits(bits, bitorder="little")[: np.prod(shape)].reshape(shape).astype(bool)
-        mask = np.broadcast_to(mask, (len(data["layers"]), *shape))
-        assert int(mask.sum()) == size
+def decoded(maps: dict) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The maps element's blocks: (set, layer) -> (weights to 4 decimals as integers, log codes: -1 where the browser
+    takes the log from the 4 decimals, the set's mask), each (heads, Tq, Tk)."""
+    shape = (maps["heads"], maps["n_q"], maps["n_k"])
+    masks = [np.unpackbits(np.frombuffer(base64.b64decode(m), dtype=np.uint8), bitorder="little")
+             [: maps["n_q"] * maps["n_k"]].reshape(shape[1:]).astype(bool) for m in maps["masks"]]
+    planes, start, out = base64.b64decode(maps["weights"]), 0, {}
+    for s, layer in maps["blocks"]:
+        mask = np.broadcast_to(masks[s], shape)
+        size = int(mask.sum())
         four, log = view_module.decode(planes[start:start + 2 * size], mask)
-        out.append((four, log, mask))
+        out[(s, layer)] = (four, log, mask)
         start += 2 * size
-    assert start == len(planes)
+    assert start == len(planes) and len(maps["labels"]) == len(maps["blocks"])
     return out
 
 
@@ -40,16 +41,18 @@ def test_the_browser_gets_every_heads_weights_of_every_layer_and_both_masks_as_t
     model, prep, trace = cat_trace
     at = open_app("attention", model=DEFAULT, text=TEXT, layer="2")
     assert_clean(at)
-    data = attention_view(at)
-    layers = range(model.cfg.n_layers)  # a short text: every layer (a layer switch in the browser) under both masks
-    assert data["layers"] == list(layers)
+    data, maps = attention_view(at), attention_maps(at)
     # one sequence has no padding: "padding" keeps what "none" keeps, "both" what "causal" keeps
     assert data["modes"] == {"none": 0, "causal": 1, "padding": 0, "both": 1}
+    assert data["key"] == maps["key"] and data["layers"] == model.cfg.n_layers and data["heads"] == model.cfg.n_heads
+    # a short text: every layer (a layer switch in the browser) under both masks, the chosen block first, then its
+    # mask's other layers from the chosen one outwards, then the other mask's
+    assert maps["blocks"] == [[1, 2], [1, 1], [1, 3], [1, 0], [0, 2], [0, 1], [0, 3], [0, 0]]
     _, unmasked = trace_text(model, TEXT, masks={"dec_self": "none"})
-    for (four, log, mask), traced in zip(decoded(data), (unmasked, trace), strict=True):
-        w = np.stack([traced.attention("dec_self", layer).weights[0].float().numpy() for layer in layers])
-        kept = np.broadcast_to(traced.attention("dec_self", 2).mask[0].numpy().astype(bool), w.shape)
-        assert (data["heads"], data["n_q"], data["n_k"]) == w.shape[1:] == (model.cfg.n_heads, 13, 13)
+    for (s, layer), (four, log, mask) in decoded(maps).items():
+        traced = (unmasked, trace)[s].attention("dec_self", layer)
+        w, kept = traced.weights[0].float().numpy(), traced.mask[0].numpy().astype(bool)
+        assert (maps["heads"], maps["n_q"], maps["n_k"]) == w.shape == (model.cfg.n_heads, 13, 13)
         assert np.array_equal(mask, kept)
         # the hover's number: the weight to 4 decimals, exactly as the server writes it (f"{w:.4f}")
         assert [f"{v / 1e4:.4f}" for v in four.ravel()] == [f"{v:.4f}" for v in w.ravel()]
@@ -57,23 +60,23 @@ def test_the_browser_gets_every_heads_weights_of_every_layer_and_both_masks_as_t
         # tiny weights (to half a step), taken from the 4 decimals for the others (a tenth of a step more)
         expected = (np.log10(np.maximum(w.astype(np.float64), LOG_FLOOR)) + 6) / 6 * 255
         tiny = log >= 0
-        assert tiny[mask].any() and (~tiny[mask]).any()  # both kinds are in these maps
-        assert np.abs(log - expected)[tiny].max() <= 0.5 + 1e-9
+        assert np.abs(log - expected)[tiny].max(initial=0) <= 0.5 + 1e-9
         from_four = np.rint((np.log10(four[mask & ~tiny] / 1e4) + 6) / 6 * 255)  # as attention.js reads it
         assert np.abs(from_four - expected[mask & ~tiny]).max() <= 0.6
         # masked weights are not sent (0, as softmax gives them)
         assert (four[~mask] == 0).all() and (w[~kept] == 0).all()
-    (_, _, none), (_, _, causal) = decoded(data)
-    assert none.all() and causal.sum() < none.sum()  # "none" keeps every cell, the causal mask the lower triangle
+        assert s == 1 or mask.all()  # "none" keeps every cell, the causal mask the lower triangle
+    tiny = [log[mask] >= 0 for _, log, mask in decoded(maps).values()]
+    assert any(t.any() for t in tiny) and any((~t).any() for t in tiny)  # both kinds are in these maps
     labels = axis_labels(sequence_labels(model, prep.src_ids[0]))
     assert data["q"] == data["k"] == labels
     heads = list(range(model.cfg.n_heads))
-    assert data["shown"] == [[heads] * len(layers)] * 2
-    assert [[len(t) for t in per_set] for per_set in data["titles"]] == [[len(heads)] * len(layers)] * 2
+    assert data["shown"] is None  # every head shown small (no kind filter)
+    assert [len(t) for t in maps["labels"]] == [len(heads)] * 8
     assert data["pick"] == {"layer": 2, "mask": "both", "head": 0, "scale": "01", "serial": data["pick"]["serial"]}
     assert data["gen"] == 0
-    # each layer's heads are titled by that layer's patterns (the induction heads are layer 2's)
-    assert data["titles"][1][2] != data["titles"][1][0]
+    # each layer's heads are labelled by that layer's patterns (the induction heads are layer 2's)
+    assert maps["labels"][0] != maps["labels"][3]
     # the view holds the layer, mask, head and scale: no Layer or Head box, mask or colour-scale radio, no server map
     assert not [w for w in at.selectbox if w.key in ("layer", "head")]
     assert not [r for r in at.radio if r.key in ("att_scale", "mask_mode")]
@@ -89,65 +92,99 @@ def every_layer(model, text: str, mask: str = "both") -> np.ndarray:
                      for layer in range(model.cfg.n_layers)])
 
 
-def assert_as_traced(data: dict, w: np.ndarray) -> None:
-    """The view's one mask set holds every layer's weights to the 4 decimals the hover shows, 0 where masked."""
-    (four, _, mask), = decoded(data)
-    assert four.shape == w.shape
-    assert [f"{v / 1e4:.4f}" for v in four[mask]] == [f"{v:.4f}" for v in w[mask]]
-    assert (w[~mask] == 0).all()
+def assert_as_traced(maps: dict, blocks: list, w: dict) -> None:
+    """The maps element sent these blocks ((set, layer)), each every head's weights to the 4 decimals the hover shows,
+    0 where masked; w: set -> every layer's weights (every_layer)."""
+    got = decoded(maps)
+    assert list(got) == blocks
+    for (s, layer), (four, _, mask) in got.items():
+        assert four.shape == w[s][layer].shape
+        assert [f"{v / 1e4:.4f}" for v in four[mask]] == [f"{v:.4f}" for v in w[s][layer][mask]]
+        assert (w[s][layer][~mask] == 0).all()
 
 
-def test_a_longer_text_sends_the_chosen_layer_first_and_every_layer_once_the_view_asks(cat_trace):
-    """The page's run stays light (the chosen layer's maps, the server's Layer box gone: the view's list offers every
-    layer); attention.js asks for every layer under the data's key (the state "every") when a learner goes for the
-    list, and that run
-    sends them as the trace has them; a layer picked then leaves the data as it was (a reference on the wire)."""
+LONG = "The cat sat on the mat and looked at the dog, and the dog looked back at the cat for a very long while"
+LONG = LONG + ". " + LONG  # 53 tokens
+
+
+def ask(at, key: str, blocks: list, when: int):
+    """What attention.js's ask does: the maps element's state "want" (its fragment's run; here the page's)."""
+    at.session_state[view_module.MAPS_KEY] = {"want": {"key": key, "blocks": blocks, "at": when}}
+    return at.run()
+
+
+def test_a_longer_text_sends_the_chosen_layer_first_and_the_rest_once_the_view_asks(cat_trace):
+    """The page's run stays light (the chosen layer's maps and what fits beside them; the server's Layer box and mask
+    radio gone: the view's offer every layer and mask); attention.js asks for the maps it lacks (the state "want")
+    when a learner goes for its list or radio, and that run sends them as the traces have them, as many as ASK_CELLS
+    allows; a pick of what the browser holds leaves the maps' element as it was (a reference on the wire)."""
     model, _, _ = cat_trace
-    text = "The cat sat on the mat and looked at the dog, and the dog looked back at the cat for a very long while"
-    text = text + ". " + text
-    at = open_app("attention", model=DEFAULT, text=text, layer="1")
+    at = open_app("attention", model=DEFAULT, text=LONG, layer="1")
     assert_clean(at)
-    data = attention_view(at)
+    data, maps = attention_view(at), attention_maps(at)
     n = data["n_q"]
-    cells = model.cfg.n_layers * model.cfg.n_heads * n * (n + 1) // 2
-    assert 38 < n <= view_module.VIEW_TOKENS and not view_module.fits(cells) and view_module.every_fits(cells)
-    assert data["layers"] == [1] and data["choices"] == [0, 1, 2, 3] and data["every"] and data["modes"] is None
-    assert len(base64.b64decode(data["weights"])) == 2 * data["heads"] * n * (n + 1) // 2
-    assert not [w for w in at.selectbox if w.key == "layer"] and at.radio(key="mask_mode").value == "both"
-    w = every_layer(model, text)
-    assert_as_traced(data, w[1:2])
-    at.session_state[view_module.KEY] = {"every": {"key": "another text's key", "at": 1}}  # an ask of before
-    at.run()
-    assert attention_view(at) == data  # not this text's: not answered
-    at.session_state[view_module.KEY] = {"every": {"key": data["every"], "at": 2}}  # as attention.js asks
-    at.run()
+    assert 38 < n <= view_module.VIEW_TOKENS
+    w = {1: every_layer(model, LONG), 0: every_layer(model, LONG, "none")}
+    causal = model.cfg.n_heads * n * (n + 1) // 2
+    assert 2 * causal <= view_module.FIRST_CELLS < 3 * causal  # the chosen layer and the nearest
+    assert_as_traced(maps, [(1, 1), (1, 0)], w)
+    assert maps["answered"] is None
+    assert not [w for w in at.selectbox if w.key == "layer"] and not [r for r in at.radio if r.key == "mask_mode"]
+    ask(at, "another text's key", [[1, 2]], 1)
+    assert attention_maps(at) == maps  # not this text's: not answered
+    ask(at, data["key"], [[1, 2], [1, 3]], 2)  # the pointer on the Layer list
     assert_clean(at)
-    every = attention_view(at)
-    assert every["layers"] == every["choices"] == [0, 1, 2, 3] and every["every"] == data["every"]
-    assert_as_traced(every, w)
-    assert [len(t) for t in every["titles"][0]] == [model.cfg.n_heads] * 4
+    answer = attention_maps(at)
+    assert_as_traced(answer, [(1, 2), (1, 3)], w)
+    assert answer["answered"] == 2 and answer["key"] == data["key"]
+    at.run()
+    assert attention_maps(at) == answer  # the same ask: answered once
     with state_of(at):  # the view drew layer 3 at once, then tells the server
         view_module.adopt({"layer": 3, "head": 2, "scale": "01"})
     at.run()
     assert_clean(at)
     assert (at.query_params["layer"], at.query_params["head"]) == ("3", "2")
-    assert attention_view(at) == every  # every layer was in it: a reference again, no maps on the wire
-    at.radio(key="mask_mode").set_value("causal").run()  # the server's radio: the same cells kept
-    assert_clean(at)
-    assert at.query_params["mask"] == "causal" and attention_view(at) == every  # the view's data as it was
-    with state_of(at):  # no mask: more kept cells than EVERY_CELLS at this length, the server's Layer box is back
+    assert attention_maps(at) == answer  # held: a reference again, no maps on the wire
+    # the pointer on the mask radio, then the Layer list under no mask: every layer asked, as many as fit in ASK_CELLS
+    ask(at, data["key"], [[0, 3]], 3)
+    assert_as_traced(attention_maps(at), [(0, 3)], w)
+    with state_of(at):
         view_module.adopt({"layer": 3, "mask": "none", "head": 2, "scale": "01"})
     at.run()
     assert_clean(at)
-    unmasked = attention_view(at)
-    assert unmasked["layers"] == unmasked["choices"] == [3] and unmasked["every"] is None
-    assert at.selectbox(key="layer").value == 3
-    assert_as_traced(unmasked, every_layer(model, text, "none")[3:4])
+    held = attention_maps(at)
+    assert at.query_params["mask"] == "none" and held["blocks"] == [[0, 3]]  # nothing more sent
+    unmasked = model.cfg.n_heads * n * n
+    assert 3 * unmasked <= view_module.ASK_CELLS < 4 * unmasked
+    ask(at, data["key"], [[0, 2], [0, 1], [0, 0], [0, 3]], 4)
+    assert_as_traced(attention_maps(at), [(0, 2), (0, 1), (0, 0)], w)
+    # the server's own pick of a block it has sent: nothing new
+    at.session_state["layer"] = 0
+    at.run()
+    assert attention_maps(at)["blocks"] == [[0, 2], [0, 1], [0, 0]]
+    # asks the browser could not have made: out of range, not pairs, not numbers; answered, with nothing
+    ask(at, data["key"], [[9, 0], [0, -1], "x", [True, 1], [0, 99], [0, 1.5], None], 5)
+    assert_clean(at)
+    empty = attention_maps(at)
+    assert empty["blocks"] == [] and empty["answered"] == 5 and empty["weights"] == ""
+
+
+def test_the_server_sends_a_block_it_has_not_sent_when_it_picks_it(cat_trace):
+    """A link or the model view's click picks a layer the browser has no maps of: that run sends them."""
+    model, _, _ = cat_trace
+    at = open_app("attention", model=DEFAULT, text=LONG, layer="1")
+    at.session_state["layer"] = 3
+    at.run()
+    assert_clean(at)
+    maps = attention_maps(at)
+    assert maps["blocks"][0] == [1, 3] and [1, 1] not in maps["blocks"]
+    assert_as_traced(maps, [tuple(b) for b in maps["blocks"]], {1: every_layer(model, LONG)})
 
 
 def test_a_short_text_of_long_words_holds_every_layer_from_the_first_run(cat_trace):
     """A text whose bytes could make more tokens than the page's trace keeps every layer for (ui.cache.trace_keep)
-    but whose tokens fit LAYERS_CELLS: the view's every layer come from a trace of the weights alone."""
+    but whose tokens fit FIRST_CELLS: the view's every layer come from a trace of the weights alone (the other
+    mask's, from one with that mask)."""
     from ui.cache import trace_keep
 
     model, _, _ = cat_trace
@@ -156,19 +193,11 @@ def test_a_short_text_of_long_words_holds_every_layer_from_the_first_run(cat_tra
     assert trace_keep(model.cfg, text, None, (), 1) == 1  # the page's trace keeps layer 1's maps only
     at = open_app("attention", model=DEFAULT, text=text, layer="1")
     assert_clean(at)
-    data = attention_view(at)
-    assert 22 < data["n_q"] <= 38 and data["layers"] == [0, 1, 2, 3] and data["every"] is None
-    assert not [w for w in at.selectbox if w.key == "layer"]
-    assert_as_traced(data, every_layer(model, text))
-
-
-def test_a_text_too_long_for_both_masks_holds_every_layer_under_its_own_and_the_mask_radio_stays():
-    at = open_app("attention", model=DEFAULT, text="The cat sat on the mat and the dog sat on the rug. " * 2, layer="1")
-    assert_clean(at)
-    data = attention_view(at)
-    assert 22 < data["n_q"] <= 38  # 4 layers x 8 heads: both masks' kept cells > LAYERS_CELLS, the causal's not
-    assert data["layers"] == [0, 1, 2, 3] and data["modes"] is None and len(data["masks"]) == 1
-    assert at.radio(key="mask_mode").value == "both" and not [w for w in at.selectbox if w.key == "layer"]
+    maps = attention_maps(at)
+    assert 22 < maps["n_q"] <= 38
+    # every layer under the causal mask; the chosen one under no mask too, as fits in FIRST_CELLS beside them
+    assert_as_traced(maps, [(1, 1), (1, 0), (1, 2), (1, 3), (0, 1)],
+                     {1: every_layer(model, text), 0: every_layer(model, text, "none")})
 
 
 @contextmanager
@@ -180,15 +209,15 @@ def state_of(at):
 
 def test_a_pick_the_browser_tells_is_kept_in_the_link_and_leaves_the_views_data_as_it_was(cat_trace):
     at = open_app("attention", model=DEFAULT, text=TEXT, layer="1")
-    before = attention_view(at)
+    before, maps = attention_view(at), attention_maps(at)
     with state_of(at) as ss:  # what the view's "pick" callback does with what the browser sent
         view_module.adopt({"layer": 1, "head": 5, "scale": "log"})
         assert (ss["layer"], ss["head"], ss["att_scale"]) == (1, 5, "log")
     at.run()
     assert_clean(at)
     assert (at.query_params["head"], at.query_params["scale"]) == ("5", "log")
-    # the same data: Streamlit's browser is sent a reference to the view, not the maps again
-    assert attention_view(at) == before
+    # the same data: Streamlit's browser is sent a reference to the maps, not the maps again
+    assert attention_view(at) == before and attention_maps(at) == maps
     # what depends on the head is the new head's: one query's arithmetic
     steps = next(df.value for df in at.dataframe if "softmax weight" in df.value.columns)
     _, _, trace = cat_trace
@@ -199,14 +228,14 @@ def test_a_pick_the_browser_tells_is_kept_in_the_link_and_leaves_the_views_data_
 
 def test_a_layer_the_browser_picks_is_kept_in_the_link_and_leaves_the_views_data_as_it_was(cat_trace):
     at = open_app("attention", model=DEFAULT, text=TEXT, layer="1", head="5")
-    before = attention_view(at)
+    before = attention_maps(at)
     with state_of(at) as ss:  # the view's list of layers: the view drew layer 3 at once, then tells the server
         view_module.adopt({"layer": 3, "head": 5, "scale": "01"})
         assert ss["layer"] == 3
     at.run()
     assert_clean(at)
     assert at.query_params["layer"] == "3"
-    assert attention_view(at) == before  # every layer was in it: a reference again, no maps on the wire
+    assert attention_maps(at) == before  # every layer was in it: a reference again, no maps on the wire
     steps = next(df.value for df in at.dataframe if "softmax weight" in df.value.columns)  # layer 3's head 5
     _, _, trace = cat_trace
     np.testing.assert_allclose(steps["softmax weight"].to_numpy(dtype=float),
@@ -218,14 +247,14 @@ def test_a_mask_the_browser_picks_is_kept_in_the_link_and_leaves_the_views_data_
     from transformer_core import trace_text
 
     at = open_app("attention", model=DEFAULT, text=TEXT, layer="2", head="1")
-    before = attention_view(at)
+    before = attention_maps(at)
     with state_of(at) as ss:  # the view's mask radio: drawn at once from the maps it holds, then told
         view_module.adopt({"layer": 2, "mask": "none", "head": 1, "scale": "01"})
         assert ss["mask_mode"] == "none"
     at.run()
     assert_clean(at)
     assert at.query_params["mask"] == "none"
-    assert attention_view(at) == before  # both masks were in it: a reference again, no maps on the wire
+    assert attention_maps(at) == before  # both masks were in it: a reference again, no maps on the wire
     model, _, _ = cat_trace
     _, unmasked = trace_text(model, TEXT, masks={"dec_self": "none"})
     steps = next(df.value for df in at.dataframe if "softmax weight" in df.value.columns)  # now unmasked
@@ -241,10 +270,10 @@ def test_cross_attention_keeps_one_mask_set_for_every_mode_as_the_model_does():
     at = open_app("attention", model="shipped:reverse", text="b d a c")
     assert_clean(at)
     assert at.session_state["block"] == "cross"
-    data = attention_view(at)
-    assert data["modes"] == {"none": 0, "causal": 0, "padding": 0, "both": 0} and len(data["masks"]) == 1
-    (_, _, mask), = decoded(data)
-    assert mask.all() and data["layers"] == [0, 1]
+    data, maps = attention_view(at), attention_maps(at)
+    assert data["modes"] == {"none": 0, "causal": 0, "padding": 0, "both": 0} and len(maps["masks"]) == 1
+    got = decoded(maps)
+    assert list(got) == [(0, 0), (0, 1)] and all(mask.all() for _, _, mask in got.values()) and data["layers"] == 2
 
 
 def test_a_bad_pick_from_the_browser_leaves_the_head_and_scale_as_they_were():
@@ -307,3 +336,18 @@ def test_a_text_longer_than_the_view_takes_gets_the_servers_charts_and_boxes():
     assert attention_view(at) is None
     assert figure(at, "att_main") and figure(at, "att_thumbs_0")
     assert at.selectbox(key="head").value == 0 and at.radio(key="att_scale").value == "01"
+
+
+def test_the_kind_filter_narrows_the_chosen_blocks_small_maps(cat_trace):
+    """The kind filter's pills (per layer): the view shows small only the heads of the kinds picked, for the chosen
+    layer and mask; without a filter its data names none (every head), so a pick of layer or mask leaves it as it
+    was."""
+    at = open_app("attention", model=DEFAULT, text=TEXT, layer="2")
+    assert attention_view(at)["shown"] is None
+    at.session_state["att_kinds_2"] = ["induction"]
+    at.run()
+    assert_clean(at)
+    shown, maps = attention_view(at)["shown"], attention_maps(at)
+    labels = maps["labels"][maps["blocks"].index([1, 2])]  # the chosen block's heads, as their thumbnails name them
+    induction = [h for h, label in enumerate(labels) if "induction" in label]
+    assert shown == {"set": 1, "layer": 2, "heads": induction} and 0 < len(induction) < 8

@@ -28,6 +28,12 @@ def subsequent_mask(T: int, device=None) -> torch.Tensor:
     return torch.ones(T, T, dtype=torch.bool, device=device).tril()
 
 
+def block_mode(kind: str, mode: str) -> str:
+    """The mask mode a block applies when `mode` is asked of it: cross-attention is never causal over the encoder's
+    tokens (the memory), so "causal" and "both" keep its padding part only."""
+    return "padding" if kind == "cross" and mode in ("causal", "both") else mode
+
+
 def attention_mask(
     mode: str, B: int, Tq: int, Tk: int, key_lengths: torch.Tensor | None = None, device=None
 ) -> torch.Tensor | None:

@@ -9,7 +9,7 @@ from .config import TransformerConfig
 from .device import pick_device
 from .hooks import HookPoint, name_hook_points
 from .layers import Decoder, Encoder
-from .masks import attention_mask
+from .masks import attention_mask, block_mode
 
 DEFAULT_MASKS = {"enc_self": "padding", "dec_self": "both", "cross": "padding"}
 
@@ -60,9 +60,7 @@ class Transformer(nn.Module):
         enc_mask = attention_mask(modes["enc_self"], B, Ts, Ts, src_lengths, src.device)
         memory = self.encoder(src, enc_mask)  # (B, Ts, d)
         dec_mask = attention_mask(modes["dec_self"], B, Tt, Tt, tgt_lengths, tgt.device)
-        cross_mask = attention_mask(modes["cross"], B, Tt, Ts, src_lengths, src.device)
-        if cross_mask is not None and modes["cross"] in ("causal", "both"):
-            cross_mask = attention_mask("padding", B, Tt, Ts, src_lengths, src.device)  # never causal over memory
+        cross_mask = attention_mask(block_mode("cross", modes["cross"]), B, Tt, Ts, src_lengths, src.device)
         hidden = self.decoder(tgt, memory, dec_mask, cross_mask)  # (B, Tt, d)
         return self.hook_logits(self.out(hidden))  # (B, Tt, vocab)
 
