@@ -5,7 +5,7 @@
 // mask are not here yet, the view asks for them (the maps element's state "want", a run of that element alone) when
 // the pointer or the focus reaches its Layer list (its mask's other layers) or its mask radio (the layer under the
 // other masks): a learner about to switch; a learner who never does costs no bytes. A pick made before they come
-// shows the maps drawn, faded, until they have.
+// shows the maps drawn, faded, until the run that tells the server of it brings them.
 // A pick of the layer, mask, head (the list, a small map) or colour scale redraws here at once; then the view tells
 // the server (the state "pick"), whose run records it in the link and redraws what depends on them. A click on a cell
 // asks the server for its arithmetic (the state "cell").
@@ -53,7 +53,6 @@ export default function (component) {
 function refresh(root) {  // after new data or new maps
   showable(root);
   draw(root);
-  if (!held(root) && ours(root)) want(root, [[set(root), layer(root)]]);  // a pick whose maps never came: ask
   root.toggleAttribute("data-asking", ours(root) && MAPS.pending.size > 0);  // asked, not answered (the tests)
 }
 
@@ -67,8 +66,18 @@ function receive({ data, setStateValue }) {
     Object.assign(MAPS, { text: data.key, blocks: new Map(), pending: new Map(), refused: new Set(), seen: null });
   }
   const seen = `${data.weights}|${data.blocks.join(";")}|${data.answered}`;
-  if (MAPS.seen === seen) return;  // a run that only re-sends the element keeps what it decoded
+  if (MAPS.seen !== seen) decode(data);  // (a run that only re-sends the element keeps what it decoded)
   MAPS.seen = seen;
+  for (const root of MAPS.views) {
+    if (!root.isConnected) { MAPS.views.delete(root); continue; }
+    refresh(root);
+    // a run is over and the maps shown are not here: the server's pick (a link) is in this run's, so these were lost
+    // on the way (a dropped connection): ask
+    if (ours(root) && !held(root)) want(root, [[set(root), layer(root)]]);
+  }
+}
+
+function decode(data) {
   const n = data.n_q * data.n_k, cells = data.heads * n;
   MAPS.masks = data.masks.map((m) => bits(m, n));
   const planes = typed(data.weights, Uint8Array);
@@ -97,9 +106,6 @@ function receive({ data, setStateValue }) {
       MAPS.pending.delete(block);
       MAPS.refused.add(block);
     }
-  }
-  for (const root of MAPS.views) {
-    if (root.isConnected) refresh(root); else MAPS.views.delete(root);
   }
 }
 

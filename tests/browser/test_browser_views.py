@@ -351,9 +351,10 @@ def test_a_longer_texts_view_asks_for_the_maps_it_lacks_then_draws_a_pick_before
     settle(tab)
     assert parse_qs(urlparse(tab.url).query).get("layer") == ["3"], tab.url
     assert view_state(tab)["layer"] == 3 and not tab.locator(f"{ATT_VIEW}.waiting").count()
-    # no mask, picked before its maps came: on their way, the maps drawn faded; then drawn from the run that sent them
+    # no mask, picked before its maps came: on their way, the maps drawn faded (no ask: the run that tells the server
+    # the pick sends them); then drawn from that run's
     waiting = tab.evaluate(UNASKED_JS, [root, "none"])
-    assert waiting == {"title": s("att_view_asking", layer=3), "waiting": True, "asking": True}
+    assert waiting == {"title": s("att_view_asking", layer=3), "waiting": True, "asking": False}
     view_settled(tab)
     _, unmasked = trace_text(model, LONGER, masks={"dec_self": "none"})
     after = view_state(tab)
