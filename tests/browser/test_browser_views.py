@@ -380,6 +380,26 @@ def test_a_longer_texts_view_asks_for_the_maps_it_lacks_then_draws_a_pick_before
     assert_clean(tab, app, "attention after picks in the view of a longer text")
 
 
+def test_the_kind_filter_narrows_the_views_small_maps_of_its_layer(app, tab):
+    """The kind filter's pills (the server's, per layer): the view shows small only the heads of the kinds picked for
+    the chosen layer; another layer picked in the view shows every head at once."""
+    go(tab, app, "attention", model="shipped:everyday-gpt", text="The cat sat on the mat. The cat sat on the", layer=2)
+    view_settled(tab)
+    thumbs = tab.locator(f"{ATT_VIEW} .thumb")
+    assert thumbs.count() == 8
+    pill = tab.locator(f"{MAIN} [data-testid='stButtonGroup'] button", has_text=s("head_kind_induction"))
+    run_after(tab, pill.click)
+    view_settled(tab)
+    kept = [int(h) for h in thumbs.evaluate_all("fs => fs.map(f => f.dataset.head)")]
+    assert 0 < len(kept) < 8 and all(s("head_kind_induction") in thumbs.nth(i).inner_text() for i in range(len(kept)))
+    root = tab.locator(ATT_VIEW).element_handle()
+    tab.evaluate(PICK_JS, [root, "layer", "0"])
+    assert thumbs.count() == 8  # drawn at once: the filter is layer 2's (its pills)
+    settle(tab)
+    assert thumbs.count() == 8
+    assert_clean(tab, app, "attention with the kind filter")
+
+
 def seen(key: str):
     if key not in SEEN:
         pytest.skip(f"the test that looks at this ({key}) did not run")
