@@ -199,7 +199,7 @@ def attention_view(at: AppTest) -> dict | None:
 
 
 def attention_maps(at: AppTest) -> dict | None:
-    """The data of the Attention page's maps element (ui.attention_view.attention_maps: the blocks this run sent)."""
+    """The data of the Attention page's maps element (ui.attention_maps.attention_maps: the blocks this run sent)."""
     found = [d for d in _components(at) if d.get("role") == "maps"]
     return found[0] if found else None
 

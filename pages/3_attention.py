@@ -20,7 +20,8 @@ from transformer_core.model.memory import KEEP_ALL
 from transformer_core.model.transformer import DEFAULT_MASKS
 from transformer_core.text.inputs import sequence_labels
 from ui import cache
-from ui.attention_view import attention_maps, attention_view, in_browser, mask_sets, text_key, view_data
+from ui.attention_maps import attention_maps, is_set_mask, mask_sets, text_key, view_knows
+from ui.attention_view import attention_view, in_browser, view_data
 from ui.errors import show_error
 from ui.figures import (
     COLUMN_PX,
@@ -100,22 +101,9 @@ def server_controls(model, slots) -> None:
                          format_func=lambda s: t(f"att_scale_{s}"), help=t("att_scale_help"))
 
 
-def is_set_mask(stages, mask: np.ndarray) -> bool:
-    """Whether a block's mask ((1, heads or 1, Tq, Tk)) is this mask set's ((Tq, Tk): what the view's maps of that set
-    are drawn with; a trace of the weights alone may be cut to another length on a tight server)."""
-    m = stages.mask[0].numpy()
-    return m.shape[-2:] == mask.shape and bool((m == mask).all())
-
-
-def view_knows(stages, kind: str) -> bool:
-    """Whether the block's mask is its mask set's (ui.attention_view.mask_sets); else the server's charts draw it."""
-    modes, _, masks = mask_sets(kind, stages.n_q, stages.n_k)
-    return is_set_mask(stages, masks[modes[ss.mask_mode]])
-
-
 def block_source(ctx, stages, kind: str, records: dict[int, object], first: dict[int, str], mine: int,
                  masks: list[np.ndarray]):
-    """The view's maps of (mask set, layer) for ui.attention_view.attention_maps: (the heads' weights, their labels),
+    """The view's maps of (mask set, layer) for ui.attention_maps.attention_maps: (the heads' weights, their labels),
     from the page's trace (the chosen block), else from the text traced with that set's mask (ui.session.layer_maps:
     every layer's weights); None where they cannot be had or their mask is not the set's (is_set_mask)."""
     def source(block):
@@ -136,7 +124,8 @@ def block_source(ctx, stages, kind: str, records: dict[int, object], first: dict
 
 def browser_maps(ctx, stages, kind: str, records: dict[int, object], q_lab, k_lab) -> tuple[int, int] | None:
     """The head large and every head small, drawn and switched in the browser with the layer, the mask and the colour
-    scale (ui.attention_view: the maps' element, then the view); returns the clicked (query, key) cell, if any."""
+    scale (ui.attention_maps: the maps' element; ui.attention_view: the view); returns the clicked (query, key) cell,
+    if any."""
     modes, first, masks = mask_sets(kind, stages.n_q, stages.n_k)
     mine, n_layers, heads = modes[ss.mask_mode], ctx.model.cfg.n_layers, stages.n_heads
     ids = [ctx.trace.src_ids[0].tolist(), None if ctx.trace.tgt_ids is None else ctx.trace.tgt_ids[0].tolist()]
@@ -569,7 +558,7 @@ try:
            if ctx.trace.tgt_ids is not None else src)
     q_lab, k_lab = (src if kind == "enc_self" else tgt), (tgt if kind == "dec_self" else src)
     # layer, mask, head and colour scale switched in the browser, where the block's mask is the one its view expects
-    view = in_browser(stages.n_q, stages.n_k) and view_knows(stages, kind)
+    view = in_browser(stages.n_q, stages.n_k) and view_knows(stages, kind, ss.mask_mode)
     if not view:
         server_controls(model, slots)
     head = int(ss.head)

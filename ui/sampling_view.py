@@ -11,8 +11,6 @@ A vocabulary larger than BROWSER_VOCAB keeps the server's distribution (a fragme
 for a room on shared Wi-Fi (100,277 float32 logits are 400 KB)."""
 from __future__ import annotations
 
-import base64
-
 import streamlit as st
 import torch
 
@@ -21,7 +19,7 @@ from service import urlstate
 from .figures import ranked_labels, visible
 from .i18n import t
 from .state import URL_STATE
-from .views import component
+from .views import b64, component
 from .widgets import picture_download
 
 BROWSER_VOCAB = 16_384  # the default model's 12,293 logits: 48 KB of float32 (66 KB as base64, less compressed)
@@ -54,7 +52,7 @@ def view_data(row: torch.Tensor, labels: list[str], real_ids: list[int], order: 
     fmt, stem = picture_download("log_probs")
     return {
         "chart": {"format": fmt, "file": f"{stem}.{fmt}"}, "ranges": RANGES,
-        "row": base64.b64encode(logits.tobytes()).decode("ascii"), "vocab": int(logits.size),
+        "row": b64(logits.tobytes()), "vocab": int(logits.size),
         "top": [{"index": int(i), "id": int(r), "label": visible(lab), "rank": rank, "logit": float(logits[i])}
                 for i, r, lab, rank in zip(order, real_ids, labels, ranked_labels(labels), strict=True)],
         "banned": [int(b) for b in banned], "shown": int(shown),

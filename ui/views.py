@@ -7,6 +7,7 @@ once per page load, then keeps in its cache: the view's element carries a loader
 new data (another layer, another text) does not send the script again (19 KB, about 6.5 KB on the wire, each time)."""
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from functools import cache
@@ -64,6 +65,11 @@ def loader(name: str) -> str:
     """The few lines a view's element carries: they fetch the parts of its script from the server."""
     urls = [f"{URL_PATH}/{f}?v={hashlib.sha256((VIEWS / f).read_bytes()).hexdigest()[:12]}" for f in parts(name)]
     return LOADER % {"parts": json.dumps(urls)}
+
+
+def b64(raw: bytes) -> str:
+    """Bytes as a view's data carries them (common.js's `typed` reads numbers back)."""
+    return base64.b64encode(raw).decode("ascii")
 
 
 def component(key: str, name: str):

@@ -1,4 +1,4 @@
-// The Attention page's maps, redrawn in the browser (ui/attention_view.py). Two elements share this script: the maps
+// The Attention page's maps, redrawn in the browser (ui/attention_maps.py, ui/attention_view.py). Two elements share this script: the maps
 // (data.role "maps": blocks of (mask set, layer), each every head's softmax weights, the kept ones to 4 decimals, the
 // tiny ones with their log, and each set's mask as bits), which it keeps in MAPS for the text they are of, and the
 // view, which draws the chosen head large and every head of its layer small from them. Where the maps of a layer or a
@@ -56,10 +56,10 @@ function refresh(root) {  // after new data or new maps
   root.toggleAttribute("data-asking", ours(root) && MAPS.pending.size > 0);  // asked, not answered (the tests)
 }
 
-// ui.attention_view.encode: one uint16 per kept cell, high bytes then low bytes; a code over 10,000 is a weight under
+// ui.attention_maps.encode: one uint16 per kept cell, high bytes then low bytes; a code over 10,000 is a weight under
 // 0.0095 (10,001 + its 4 decimals * 256 + its log code). Every cell's weight to 4 decimals (0 where masked) and its log
 // code in 255 steps from -6 to 0 (a larger weight's from its 4 decimals). One encoding per block, with its set's mask.
-const TINY_BASE = 10_001;  // ui.attention_view.TINY_BASE
+const TINY_BASE = 10_001;  // ui.attention_maps.TINY_BASE
 function receive({ data, setStateValue }) {
   MAPS.ask = setStateValue;
   if (MAPS.text !== data.key) {  // another text: its maps start again
@@ -130,7 +130,7 @@ function want(root, blocks) {  // ask for the blocks not here nor asked, as many
   MAPS.ask("want", { key: d.key, blocks: asked, at });
 }
 
-function nearest(l, n) {  // ui.attention_view.nearest: the layers from l outwards
+function nearest(l, n) {  // ui.attention_maps.nearest: the layers from l outwards
   return Array.from({ length: n }, (_, i) => i).sort((a, b) => Math.abs(a - l) - Math.abs(b - l) || a - b);
 }
 

@@ -1,9 +1,9 @@
-"""The Attention page's layer, mask, head and colour scale in the browser (ui.attention_view): what the page sends the
-browser is every head's weights of a block (mask set, layer) as the trace has them (to the 4 decimals shown, their
-log, the mask), the chosen block and those that fit beside it first, the others when the view asks, each once; a pick
-in the browser sends no maps again; a pick the browser tells the server is taken as a link's is and recorded in the
-link; a click on a cell is explained with the server's numbers. The browser's side (attention.js) is tested in
-Chromium: tests/browser/test_browser_views.py."""
+"""The Attention page's layer, mask, head and colour scale in the browser (ui.attention_maps, ui.attention_view):
+what the page sends the browser is every head's weights of a block (mask set, layer) as the trace has them (to the 4
+decimals shown, their log, the mask), the chosen block and those that fit beside it first, the others when the view
+asks, each once; a pick in the browser sends no maps again; a pick the browser tells the server is taken as a link's
+is and recorded in the link; a click on a cell is explained with the server's numbers. The browser's side
+(attention.js) is tested in Chromium: tests/browser/test_browser_views.py."""
 import base64
 from contextlib import contextmanager
 from unittest.mock import patch
@@ -12,6 +12,7 @@ import numpy as np
 
 from harness.apptest import CAT, DEFAULT, array, assert_clean, attention_maps, attention_view, figure, open_app
 from transformer_core.text.inputs import sequence_labels
+from ui import attention_maps as maps_module
 from ui import attention_view as view_module
 from ui.figures import LOG_FLOOR, axis_labels
 
@@ -28,7 +29,7 @@ def decoded(maps: dict) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray, n
     for s, layer in maps["blocks"]:
         mask = np.broadcast_to(masks[s], shape)
         size = int(mask.sum())
-        four, log = view_module.decode(planes[start:start + 2 * size], mask)
+        four, log = maps_module.decode(planes[start:start + 2 * size], mask)
         out[(s, layer)] = (four, log, mask)
         start += 2 * size
     assert start == len(planes) and len(maps["labels"]) == len(maps["blocks"])
@@ -109,7 +110,7 @@ LONG = LONG + ". " + LONG  # 53 tokens
 
 def ask(at, key: str, blocks: list, when: int):
     """What attention.js's ask does: the maps element's state "want" (its fragment's run; here the page's)."""
-    at.session_state[view_module.MAPS_KEY] = {"want": {"key": key, "blocks": blocks, "at": when}}
+    at.session_state[maps_module.MAPS_KEY] = {"want": {"key": key, "blocks": blocks, "at": when}}
     return at.run()
 
 
@@ -126,7 +127,7 @@ def test_a_longer_text_sends_the_chosen_layer_first_and_the_rest_once_the_view_a
     assert 38 < n <= view_module.VIEW_TOKENS
     w = {1: every_layer(model, LONG), 0: every_layer(model, LONG, "none")}
     causal = model.cfg.n_heads * n * (n + 1) // 2
-    assert 2 * causal <= view_module.FIRST_CELLS < 3 * causal  # the chosen layer and the nearest
+    assert 2 * causal <= maps_module.FIRST_CELLS < 3 * causal  # the chosen layer and the nearest
     assert_as_traced(maps, [(1, 1), (1, 0)], w)
     assert maps["answered"] is None
     assert not [w for w in at.selectbox if w.key == "layer"] and not [r for r in at.radio if r.key == "mask_mode"]
@@ -155,7 +156,7 @@ def test_a_longer_text_sends_the_chosen_layer_first_and_the_rest_once_the_view_a
     held = attention_maps(at)
     assert at.query_params["mask"] == "none" and held["blocks"] == [[0, 3]]  # nothing more sent
     unmasked = model.cfg.n_heads * n * n
-    assert 3 * unmasked <= view_module.ASK_CELLS < 4 * unmasked
+    assert 3 * unmasked <= maps_module.ASK_CELLS < 4 * unmasked
     ask(at, data["key"], [[0, 2], [0, 1], [0, 0], [0, 3]], 4)
     assert_as_traced(attention_maps(at), [(0, 2), (0, 1), (0, 0)], w)
     # the server's own pick of a block it has sent: nothing new
@@ -351,3 +352,15 @@ def test_the_kind_filter_narrows_the_chosen_blocks_small_maps(cat_trace):
     labels = maps["labels"][maps["blocks"].index([1, 2])]  # the chosen block's heads, as their thumbnails name them
     induction = [h for h, label in enumerate(labels) if "induction" in label]
     assert shown == {"set": 1, "layer": 2, "heads": induction} and 0 < len(induction) < 8
+
+
+def test_the_view_draws_a_block_only_under_the_mask_its_set_expects(cat_trace):
+    """The view's maps of a mask set are drawn with that set's mask: a block traced with it is the view's; one whose
+    mask is another's, or of another length (a trace cut short), is not (the server's charts draw it)."""
+    _, _, trace = cat_trace  # traced with the default "both": the causal set
+    stages = trace.attention("dec_self", 1)
+    modes, _, masks = maps_module.mask_sets("dec_self", stages.n_q, stages.n_k)
+    assert maps_module.view_knows(stages, "dec_self", "both") and maps_module.view_knows(stages, "dec_self", "causal")
+    assert not maps_module.view_knows(stages, "dec_self", "none")
+    assert maps_module.is_set_mask(stages, masks[modes["causal"]])
+    assert not maps_module.is_set_mask(stages, masks[modes["causal"]][:-1, :-1])
