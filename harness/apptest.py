@@ -204,6 +204,13 @@ def attention_maps(at: AppTest) -> dict | None:
     return found[0] if found else None
 
 
+def attention_pair(at: AppTest) -> dict | None:
+    """The data of the Attention page's scores before and after masking drawn in the browser (ui.attention_pair), or
+    None where the page drew them as its own two charts."""
+    found = [d for d in _components(at) if d.get("role") == "pair"]
+    return found[0] if found else None
+
+
 def shown_layer(at: AppTest) -> int:
     """The layer the Attention page shows: its Layer box, or the pick the server gave the view that holds it."""
     view = attention_view(at)

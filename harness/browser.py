@@ -27,7 +27,8 @@ IDLE_APP = "[data-testid='stApp'][data-test-script-state='notRunning'][data-test
 RUN_GOING = "[data-testid='stApp'][data-test-script-state='running']"
 RUNNING_ICON = "[data-testid='stStatusWidgetRunningIcon'], [data-testid='stStatusWidgetRunningManIcon']"
 CHART = "[data-testid='stPlotlyChart']"
-CHART_SVG = "[data-testid='stPlotlyChart'] .main-svg, .sv svg"  # a plotly chart, or the Logits page's own bars
+# a plotly chart, or a view's own drawing (the Logits page's bars, the Attention page's maps)
+CHART_SVG = "[data-testid='stPlotlyChart'] .main-svg, .sv svg, .av canvas.cells, .ap canvas.cells"
 EXCEPTION = "[data-testid='stException']"
 
 
@@ -814,6 +815,39 @@ ATT_VIEW_JS = """root => {
 def view_state(page) -> dict:
     """What the Attention page's view holds and shows (ATT_VIEW_JS)."""
     return page.locator(ATT_VIEW).evaluate(ATT_VIEW_JS)
+
+
+# the scores before and after masking drawn in the browser (ui/attention_pair.py): the values drawn (None where
+# masked after masking), the panels' titles and boxes, the ✕ rule, the colour bar's reach
+ATT_PAIR = ".ap"
+ATT_PAIR_JS = """root => {
+    const d = root.__data, rows = (z) => Array.from({length: d.n_q}, (_, q) => Array.from(
+        z.subarray(q * d.n_k, (q + 1) * d.n_k), v => Number.isNaN(v) ? null : v));
+    const panels = Array.from(root.querySelectorAll('.panel'), p => {
+        const b = p.querySelector('canvas.cells').getBoundingClientRect();
+        return {title: p.querySelector('.title').textContent, x: b.x, y: b.y, width: b.width, height: b.height,
+                labels: p.querySelectorAll('.ylab div').length};
+    });
+    return {before: rows(root.__z.before), after: rows(root.__z.after), panels, marks: d.marks, lim: d.lim,
+            n_q: d.n_q, n_k: d.n_k};
+}"""
+
+
+def pair_state(page) -> dict:
+    """What the Attention page's scores before and after masking show (ATT_PAIR_JS)."""
+    return page.locator(ATT_PAIR).evaluate(ATT_PAIR_JS)
+
+
+def pair_hover(page, panel: int, q: int, k: int) -> list[str]:
+    """The hover box's lines over cell (q, k) of the pair's panel (0: before masking, 1: after)."""
+    root = page.locator(ATT_PAIR)
+    root.scroll_into_view_if_needed()
+    state = pair_state(page)
+    box = state["panels"][panel]
+    page.mouse.move(box["x"] + (k + 0.5) * box["width"] / state["n_k"],
+                    box["y"] + (q + 0.5) * box["height"] / state["n_q"])
+    page.wait_for_timeout(50)
+    return root.locator(".tip").inner_text().splitlines()
 
 
 def view_head(page) -> str:

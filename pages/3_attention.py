@@ -1,7 +1,7 @@
 """Page 3: attention. One head large (every token labelled; click a cell to explain it), all heads of the layer as
 thumbnails that pick the head (both drawn and switched in the browser, and for a short text the layer and mask too:
-ui.attention_view; a longer text gets the server's charts), scores before and after masking side by side, Q/K/V and
-one query step by step."""
+ui.attention_view; a longer text gets the server's charts), scores before and after masking side by side (drawn in the
+browser too: ui.attention_pair), Q/K/V and one query step by step."""
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -21,6 +21,7 @@ from transformer_core.model.transformer import DEFAULT_MASKS
 from transformer_core.text.inputs import sequence_labels
 from ui import cache
 from ui.attention_maps import attention_maps, is_set_mask, mask_sets, text_key, view_knows
+from ui.attention_pair import attention_pair, fits, pair_data
 from ui.attention_view import attention_view, in_browser, view_data
 from ui.errors import show_error
 from ui.figures import (
@@ -242,9 +243,14 @@ def mark_generated(fig, n_q: int, n_k: int, n_gen: int) -> None:
                   name="newest query")
 
 
-def side_by_side(stages, head, q_lab, k_lab) -> None:
-    """Scaled scores before and after the mask, one colour scale; long inputs show a window of SIDE_CAP."""
+def side_by_side(stages, head, q_lab, k_lab, view: bool) -> None:
+    """Scaled scores before and after the mask, one colour scale: drawn in the browser for a text the view takes
+    (ui.attention_pair: the map sent once), else two charts; long inputs show a window of SIDE_CAP."""
     n_q, n_k = stages.n_q, stages.n_k
+    if view and fits(stages.head("scaled", head).numpy()):
+        attention_pair(pair_data(stages.head("scaled", head).numpy(), stages.head("mask", head).numpy(), list(q_lab),
+                                 list(k_lab)))
+        return
     lo = 0
     if max(n_q, n_k) > SIDE_CAP:
         lo = st.slider(t("att_window"), 0, max(n_q, n_k) - SIDE_CAP, 0, key="att_window")
@@ -585,7 +591,7 @@ try:
     if kind != "cross" and records:
         st.caption(t("att_probe_note", count=probe_count(model), length=default_length(model)))
     st.subheader(t("att_before_after"))
-    side_by_side(stages, head, q_lab, k_lab)
+    side_by_side(stages, head, q_lab, k_lab, view)
     one_query(stages, head, list(q_lab), list(k_lab))
     qkv(stages, head, list(q_lab), list(k_lab))
     qk_norm_view(model, stages, head, q_lab, k_lab)

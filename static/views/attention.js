@@ -8,7 +8,8 @@
 // shows the maps drawn, faded, until the run that tells the server of it brings them.
 // A pick of the layer, mask, head (the list, a small map) or colour scale redraws here at once; then the view tells
 // the server (the state "pick"), whose run records it in the link and redraws what depends on them. A click on a cell
-// asks the server for its arithmetic (the state "cell").
+// asks the server for its arithmetic (the state "cell"). A third element, the pair (data.role "pair"), draws the
+// chosen head's scores before and after masking side by side.
 const TELL_AFTER_MS = 120;  // a run of changes (arrow keys held on the list) is told once
 const LOG_LOW = -6;  // log10 of ui.figures.LOG_FLOOR: the log scale's lowest value
 const MARK_CAP = 32 * 32;  // ui.figures.MARK_CAP: maps of up to this many cells draw an ✕ on each masked one
@@ -21,6 +22,7 @@ const MAPS = { text: null, blocks: new Map(), masks: [], pending: new Map(), ref
 
 export default function (component) {
   if (component.data.role === "maps") return receive(component);
+  if (component.data.role === "pair") return drawPair(component);
   const { data, parentElement, setStateValue } = component;
   const root = parentElement.querySelector(".av") || build(parentElement, data);
   root.__tell = setStateValue;
@@ -186,7 +188,7 @@ function build(parent, d) {
   map.append(el("div", { class: "ylab" }), el("canvas", { class: "cells" }), el("div", { class: "bar" }),
              el("div", { class: "corner" }), el("div", { class: "xlab" }));
   const picture = el("button", { type: "button", class: "download chart" });
-  picture.addEventListener("click", () => saveChart(root));
+  picture.addEventListener("click", () => saveChart(root, root.__data.q, root.__data.k, root.__data.chart));
   root.append(controls, el("h4", { class: "title" }), el("div", { class: "axis-names" }), map,
               el("div", { class: "tip", role: "tooltip", hidden: "" }), el("p", { class: "hint main" }), picture,
               el("h4", { class: "grid-title" }), el("div", { class: "thumbs" }),
@@ -379,7 +381,8 @@ function draw(root) {
   if (c && c.head === h && c.layer === layer(root) && c.mask === mask(root)) {  // the clicked cell, outlined
     g.strokeStyle = "#d62728"; g.lineWidth = 2; g.strokeRect(c.k * cw + 1, c.q * ch + 1, cw - 2, ch - 2);
   }
-  drawBar(root.querySelector(".bar"), s, d, d.n_q * ch);
+  drawBar(root.querySelector(".bar"), d.colours.scale, lo, hi, s === "log" ? [-6, -4, -2, 0] : [0, 0.25, 0.5, 0.75, 1],
+          (v) => (s === "log" ? `1e${v}` : String(v)), d.n_q * ch);
   root.querySelector(".hint.main").textContent = d.text.click_hint;
   root.querySelector("button.chart").textContent = d.text.download_chart;
   root.querySelector(".grid-title").textContent = d.text.grid;
@@ -387,16 +390,14 @@ function draw(root) {
   drawThumbs(root, s);
 }
 
-function drawBar(box, s, d, height) {
-  const [lo, hi] = range(s), ticks = s === "log" ? [-6, -4, -2, 0] : [0, 0.25, 0.5, 0.75, 1];
-  const stops = d.colours.scale;
+function drawBar(box, stops, lo, hi, ticks, label, height) {  // a colour bar: lo at the bottom, hi at the top
   const grad = el("div", { class: "grad" });
   grad.style.height = `${Math.min(height, 360)}px`;
   grad.style.background = `linear-gradient(to top, ${stops.join(", ")})`;
   const labels = el("div", { class: "ticks" });
   labels.style.height = grad.style.height;
   for (const v of ticks) {
-    const t = el("span", {}, s === "log" ? `1e${v}` : String(v));
+    const t = el("span", {}, label(v));
     t.style.bottom = `${((v - lo) / (hi - lo)) * 100}%`;
     labels.append(t);
   }
@@ -453,25 +454,111 @@ function hover(root, e) {
   tip.style.left = `${e.clientX - box.left + 14}px`; tip.style.top = `${e.clientY - box.top + 14}px`;
 }
 
-function saveChart(root) {  // the large map as the other charts' camera saves them: PNG (twice the size) or SVG
-  const d = root.__data, cells = root.querySelector("canvas.cells"), ylab = root.querySelector(".ylab");
-  const cw = root.__cw, ch = root.__ch, left = Math.ceil(root.__ylabWidth) + 8, top = 30;
-  const bottom = Math.ceil(root.querySelector(".xlab").getBoundingClientRect().height) + 8;
-  const w = left + d.n_k * cw + 20, h = top + d.n_q * ch + bottom;
-  const css = getComputedStyle(root), bg = paper();
+// A drawn map (`box`: its title, canvas.cells, row and column labels, and the cell size drawn: __cw, __ch,
+// __ylabWidth; every __every-th column labelled) as the other charts' camera saves them: PNG (twice the size) or SVG.
+function saveChart(box, q, k, chart) {
+  const cells = box.querySelector("canvas.cells"), ylab = box.querySelector(".ylab"), every = box.__every || 1;
+  const cw = box.__cw, ch = box.__ch, left = Math.ceil(box.__ylabWidth) + 8, top = 30;
+  const bottom = Math.ceil(box.querySelector(".xlab").getBoundingClientRect().height) + 8;
+  const w = left + k.length * cw + 20, h = top + q.length * ch + bottom;
+  const css = getComputedStyle(box), bg = paper();
   const esc = (t) => t.replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
-  const yf = parseFloat(ylab.style.fontSize), xf = parseFloat(root.querySelector(".xlab").style.fontSize);
+  const yf = parseFloat(ylab.style.fontSize), xf = parseFloat(box.querySelector(".xlab").style.fontSize);
   const parts = [`<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${h}" style="background:${bg}">`,
     `<rect width="${w}" height="${h}" fill="${bg}"/>`,
     `<text x="0" y="18" font-size="15" font-weight="600" fill="${css.color}">`
-      + `${esc(root.querySelector(".title").textContent)}</text>`,
-    `<image x="${left}" y="${top}" width="${d.n_k * cw}" height="${d.n_q * ch}" `
+      + `${esc(box.querySelector(".title").textContent)}</text>`,
+    `<image x="${left}" y="${top}" width="${k.length * cw}" height="${q.length * ch}" `
       + `href="${cells.toDataURL("image/png")}"/>`];
-  d.q.forEach((t, q) => parts.push(`<text x="${left - 4}" y="${top + q * ch + ch / 2 + yf / 3}" text-anchor="end" `
+  q.forEach((t, i) => parts.push(`<text x="${left - 4}" y="${top + i * ch + ch / 2 + yf / 3}" text-anchor="end" `
     + `font-size="${yf}" fill="${css.color}">${esc(t)}</text>`));
-  const below = top + d.n_q * ch + 4;
-  d.k.forEach((t, k) => parts.push(`<text transform="translate(${left + k * cw + cw / 2 + xf / 3},${below}) `
+  const below = top + q.length * ch + 4;
+  k.forEach((t, i) => i % every || parts.push(`<text transform="translate(${left + i * cw + cw / 2 + xf / 3},${below}) `
     + `rotate(90)" font-size="${xf}" fill="${css.color}">${esc(t)}</text>`));
   parts.push("</svg>");
-  savePicture(parts.join(""), w, h, d.chart);
+  savePicture(parts.join(""), w, h, chart);
+}
+
+// The pair (ui/attention_pair.py): one head's scaled scores q·k/√d_k before masking and after it, side by side on one
+// colour scale (±the largest |score|, 0 in the middle), the masked cells grey after masking (an ✕ on a small map's).
+// The scores come once, as 4 planes of the bytes of int32 10⁴ × each score to 4 decimals; the mask as bits.
+function drawPair({ data, parentElement }) {
+  const root = parentElement.querySelector(".ap") || buildPair(parentElement, data), was = root.__data;
+  if (!was || was.scores !== data.scores || was.mask !== data.mask) root.__z = pairValues(data);
+  root.__data = data;
+  root.style.setProperty("--av-paper", paper());
+  const d = data, panels = root.querySelectorAll(".panel");
+  const ticks = niceTicks(d.lim), room = Math.max(240, ((root.clientWidth || 700) - 24) / 2);
+  panels.forEach((panel) => {
+    const ylab = panel.querySelector(".ylab");
+    if (ylab.childElementCount !== d.n_q || panel.__labelsFor !== d.scores) {
+      ylab.replaceChildren(...d.q.map((t) => el("div", {}, t)));
+      panel.__labelsFor = d.scores;
+    }
+  });
+  const ylabWidth = Math.max(...[...panels].map((p) => p.querySelector(".ylab").getBoundingClientRect().width || 100));
+  const size = Math.max(2, Math.min(40, Math.floor((room - ylabWidth - 70) / d.n_k)));
+  const rows = Math.max(size, 12), font = fontFor(size + 2), every = Math.ceil((font + 1) / size);
+  panels.forEach((panel) => {
+    const key = panel.dataset.key, z = root.__z[key];
+    Object.assign(panel, { __cw: size, __ch: rows, __ylabWidth: ylabWidth, __every: every });
+    panel.querySelector(".title").textContent = d.text[key];
+    const ylab = panel.querySelector(".ylab"), xlab = panel.querySelector(".xlab");
+    ylab.style.setProperty("--row", `${rows}px`); ylab.style.fontSize = `${fontFor(rows)}px`;
+    ylab.style.minWidth = `${ylabWidth}px`;
+    // every `every`-th key labelled, its label as wide as the columns up to the next (a label a column wide would be cut)
+    xlab.replaceChildren(...d.k.filter((_, i) => i % every === 0).map((t) => el("div", {}, t)));
+    xlab.style.setProperty("--col", `${size * every}px`); xlab.style.fontSize = `${font}px`;
+    paint(panel.querySelector("canvas.cells"), z, d.n_q, d.n_k, size, rows, -d.lim, d.lim, d, d.marks);
+    drawBar(panel.querySelector(".bar"), d.colours.scale, -d.lim, d.lim, ticks, (v) => String(v), d.n_q * rows);
+    panel.querySelector("button.chart").textContent = d.text.download_chart;
+  });
+}
+
+function pairValues(d) {  // {before, after (NaN where masked)} from the planes and the mask's bits
+  const n = d.n_q * d.n_k, p = typed(d.scores, Uint8Array), kept = bits(d.mask, n);
+  const before = new Float64Array(n), after = new Float64Array(n);
+  for (let i = 0; i < n; i++) {
+    before[i] = (p[i] | (p[n + i] << 8) | (p[2 * n + i] << 16) | (p[3 * n + i] << 24)) / 1e4;
+    after[i] = kept[i] ? before[i] : NaN;
+  }
+  return { before, after };
+}
+
+function niceTicks(lim) {  // ticks at a round step (1, 2 or 5 × 10^k) from -lim to lim, about five of them
+  const raw = lim / 2, mag = 10 ** Math.floor(Math.log10(raw)), f = raw / mag;
+  const step = (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * mag, n = Math.floor(lim / step + 1e-9);
+  return Array.from({ length: 2 * n + 1 }, (_, i) => Number(((i - n) * step).toPrecision(6)));
+}
+
+function buildPair(parent, d) {
+  const root = el("div", { class: "ap" }), row = el("div", { class: "pair" });
+  for (const key of ["before", "after"]) {
+    const panel = el("div", { class: "panel", "data-key": key }), map = el("div", { class: "map" });
+    map.append(el("div", { class: "ylab" }), el("canvas", { class: "cells" }), el("div", { class: "bar" }),
+               el("div", { class: "corner" }), el("div", { class: "xlab" }));
+    const picture = el("button", { type: "button", class: "download chart" });
+    picture.addEventListener("click", () => saveChart(panel, root.__data.q, root.__data.k, root.__data.chart[key]));
+    panel.append(el("h4", { class: "title" }), map, picture);
+    const canvas = map.querySelector("canvas");
+    canvas.addEventListener("mousemove", (e) => pairHover(root, panel, e));
+    canvas.addEventListener("mouseleave", () => { root.querySelector(".tip").hidden = true; });
+    row.append(panel);
+  }
+  root.append(row, el("div", { class: "tip", role: "tooltip", hidden: "" }));
+  parent.append(root);
+  return root;
+}
+
+function pairHover(root, panel, e) {
+  const d = root.__data, tip = root.querySelector(".tip"), r = e.currentTarget.getBoundingClientRect();
+  const k = Math.floor((e.clientX - r.left) / panel.__cw), q = Math.floor((e.clientY - r.top) / panel.__ch);
+  if (q < 0 || q >= d.n_q || k < 0 || k >= d.n_k) { tip.hidden = true; return; }
+  const v = root.__z[panel.dataset.key][q * d.n_k + k];
+  const lines = [`${d.text.queries}: ${d.q[q]}`, `${d.text.keys}: ${d.k[k]}`,
+                 Number.isNaN(v) ? d.text.masked : v.toFixed(4)];
+  tip.replaceChildren(...lines.map((t) => el("div", {}, t)));
+  tip.hidden = false;
+  const box = root.getBoundingClientRect();
+  tip.style.left = `${e.clientX - box.left + 14}px`; tip.style.top = `${e.clientY - box.top + 14}px`;
 }

@@ -179,8 +179,8 @@ def test_chinese_switch_renders_chinese_titles(server, tab):
 
 # the first chart of the page: its tick labels as drawn (SVG text) and as its data say, its template, revision, colours
 FIRST_CHART_JS = """() => { const p = document.querySelector("[data-testid='stPlotlyChart'] .js-plotly-plot");
-    return {drawn: Array.from(p.querySelectorAll('.xaxislayer-above .xtick text'), t => t.textContent),
-            labels: Array.from(p._fullLayout.xaxis._vals || [], v => v.text),
+    return {drawn: Array.from(p.querySelectorAll('.yaxislayer-above .ytick text'), t => t.textContent),
+            labels: Array.from(p._fullLayout.yaxis._vals || [], v => v.text),
             template: p.layout.template === undefined ? null : 'set', revision: p.layout.datarevision,
             bg: p._fullLayout.paper_bgcolor, font: p._fullLayout.font.color,
             drawnZ: Array.from(p.calcdata[0][0].z, r => Array.from(r)),
@@ -190,16 +190,19 @@ FIRST_CHART_JS = """() => { const p = document.querySelector("[data-testid='stPl
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_a_chart_is_drawn_anew_with_new_data_and_in_the_browsers_light_or_dark_look(server, browser, scheme):
     """Charts carry their look (no template: ui.chart_theme) and a datarevision; plotly then skips comparing data
-    arrays, so a new text must give a new revision and the chart drawn must show the new tokens, not the old."""
+    arrays, so a new text must give a new revision and the chart drawn must show the new tokens, not the old (the
+    Attention page's Q, K and V of the head: its token rows)."""
     from ui.chart_theme import PALETTES
 
     context = browser_context(browser, color_scheme=scheme)
     tab = new_tab(browser, context)
     try:
-        tab.goto(page_url(server[1], "attention", f"{REVERSE}&text={quote('b d a c')}"))
+        tab.goto(page_url(server[1], "attention", f"{REVERSE}&block=enc_self&text={quote('b d a c')}"))
+        settle(tab)
+        tab.get_by_text(strings()["att_qkv"]["en"], exact=True).click()  # opened: the page's one plotly chart
         settle(tab, charts=True)
         first = tab.evaluate(FIRST_CHART_JS)
-        view_pick(tab, head=2)  # the same tokens, other weights: only data arrays change (before/after masking)
+        view_pick(tab, head=2)  # the same tokens, other numbers: only data arrays change (the head's Q, K, V)
         settle(tab, charts=True)
         head = tab.evaluate(FIRST_CHART_JS)
         type_text(tab, "c a d b a")

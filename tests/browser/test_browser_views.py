@@ -17,12 +17,12 @@ from urllib.parse import parse_qs, unquote, urlparse
 import pytest
 
 from harness.browser import (
+    ATT_PAIR,
     ATT_VIEW,
     ERROR_BOX,
     INFO_BOX,
     LOOK_BOX,
     MAIN,
-    PLOTS,
     SIDEBAR,
     WARNING_BOX,
     app_text,
@@ -41,6 +41,8 @@ from harness.browser import (
     new_tab,
     next_token,
     not_chinese,
+    pair_hover,
+    pair_state,
     pick_layer,
     pick_mask,
     plot_index,
@@ -128,9 +130,16 @@ def check_attention_map(page, lang: str, n_q: int, n_k: int, layer: int = 0) -> 
     assert hover == [f"{s('attn_queries', lang)}: {view['q'][q]}", f"{s('attn_keys', lang)}: {view['k'][k]}",
                      f"{s('attn_col_weight', lang)} = {weight:.4f}" if weight is not None
                      else f"{s('att_masked_hover', lang)} → 0"], hover
-    before, after = plot_index(page, s("att_before", lang)), plot_index(page, s("att_after", lang))
-    box_b, box_a = (page.locator(PLOTS).nth(j).bounding_box() for j in (before, after))
-    assert abs(box_b["y"] - box_a["y"]) < 5 and box_a["x"] > box_b["x"] + box_b["width"] / 2, (box_b, box_a)
+    pair = pair_state(page)  # before / after masking, side by side, every row labelled on each
+    box_b, box_a = pair["panels"]
+    assert abs(box_b["y"] - box_a["y"]) < 5 and box_a["x"] > box_b["x"] + box_b["width"], (box_b, box_a)
+    grey = not pair["marks"] and any(None in row for row in pair["after"])  # masked cells grey, no ✕: says so
+    assert [p["title"] for p in pair["panels"]] == [s("att_before", lang), s(f"att_after{'_grey' * grey}", lang)]
+    assert box_b["labels"] == box_a["labels"] == n_q and (pair["n_q"], pair["n_k"]) == (n_q, n_k)
+    score = pair["before"][q][k]
+    assert pair_hover(page, 0, q, k) == [f"{s('attn_queries', lang)}: {view['q'][q]}",
+                                         f"{s('attn_keys', lang)}: {view['k'][k]}", f"{score:.4f}"]
+    assert pair_hover(page, 1, q, k)[-1] == (f"{score:.4f}" if weight is not None else s("att_masked_hover", lang))
     assert page.locator(f"{ATT_VIEW} .thumb").count() == len(view["weights"]) >= 2
     return {"q": q, "k": k, "hover": " ".join(hover), "view": view}
 
@@ -200,8 +209,9 @@ def test_attention_in_chinese_hover_cell_scale_and_masks(app, tab):
     go(tab, app, "attention", "zh", model=REVERSE, layer=1, block="dec_self")
     seen = check_attention_map(tab, "zh", 4, 4, layer=1)
     SEEN["hover"] = seen["hover"]
-    after = plots(tab)[plot_index(tab, s("att_after", "zh"))]
-    assert "mask" in after["names"]  # the causal mask's cells are marked (✕) after masking
+    pair = pair_state(tab)  # the causal mask's cells are marked (✕) after masking, the scores kept before it
+    assert pair["marks"] and [row.count(None) for row in pair["after"]] == [3, 2, 1, 0]
+    assert all(None not in row for row in pair["before"])
     check_cell_click(tab, "zh", seen)
     check_scales(tab, "zh", layer=1)
     screenshot(tab, SHOTS / "attention_zh.png")
@@ -279,6 +289,12 @@ def test_the_views_numbers_are_the_traces_and_a_pick_is_drawn_before_the_server_
     settle(tab)
     params = parse_qs(urlparse(tab.url).query)
     assert params.get("head") == ["3"] and "scale" not in params, tab.url  # told once, after the last pick
+    pair = pair_state(tab)  # the run the pick started: head 3's scores before and after masking, drawn here
+    scaled = stages.head("scaled", 3).numpy()
+    before = np.array(pair["before"], dtype=float)
+    after = np.array([[np.nan if v is None else v for v in row] for row in pair["after"]])
+    assert np.abs(before - scaled).max() <= 5e-5 + 1e-6 and np.array_equal(np.isnan(after), ~kept[3])
+    assert pair["lim"] == pytest.approx(float(np.abs(scaled).max()), rel=1e-6)
     assert_clean(tab, app, "attention after picks in the view")
     shown = view_state(tab)  # a text this short: every layer under both masks came with the page's run
     assert shown["layers"] == 4 and shown["layer"] == 2 and sorted(shown["held"]) == [[m, layer] for m in (0, 1)
@@ -745,20 +761,22 @@ def check_view_downloads(page, tmp_path) -> None:
 
 def test_a_view_whose_script_cannot_load_says_so_in_the_learners_language(app, tab):
     """The views' scripts come from the server (static/views, ui/views.py). Where they cannot be fetched (a proxy that
-    drops them), the view's place says so in the learner's language instead of staying empty, and the page's other
-    pictures are drawn."""
+    drops them), each view's place (the maps, the scores before and after masking) says so in the learner's language
+    instead of staying empty, and the page's tables are drawn."""
     views = "**/app/static/views/**"
     tab.route(views, lambda route: route.fulfill(status=404, body="not here"))
     try:
         for lang in ("en", "zh"):
-            go(tab, app, "attention", lang, text="The cat sat on the mat")
-            expect(tab.locator(f"{MAIN} .load-failed")).to_have_text(s("view_load_failed", lang))
-            assert tab.locator(ATT_VIEW).count() == 0
+            go(tab, app, "attention", lang, charts=False, text="The cat sat on the mat")
+            expect(tab.locator(f"{MAIN} .load-failed")).to_have_text([s("view_load_failed", lang)] * 2)
+            assert tab.locator(ATT_VIEW).count() == tab.locator(ATT_PAIR).count() == 0
+            expect(tab.locator(f"{MAIN} [data-testid='stDataFrame']:visible").first).to_be_visible()
     finally:
         tab.unroute(views)
     enter_text(tab, s("input_text", "zh"), "The cat sat on the mat.")  # served again: the next run draws the view, and
     # the note is gone
     expect(tab.locator(ATT_VIEW)).to_be_visible()
+    expect(tab.locator(ATT_PAIR)).to_be_visible()
     expect(tab.locator(f"{MAIN} .load-failed")).to_have_count(0)
 
 
@@ -799,19 +817,33 @@ SAMPLE_JS = """async ({source, row, banned, T, k, p}) => {
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_chart_downloads_png_then_svg_and_table_downloads_csv(app, tab, lang, tmp_path):
-    """The chart toolbar's camera saves transformer-explorer-….png, then .svg once the sidebar says SVG; a table's
-    Download CSV saves its columns."""
-    go(tab, app, "attention", lang, model=REVERSE)
-    title = s("att_before", lang)
-    png = camera(tab, plot_index(tab, title))
+    """The chart toolbar's camera saves transformer-explorer-….png, then .svg once the sidebar says SVG; the maps the
+    browser draws (the view's large map, the scores before masking) save likewise; a table's Download CSV saves its
+    columns."""
+    go(tab, app, "embeddings", lang, model=REVERSE)
+    png = camera(tab, 0)
     assert png.suggested_filename.startswith("transformer-explorer-") and png.suggested_filename.endswith(".png")
     png.save_as(tmp_path / "chart.png")
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     radio(tab, s("img_fmt", lang), "SVG", where=SIDEBAR)
-    svg = camera(tab, plot_index(tab, title))
+    svg = camera(tab, 0)
     assert svg.suggested_filename.startswith("transformer-explorer-") and svg.suggested_filename.endswith(".svg")
     svg.save_as(tmp_path / "chart.svg")
     assert "<svg" in (tmp_path / "chart.svg").read_text(encoding="utf-8", errors="replace")[:2000]
+    go(tab, app, "attention", lang, model=REVERSE)
+    view_settled(tab)
+    pair = tab.locator(ATT_PAIR)
+    png = download(tab, s("chart_download", lang, fmt="PNG"), pair)  # the scores before masking, as PNG
+    assert png.suggested_filename == "transformer-explorer-att_before-reverse.png"
+    png.save_as(tmp_path / "before.png")
+    assert (tmp_path / "before.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    radio(tab, s("img_fmt", lang), "SVG", where=SIDEBAR)
+    view_settled(tab)
+    after = download(tab, s("chart_download", lang, fmt="SVG"), pair.locator(".panel").nth(1))
+    assert after.suggested_filename == "transformer-explorer-att_after-reverse.svg"
+    after.save_as(tmp_path / "after.svg")
+    drawn = (tmp_path / "after.svg").read_text(encoding="utf-8")
+    assert drawn.startswith("<svg") and s("att_after", lang).replace("<", "&lt;") in drawn
     big = download(tab, s("chart_download", lang, fmt="SVG"), tab.locator(ATT_VIEW))  # the view's large map
     assert big.suggested_filename == "transformer-explorer-att_main-reverse.svg"
     big.save_as(tmp_path / "map.svg")
