@@ -326,8 +326,13 @@ def kind_filter(records: dict[int, object], heads: int) -> list[int]:
     kinds_found = sorted({k for r in records.values() for k in r.labels})
     shown = list(range(heads))
     if kinds_found:
-        wanted = st.pills(t("att_filter_kind"), kinds_found, selection_mode="multi", key=f"att_kinds_{ss.layer}",
+        key = f"att_kinds_{ss.block}_{ss.layer}"
+        kept = ss.setdefault("_att_kinds", {})  # each layer's pick: Streamlit forgets a widget's state the first run
+        if key not in ss and key in kept:  # it is not drawn (another layer shown), so it comes back from here
+            ss[key] = [k for k in kept[key] if k in kinds_found]
+        wanted = st.pills(t("att_filter_kind"), kinds_found, selection_mode="multi", key=key,
                           format_func=lambda k: t("head_kind_" + k))
+        kept[key] = list(wanted or [])
         if wanted:
             shown = [h for h in shown if records.get(h) is not None and set(records[h].labels) & set(wanted)]
     return shown

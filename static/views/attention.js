@@ -508,7 +508,8 @@ function drawPair({ data, parentElement }) {
     ylab.style.minWidth = `${ylabWidth}px`;
     // every `every`-th key labelled, its label as wide as the columns up to the next (a label a column wide would be cut)
     xlab.replaceChildren(...d.k.filter((_, i) => i % every === 0).map((t) => el("div", {}, t)));
-    xlab.style.setProperty("--col", `${size * every}px`); xlab.style.fontSize = `${font}px`;
+    xlab.style.setProperty("--col", `${size * every}px`); xlab.style.setProperty("--line", `${size}px`);
+    xlab.style.fontSize = `${font}px`;
     paint(panel.querySelector("canvas.cells"), z, d.n_q, d.n_k, size, rows, -d.lim, d.lim, d, d.marks);
     drawBar(panel.querySelector(".bar"), d.colours.scale, -d.lim, d.lim, ticks, (v) => String(v), d.n_q * rows);
     panel.querySelector("button.chart").textContent = d.text.download_chart;

@@ -340,18 +340,27 @@ def test_a_text_longer_than_the_view_takes_gets_the_servers_charts_and_boxes():
 
 
 def test_the_kind_filter_narrows_the_chosen_blocks_small_maps(cat_trace):
-    """The kind filter's pills (per layer): the view shows small only the heads of the kinds picked, for the chosen
-    layer and mask; without a filter its data names none (every head), so a pick of layer or mask leaves it as it
-    was."""
+    """The kind filter's pills (per layer, kept across a visit to another layer): the view shows small only the heads
+    of the kinds picked, for the chosen layer and mask; without a filter its data names none (every head), so a pick
+    of layer or mask leaves it as it was."""
     at = open_app("attention", model=DEFAULT, text=TEXT, layer="2")
     assert attention_view(at)["shown"] is None
-    at.session_state["att_kinds_2"] = ["induction"]
+    at.session_state["att_kinds_dec_self_2"] = ["induction"]
     at.run()
     assert_clean(at)
     shown, maps = attention_view(at)["shown"], attention_maps(at)
     labels = maps["labels"][maps["blocks"].index([1, 2])]  # the chosen block's heads, as their thumbnails name them
     induction = [h for h, label in enumerate(labels) if "induction" in label]
     assert shown == {"set": 1, "layer": 2, "heads": induction} and 0 < len(induction) < 8
+    with state_of(at):  # another layer picked in the view, then layer 2 again: its filter is still picked
+        view_module.adopt({"layer": 0, "head": induction[0], "scale": "01"})
+    at.run()
+    assert attention_view(at)["shown"] is None
+    with state_of(at):
+        view_module.adopt({"layer": 2, "head": induction[0], "scale": "01"})
+    at.run()
+    assert_clean(at)
+    assert attention_view(at)["shown"] == shown and at.session_state["att_kinds_dec_self_2"] == ["induction"]
 
 
 def test_the_view_draws_a_block_only_under_the_mask_its_set_expects(cat_trace):
