@@ -211,6 +211,18 @@ def attention_pair(at: AppTest) -> dict | None:
     return found[0] if found else None
 
 
+def pair_drawn(at: AppTest) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(the scores to 4 decimals, NaN where not a number; the mask, True where kept; the data) of the Attention page's
+    scores before and after masking, as attention.js reads them (ui.attention_pair)."""
+    from ui.attention_pair import decode
+
+    data = attention_pair(at)
+    assert data is not None, "the page drew no scores before and after masking"
+    n_q, n_k = data["n_q"], data["n_k"]
+    kept = np.unpackbits(np.frombuffer(base64.b64decode(data["mask"]), dtype=np.uint8), bitorder="little")
+    return decode(base64.b64decode(data["scores"]), n_q, n_k), kept[: n_q * n_k].reshape(n_q, n_k).astype(bool), data
+
+
 def shown_layer(at: AppTest) -> int:
     """The layer the Attention page shows: its Layer box, or the pick the server gave the view that holds it."""
     view = attention_view(at)

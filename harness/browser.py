@@ -847,7 +847,7 @@ def pair_hover(page, panel: int, q: int, k: int) -> list[str]:
     page.mouse.move(box["x"] + (k + 0.5) * box["width"] / state["n_k"],
                     box["y"] + (q + 0.5) * box["height"] / state["n_q"])
     page.wait_for_timeout(50)
-    return root.locator(".tip").inner_text().splitlines()
+    return root.locator(".tip div").all_inner_texts()
 
 
 def view_head(page) -> str:

@@ -1,7 +1,7 @@
 """Page 3: attention. One head large (every token labelled; click a cell to explain it), all heads of the layer as
 thumbnails that pick the head (both drawn and switched in the browser, and for a short text the layer and mask too:
 ui.attention_view; a longer text gets the server's charts), scores before and after masking side by side (drawn in the
-browser too: ui.attention_pair), Q/K/V and one query step by step."""
+browser: ui.attention_pair), Q/K/V and one query step by step."""
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -21,7 +21,7 @@ from transformer_core.model.transformer import DEFAULT_MASKS
 from transformer_core.text.inputs import sequence_labels
 from ui import cache
 from ui.attention_maps import attention_maps, is_set_mask, mask_sets, text_key, view_knows
-from ui.attention_pair import attention_pair, fits, pair_data
+from ui.attention_pair import attention_pair, pair_data
 from ui.attention_view import attention_view, in_browser, view_data
 from ui.errors import show_error
 from ui.figures import (
@@ -31,7 +31,6 @@ from ui.figures import (
     block_labels,
     block_max,
     mark_cells,
-    marks_masked,
     scaled_weights,
     token_heatmap,
 )
@@ -243,35 +242,17 @@ def mark_generated(fig, n_q: int, n_k: int, n_gen: int) -> None:
                   name="newest query")
 
 
-def side_by_side(stages, head, q_lab, k_lab, view: bool) -> None:
-    """Scaled scores before and after the mask, one colour scale: drawn in the browser for a text the view takes
-    (ui.attention_pair: the map sent once), else two charts; long inputs show a window of SIDE_CAP."""
+def side_by_side(stages, head, q_lab, k_lab) -> None:
+    """Scaled scores before and after the mask, one colour scale, drawn in the browser (ui.attention_pair: the map
+    sent once); a text longer than SIDE_CAP shows a window of it (the slider)."""
     n_q, n_k = stages.n_q, stages.n_k
-    if view and fits(stages.head("scaled", head).numpy()):
-        attention_pair(pair_data(stages.head("scaled", head).numpy(), stages.head("mask", head).numpy(), list(q_lab),
-                                 list(k_lab)))
-        return
     lo = 0
     if max(n_q, n_k) > SIDE_CAP:
         lo = st.slider(t("att_window"), 0, max(n_q, n_k) - SIDE_CAP, 0, key="att_window")
     qs, ks = slice(min(lo, max(n_q - SIDE_CAP, 0)), None), slice(min(lo, max(n_k - SIDE_CAP, 0)), None)
     scaled = stages.head("scaled", head).numpy()[qs, ks][:SIDE_CAP, :SIDE_CAP]
     mask = stages.head("mask", head).numpy()[qs, ks][:SIDE_CAP, :SIDE_CAP]
-    q_l, k_l = q_lab[qs][:SIDE_CAP], k_lab[ks][:SIDE_CAP]
-    lim = float(np.abs(scaled).max()) or 1.0  # one colour scale for before and after
-    kw = {"zmin": -lim, "zmax": lim, "zmid": 0, "colorscale": DIVERGING, "px_per_token": 12, "max_height": 900,
-          "width_px": COLUMN_PX, "fixed_margins": True}
-    # the names are the axes' categories, so hover says which query and key at any length (1 string per row/column)
-    value = f"{t('attn_queries')}: %{{y}}<br>{t('attn_keys')}: %{{x}}<br>%{{z:.4f}}<extra></extra>"
-    kw["categories"] = (list(q_l), list(k_l))
-    before = token_heatmap(scaled, q_l, k_l, title=t("att_before"), hovertemplate=value, **kw)
-    grey = (~mask).any() and not marks_masked(mask)  # masked cells of a larger map are grey only (no ✕)
-    title = t("att_after_grey" if grey else "att_after")
-    after = token_heatmap(np.where(mask, scaled, np.nan), q_l, k_l, title=title, hovertemplate=value, **kw)
-    mark_cells(after, ~mask, hovertemplate=t("att_masked_hover"))
-    for col, fig, key in zip(st.columns(2), (before, after), ("before", "after"), strict=True):
-        with col:
-            chart(fig, f"att_{key}")
+    attention_pair(pair_data(scaled, mask, list(q_lab[qs][:SIDE_CAP]), list(k_lab[ks][:SIDE_CAP])))
 
 
 def head_labels(ctx, stages, kind: str, trace=None) -> dict[int, object]:
@@ -596,7 +577,7 @@ try:
     if kind != "cross" and records:
         st.caption(t("att_probe_note", count=probe_count(model), length=default_length(model)))
     st.subheader(t("att_before_after"))
-    side_by_side(stages, head, q_lab, k_lab, view)
+    side_by_side(stages, head, q_lab, k_lab)
     one_query(stages, head, list(q_lab), list(k_lab))
     qkv(stages, head, list(q_lab), list(k_lab))
     qk_norm_view(model, stages, head, q_lab, k_lab)

@@ -313,16 +313,17 @@ function paint(canvas, z, nq, nk, cw, ch, lo, hi, d, marks) {
   const stops = d.colours.scale.map(rgb), dpr = window.devicePixelRatio || 1;
   canvas.width = Math.round(nk * cw * dpr); canvas.height = Math.round(nq * ch * dpr);
   canvas.style.width = `${nk * cw}px`; canvas.style.height = `${nq * ch}px`;
-  const g = canvas.getContext("2d");
-  g.setTransform(dpr, 0, 0, dpr, 0, 0);
-  g.clearRect(0, 0, nk * cw, nq * ch);
+  const g = canvas.getContext("2d"), at = (i, size) => Math.round(i * size * dpr);
+  g.setTransform(1, 0, 0, 1, 0, 0);  // each cell from one whole device pixel to another: no seams between cells
+  g.clearRect(0, 0, canvas.width, canvas.height);
   for (let q = 0; q < nq; q++) {
     for (let k = 0; k < nk; k++) {
       const v = z[q * nk + k];
       g.fillStyle = Number.isNaN(v) ? d.colours.masked : colour(stops, (v - lo) / (hi - lo));
-      g.fillRect(k * cw, q * ch, cw, ch);
+      g.fillRect(at(k, cw), at(q, ch), at(k + 1, cw) - at(k, cw), at(q + 1, ch) - at(q, ch));
     }
   }
+  g.setTransform(dpr, 0, 0, dpr, 0, 0);
   if (marks) {  // an ✕ on each masked cell of a small map, as the server's charts mark them
     g.strokeStyle = d.colours.mark; g.lineWidth = 1;
     for (let q = 0; q < nq; q++) {
@@ -455,9 +456,11 @@ function hover(root, e) {
 }
 
 // A drawn map (`box`: its title, canvas.cells, row and column labels, and the cell size drawn: __cw, __ch,
-// __ylabWidth; every __every-th column labelled) as the other charts' camera saves them: PNG (twice the size) or SVG.
+// __ylabWidth; every __every-th column and __everyRow-th row labelled) as the other charts' camera saves them: PNG
+// (twice the size) or SVG.
 function saveChart(box, q, k, chart) {
   const cells = box.querySelector("canvas.cells"), ylab = box.querySelector(".ylab"), every = box.__every || 1;
+  const everyRow = box.__everyRow || 1;
   const cw = box.__cw, ch = box.__ch, left = Math.ceil(box.__ylabWidth) + 8, top = 30;
   const bottom = Math.ceil(box.querySelector(".xlab").getBoundingClientRect().height) + 8;
   const w = left + k.length * cw + 20, h = top + q.length * ch + bottom;
@@ -470,7 +473,7 @@ function saveChart(box, q, k, chart) {
       + `${esc(box.querySelector(".title").textContent)}</text>`,
     `<image x="${left}" y="${top}" width="${k.length * cw}" height="${q.length * ch}" `
       + `href="${cells.toDataURL("image/png")}"/>`];
-  q.forEach((t, i) => parts.push(`<text x="${left - 4}" y="${top + i * ch + ch / 2 + yf / 3}" text-anchor="end" `
+  q.forEach((t, i) => i % everyRow || parts.push(`<text x="${left - 4}" y="${top + i * ch + ch / 2 + yf / 3}" text-anchor="end" `
     + `font-size="${yf}" fill="${css.color}">${esc(t)}</text>`));
   const below = top + q.length * ch + 4;
   k.forEach((t, i) => i % every || parts.push(`<text transform="translate(${left + i * cw + cw / 2 + xf / 3},${below}) `
@@ -489,22 +492,31 @@ function drawPair({ data, parentElement }) {
   root.style.setProperty("--av-paper", paper());
   const d = data, panels = root.querySelectorAll(".panel");
   const ticks = niceTicks(d.lim), room = Math.max(240, ((root.clientWidth || 700) - 24) / 2);
+  // rows 12 px up to 72 tokens, else the map about 860 px tall; every `everyRow`-th query labelled where rows are
+  // thinner than a label, every `every`-th key likewise
+  const rowsAt = d.n_q <= 72 ? 12 : Math.max(1, 860 / d.n_q), yFont = fontFor(Math.max(rowsAt, 10));
+  const everyRow = Math.ceil((yFont + 2) / rowsAt);
   panels.forEach((panel) => {
     const ylab = panel.querySelector(".ylab");
-    if (ylab.childElementCount !== d.n_q || panel.__labelsFor !== d.scores) {
-      ylab.replaceChildren(...d.q.map((t) => el("div", {}, t)));
-      panel.__labelsFor = d.scores;
+    if (panel.__labelsFor !== `${d.scores}|${everyRow}`) {
+      ylab.replaceChildren(...d.q.filter((_, i) => i % everyRow === 0).map((t) => el("div", {}, t)));
+      panel.__labelsFor = `${d.scores}|${everyRow}`;
     }
+    ylab.style.fontSize = `${yFont}px`;
   });
   const ylabWidth = Math.max(...[...panels].map((p) => p.querySelector(".ylab").getBoundingClientRect().width || 100));
-  const size = Math.max(2, Math.min(40, Math.floor((room - ylabWidth - 70) / d.n_k)));
-  const rows = Math.max(size, 12), font = fontFor(size + 2), every = Math.ceil((font + 1) / size);
+  const fit = (room - ylabWidth - 70) / d.n_k;  // a map wider than half the room wraps below the other
+  const size = fit >= 2 ? Math.min(40, Math.floor(fit)) : Math.max(1, fit);
+  const rows = Math.max(size, rowsAt), font = fontFor(size + 2), every = Math.ceil((font + 1) / size);
   panels.forEach((panel) => {
     const key = panel.dataset.key, z = root.__z[key];
-    Object.assign(panel, { __cw: size, __ch: rows, __ylabWidth: ylabWidth, __every: every });
+    Object.assign(panel, { __cw: size, __ch: rows, __ylabWidth: ylabWidth, __every: every, __everyRow: everyRow });
     panel.querySelector(".title").textContent = d.text[key];
     const ylab = panel.querySelector(".ylab"), xlab = panel.querySelector(".xlab");
-    ylab.style.setProperty("--row", `${rows}px`); ylab.style.fontSize = `${fontFor(rows)}px`;
+    // each label a line of its font's height, moved to the middle of its first row (rows thinner than a label)
+    const label = fontFor(Math.max(rows, 10)) + 2;
+    ylab.style.setProperty("--row", `${rows * everyRow}px`); ylab.style.setProperty("--line", `${label}px`);
+    ylab.style.setProperty("--shift", `${(rows - label) / 2}px`); ylab.style.fontSize = `${label - 2}px`;
     ylab.style.minWidth = `${ylabWidth}px`;
     // every `every`-th key labelled, its label as wide as the columns up to the next (a label a column wide would be cut)
     xlab.replaceChildren(...d.k.filter((_, i) => i % every === 0).map((t) => el("div", {}, t)));
@@ -516,14 +528,16 @@ function drawPair({ data, parentElement }) {
   });
 }
 
-function pairValues(d) {  // {before, after (NaN where masked)} from the planes and the mask's bits
+const NOT_A_NUMBER = -(2 ** 31);  // ui.attention_pair.NOT_A_NUMBER: a score that is no number
+function pairValues(d) {  // {before, after (NaN where masked), kept} from the planes and the mask's bits
   const n = d.n_q * d.n_k, p = typed(d.scores, Uint8Array), kept = bits(d.mask, n);
   const before = new Float64Array(n), after = new Float64Array(n);
   for (let i = 0; i < n; i++) {
-    before[i] = (p[i] | (p[n + i] << 8) | (p[2 * n + i] << 16) | (p[3 * n + i] << 24)) / 1e4;
+    const code = p[i] | (p[n + i] << 8) | (p[2 * n + i] << 16) | (p[3 * n + i] << 24);
+    before[i] = code === NOT_A_NUMBER ? NaN : code / 1e4;
     after[i] = kept[i] ? before[i] : NaN;
   }
-  return { before, after };
+  return { before, after, kept };
 }
 
 function niceTicks(lim) {  // ticks at a round step (1, 2 or 5 × 10^k) from -lim to lim, about five of them
@@ -555,9 +569,9 @@ function pairHover(root, panel, e) {
   const d = root.__data, tip = root.querySelector(".tip"), r = e.currentTarget.getBoundingClientRect();
   const k = Math.floor((e.clientX - r.left) / panel.__cw), q = Math.floor((e.clientY - r.top) / panel.__ch);
   if (q < 0 || q >= d.n_q || k < 0 || k >= d.n_k) { tip.hidden = true; return; }
-  const v = root.__z[panel.dataset.key][q * d.n_k + k];
+  const i = q * d.n_k + k, v = root.__z.before[i], masked = panel.dataset.key === "after" && !root.__z.kept[i];
   const lines = [`${d.text.queries}: ${d.q[q]}`, `${d.text.keys}: ${d.k[k]}`,
-                 Number.isNaN(v) ? d.text.masked : v.toFixed(4)];
+                 masked ? d.text.masked : Number.isNaN(v) ? "NaN" : v.toFixed(4)];
   tip.replaceChildren(...lines.map((t) => el("div", {}, t)));
   tip.hidden = false;
   const box = root.getBoundingClientRect();

@@ -15,6 +15,8 @@ from harness.browser import (
     app_url,
     assert_clean,
     hover_texts,
+    pair_hover,
+    pair_state,
     plot_index,
     plots,
     require_browser,
@@ -82,7 +84,8 @@ def test_no_two_drawn_labels_overlap_at_16_by_16_heads_and_135_tokens(app, tab, 
 
 def test_a_long_map_names_its_tokens_on_hover(app, tab):
     """300 tokens: the large map is drawn in blocks of 2 × 2 tokens with a readable subset of labels, and hover
-    names the block's query and key tokens (the axes' categories), as the window of single tokens names its own."""
+    names the block's query and key tokens (the axes' categories), as the window of single tokens before and after
+    masking names its own."""
     from transformer_core.text.tokenizer import load_encoding
 
     enc = load_encoding("cl100k_base")
@@ -96,7 +99,10 @@ def test_a_long_map_names_its_tokens_on_hover(app, tab):
     # (under load the mouse can land a block off: cells of ~3 px; what matters is that hover names the tokens)
     assert found and abs(int(found[1]) - 40) <= 4 and abs(int(found[3]) - 10) <= 4, shown
     assert int(found[2]) == int(found[1]) + 1 and s("att_block_max", "en") in shown, shown
-    before = plot_index(tab, s("att_before", "en"))
-    shown = " ".join(hover_texts(tab, before, 3, 200))  # cells of ~1.3 px: the exact cell under the mouse varies
-    found = re.search(r"queries: (\d+) ‘.+’\s*keys: (\d+) ‘.+’", shown)
-    assert found and abs(int(found[1]) - 200) <= 8 and abs(int(found[2]) - 3) <= 8, shown
+    pair = pair_state(tab)  # the window of single tokens before and after masking, drawn in the browser
+    assert (pair["n_q"], pair["n_k"]) == (256, 256) and all(p["height"] <= 1000 for p in pair["panels"]), pair["panels"]
+    for panel in (0, 1):
+        shown = " ".join(pair_hover(tab, panel, 200, 3))  # cells of 1–3 px: the cell under the mouse, named
+        found = re.search(r"queries: (\d+) ‘.+’\s*keys: (\d+) ‘.+’ (-?\d+\.\d{4})$", shown)
+        assert found and abs(int(found[1]) - 200) <= 1 and abs(int(found[2]) - 3) <= 1, shown
+        assert float(found[3]) == pytest.approx(pair["before"][int(found[1])][int(found[2])], abs=1e-9), shown

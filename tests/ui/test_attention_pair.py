@@ -3,13 +3,12 @@
 head's mask, one colour scale for both, an ✕ on a small map's masked cells and a title that says grey on a larger one;
 a head picked in the view brings that head's; a longer text keeps the server's two charts. The drawing is tested in
 Chromium (tests/browser/test_browser_views.py)."""
-import base64
-
 import numpy as np
 import pytest
 
 from harness.apptest import CAT, DEFAULT, EN, assert_clean, figure, open_app
 from harness.apptest import attention_pair as pair
+from harness.apptest import pair_drawn as drawn_of
 from ui import attention_pair as pair_module
 from ui import attention_view as view_module
 from ui.i18n import strings
@@ -22,12 +21,6 @@ def four(values) -> list[str]:
     return [f"{v:.4f}".replace("-0.0000", "0.0000") for v in np.ravel(values)]
 
 
-def drawn(data: dict) -> tuple[np.ndarray, np.ndarray]:
-    """(scores to 4 decimals, kept) as attention.js reads them."""
-    n_q, n_k = data["n_q"], data["n_k"]
-    scores = pair_module.decode(base64.b64decode(data["scores"]), n_q, n_k)
-    kept = np.unpackbits(np.frombuffer(base64.b64decode(data["mask"]), dtype=np.uint8), bitorder="little")
-    return scores, kept[: n_q * n_k].reshape(n_q, n_k).astype(bool)
 
 
 def test_scores_go_to_the_browser_to_the_four_decimals_the_hover_shows():
@@ -37,8 +30,6 @@ def test_scores_go_to_the_browser_to_the_four_decimals_the_hover_shows():
     got = pair_module.decode(pair_module.encode(scores), 9, 7)
     assert four(got) == four(scores)
     assert len(pair_module.encode(scores)) == 4 * scores.size
-    assert pair_module.fits(scores)
-    assert not pair_module.fits(np.array([[np.nan, 1.0]])) and not pair_module.fits(np.array([[3e5]]))
 
 
 def test_the_pair_is_the_chosen_heads_scores_and_mask_as_traced_and_a_head_picked_in_the_view_brings_its_own(
@@ -46,10 +37,9 @@ def test_the_pair_is_the_chosen_heads_scores_and_mask_as_traced_and_a_head_picke
     _, _, trace = cat_trace
     at = open_app("attention", model=DEFAULT, text=CAT, layer="2", head="3")
     assert_clean(at)
-    data = pair(at)
+    scores, mask, data = drawn_of(at)
     stages = trace.attention("dec_self", 2)
     scaled, kept = stages.head("scaled", 3).numpy(), stages.head("mask", 3).numpy().astype(bool)
-    scores, mask = drawn(data)
     assert four(scores) == four(scaled)
     assert np.array_equal(mask, kept) and not mask[0, 1:].any()  # causal: the first token sees itself only
     assert data["lim"] == pytest.approx(float(np.abs(scaled).max()))  # one colour scale, symmetric about 0
@@ -64,7 +54,7 @@ def test_the_pair_is_the_chosen_heads_scores_and_mask_as_traced_and_a_head_picke
     from transformer_core import trace_text
 
     _, unmasked = trace_text(at_model(), CAT, masks={"dec_self": "none"})
-    scores, mask = drawn(pair(at))
+    scores, mask, _ = drawn_of(at)
     want = unmasked.attention("dec_self", 0).head("scaled", 5).numpy()
     assert np.abs(scores - want).max() <= 5e-5 + 1e-5 and mask.all()  # (the page's threads: 1e-6 apart at most)
     assert pair(at)["text"]["after"] == EN["att_after"]
@@ -99,11 +89,40 @@ def test_a_larger_map_says_grey_and_draws_no_x_and_a_chinese_page_speaks_chinese
     assert data["text"]["download_chart"] == ZH["chart_download"].format(fmt="PNG")
 
 
-def test_a_text_longer_than_the_view_keeps_the_servers_two_charts():
-    text = " ".join(["The cat sat on the mat."] * 11)  # 77 tokens
-    at = open_app("attention", model=DEFAULT, text=text, lang="en")
+def test_a_text_longer_than_the_view_sends_its_pair_too_and_a_window_of_a_longer_one(cat_trace):
+    """Past the view's 64 tokens the pair is drawn in the browser too (the large map is the server's chart); past
+    SIDE_CAP tokens a window of it, from where the slider says."""
+    from transformer_core import trace_text
+
+    model, _, _ = cat_trace
+    text = " ".join(["The cat sat on the mat."] * 11)  # 88 tokens on the default
+    at = open_app("attention", model=DEFAULT, text=text, lang="en", layer="1", head="2")
     assert_clean(at)
-    assert pair(at) is None and view_module.VIEW_TOKENS < 77
-    before, after = figure(at, "att_before"), figure(at, "att_after")
-    assert EN["att_before"] in before["layout"]["title"]["text"]
-    assert EN["att_after_grey"] in after["layout"]["title"]["text"]
+    scores, kept, data = drawn_of(at)
+    stages = trace_text(model, text)[1].attention("dec_self", 1)
+    assert view_module.VIEW_TOKENS < stages.n_q == data["n_q"] and figure(at, "att_main")
+    # (to 4 decimals; the page's threads sum in another order: 1e-6 apart at most)
+    assert np.abs(scores - stages.head("scaled", 2).numpy()).max() <= 5e-5 + 1e-5
+    assert np.array_equal(kept, stages.head("mask", 2).numpy().astype(bool))
+    import ui.cache
+    from transformer_core.text.tokenizer import load_encoding
+
+    enc = load_encoding("cl100k_base")  # 300 tokens on the course's model (a context of 512): a window of 256
+    text = enc.decode(enc.encode("the quick brown fox jumps over the lazy dog " * 40)[:300])
+    at = open_app("attention", model="preset:course-base@cl100k_base", lang="en", text=text, tgt="short target",
+                  block="enc_self")
+    at.slider(key="att_window").set_value(20).run()
+    assert_clean(at)
+    scores, kept, data = drawn_of(at)
+    [trace] = [v[1] for v, _ in ui.cache.TRACES._items.values() if v[1].src_ids.shape[-1] == 300]
+    stages = trace.attention("enc_self", 0)
+    assert scores.shape == (256, 256) and data["q"][0].startswith("20 ‘") and data["k"][0].startswith("20 ‘")
+    assert four(scores) == four(stages.head("scaled", 0).numpy()[20:276, 20:276]) and kept.all()
+
+
+def test_a_score_that_is_no_number_is_sent_as_one():
+    """A broken checkpoint's scores (NaN, or past what an int32 of 4 decimals holds) reach the browser as no number,
+    never as a wrong one; the colour scale spans the others."""
+    scores = np.array([[1.5, np.nan], [-np.inf, 3e6]], dtype=np.float32)
+    got = pair_module.decode(pair_module.encode(scores), 2, 2)
+    assert got[0, 0] == 1.5 and np.isnan(got[[0, 1, 1], [1, 0, 1]]).all()

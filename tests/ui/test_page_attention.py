@@ -11,14 +11,17 @@ import pytest
 import torch
 
 from harness.apptest import (
+    EN,
     ENGLISH_ONLY,
     SMALL,
     array,
     assert_clean,
+    attention_pair,
     figure,
     harness_language,
     messages,
     open_app,
+    pair_drawn,
     set_layer,
     set_mask,
     shown_mask,
@@ -129,16 +132,10 @@ def test_each_mask_mode_recomputes_the_weights(mode):
     causal = mode in ("causal", "both")  # one sentence has no padding: the padding mask hides nothing
     assert ((w[q + 1:] == 0).all() if causal else (w > 0).all())
     assert (df[MASKED] == "−∞").sum() == (len(df) - q - 1 if causal else 0)
-    after = figure(at, "att_after")
-    overlays = [tr for tr in after["data"] if tr.get("name") == "mask"]
-    assert len(overlays) == (1 if causal else 0)
-    if causal:  # masked cells are blank (NaN) in the values and marked ✕ on the overlay
-        shown, marks = values(after)[0], array(overlays[0]["z"])
-        upper = np.triu(np.ones_like(shown, dtype=bool), k=1)
-        assert np.isnan(shown[upper]).all() and not np.isnan(shown[~upper]).any()
-        assert (np.isnan(marks) == ~upper).all()
-        assert all((t == "✕") == u for row, urow in zip(overlays[0]["text"], upper, strict=True)
-                   for t, u in zip(row, urow, strict=True))
+    scores, kept, pair = pair_drawn(at)  # before and after masking, drawn in the browser
+    upper = np.triu(np.ones_like(kept), k=1)
+    assert np.array_equal(~kept, upper if causal else np.zeros_like(upper)) and not np.isnan(scores).any()
+    assert pair["marks"] and pair["text"]["after"] == EN["att_after"]  # a small map: an ✕ on each masked cell
     main = figure(at, "att_main")
     m = hover_values(main)[0]
     np.testing.assert_allclose(m.sum(-1), 1.0, atol=1e-5)
@@ -237,7 +234,7 @@ def test_chart_data_stays_under_one_megabyte_at_64_tokens():
     text = enc.decode(enc.encode("the quick brown fox jumps over the lazy dog " * 20)[:64])
     at = open_app(PAGE, model=BASE, lang="en", text=text, tgt=text, block="dec_self")
     assert_clean(at)
-    assert main_values(at).shape == (64, 64) and array(figure(at, "att_before")["data"][0]["z"]).shape == (64, 64)
+    assert main_values(at).shape == (64, 64) and pair_drawn(at)[0].shape == (64, 64)
     print("chart bytes at 64 tokens:", chart_bytes(at))
     assert chart_bytes(at) < 1_000_000
 
@@ -253,10 +250,9 @@ def test_long_sequence_is_drawn_in_blocks_with_readable_labels_and_a_window_of_s
     rows = main["data"][0]["y"]  # each block named by its tokens (the axis's categories): hover names them all
     assert rows[0].startswith("0–1: 0 ‘") and rows[1].startswith("2–3: 2 ‘") and len(set(rows)) == 150
     assert main["layout"]["yaxis"]["type"] == "category" and "%{y}" in main["data"][0]["hovertemplate"]
-    before = figure(at, "att_before")["data"][0]
-    assert before["x"][:2] == ["0 ‘the’", "1 ‘␣quick’"] and "%{x}" in before["hovertemplate"]
+    scores, _, pair = pair_drawn(at)  # a window of single tokens before and after masking, each named
+    assert pair["k"][:2] == ["0 ‘the’", "1 ‘␣quick’"] and scores.shape == (256, 256) and len(set(pair["k"])) == 256
     assert any("block of 2 × 2 tokens" in c.value for c in at.caption)
-    assert array(figure(at, "att_before")["data"][0]["z"]).shape == (256, 256)  # a window of single tokens
     assert at.slider(key="att_window")
     assert values(figure(at, "att_thumbs_0"))[0].shape == (75, 75)  # thumbnails pooled (every 4th)
     assert len(step_table(at)) == 300  # the table keeps every key
@@ -529,21 +525,17 @@ def test_masked_cells_of_a_larger_map_are_grey_without_an_x_and_the_title_says_s
     """Up to 32 × 32 cells each masked cell carries an ✕ (a text element each in the browser: at 64 tokens they were
     about a quarter of a head switch's redraw); on a larger map they are grey only, and the after-mask title says grey.
     The values are the same either way: masked cells blank in the map, 0 in the main map's overlay."""
-    from harness.apptest import EN
-
     text = " ".join(["The cat sat on the mat."] * 8)  # 56 tokens on the default
     at = open_app(PAGE, model="shipped:everyday-gpt", text=text, lang="en")
     assert_clean(at)
     assert shown_mask(at) in ("causal", "both")  # one sentence: nothing is padding
-    after, main = figure(at, "att_after"), figure(at, "att_main")
-    n = values(after)[0].shape[0]
-    assert n * n > 32 * 32
-    assert EN["att_after_grey"] in after["layout"]["title"]["text"]
-    for fig in (after, main):
-        [overlay] = [tr for tr in fig["data"] if tr.get("name") == "mask"]
-        upper = np.triu(np.ones((n, n), dtype=bool), k=1)
-        assert (np.isnan(array(overlay["z"])) == ~upper).all() and not overlay.get("text")
-    assert np.isnan(values(after)[0][np.triu(np.ones((n, n), dtype=bool), k=1)]).all()
+    main, (scores, kept, pair) = figure(at, "att_main"), pair_drawn(at)
+    n = scores.shape[0]
+    upper = np.triu(np.ones((n, n), dtype=bool), k=1)
+    assert n * n > 32 * 32 and np.array_equal(~kept, upper)
+    assert pair["text"]["after"] == EN["att_after_grey"] and not pair["marks"]
+    [overlay] = [tr for tr in main["data"] if tr.get("name") == "mask"]
+    assert (np.isnan(array(overlay["z"])) == ~upper).all() and not overlay.get("text")
 
 
 def test_a_map_without_click_targets_names_its_tokens_by_the_axes_and_hovers_the_traced_numbers():
@@ -599,7 +591,8 @@ def test_a_switch_reads_from_the_trace_about_what_it_draws(switch):
     assert_clean(at)
     traces = [value[1] for value, _ in ui.cache.TRACES._items.values()]
     fetched = sum(trace.fetched_bytes for trace in traces)
+    pair = attention_pair(at)  # the scores before and after masking and their mask, drawn in the browser
     drawn = 4 * (sum(drawn_numbers(json.loads(c.proto.spec)["data"]) for c in at.get("plotly_chart"))
-                 + sum(df.value.size for df in at.dataframe))
+                 + sum(df.value.size for df in at.dataframe) + 2 * pair["n_q"] * pair["n_k"])
     whole = max(ui.cache.held_bytes(trace) for trace in traces)
     assert 0 < fetched <= 1.25 * drawn and fetched < 0.05 * whole, (fetched, drawn, whole)
