@@ -9,6 +9,7 @@ from harness.apptest import (
     EN,
     ENGLISH_ONLY,
     SMALL,
+    attention_pair,
     harness_language,
     messages,
     metric,
@@ -250,8 +251,8 @@ def test_greedy_append_adds_the_top_token_and_every_page_sees_it(page):
     assert shapes_shown(page)["hook_logits"] == "(1, 14, 100277)"
     page.switch_page(page_file("attention")).run()
     assert not page.exception
-    figures = " ".join(c.proto.spec for c in page.get("plotly_chart"))
-    assert "13 ‘" in figures and "14 ‘" not in figures  # the attention heatmaps have a 14th token
+    rows = attention_pair(page)["q"]  # the scores before and after masking (drawn in the browser): a 14th token
+    assert len(rows) == 14 and rows[13].startswith("13 ‘")
     page.switch_page(page_file("tokenizer")).run()
     assert not page.exception
     page.switch_page(page_file("logits")).run()
