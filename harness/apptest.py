@@ -187,8 +187,17 @@ def array(value) -> np.ndarray:
     return np.asarray(value, dtype=float)
 
 
-def _components(at: AppTest) -> list[dict]:
-    return [json.loads(e.proto.json) for e in at.get("bidi_component")]
+def _components(at: AppTest, *, as_sent: bool = False) -> list[dict]:
+    """Each view element's data as attention.js reads it, or `as_sent`: a self-attention map's key labels are its
+    query labels (sent once, "k": null), and the pair of a map the view draws has the view's labels ("from_view": the
+    view's key)."""
+    found = [json.loads(e.proto.json) for e in at.get("bidi_component")]
+    if as_sent:
+        return found
+    found = [{**d, "k": d["q"]} if d.get("k", 0) is None and d.get("q") else d for d in found]
+    views = {d["key"]: d for d in found if "pick" in d and "modes" in d}
+    return [{**d, "q": views[d["from_view"]]["q"], "k": views[d["from_view"]]["k"]} if d.get("from_view") else d
+            for d in found]
 
 
 def attention_view(at: AppTest) -> dict | None:

@@ -471,7 +471,8 @@ APP_TEXT_JS = """() => ['stSidebarUserContent', 'stSidebarNav', 'stMain'].map(id
     const text = copy.innerText;
     copy.remove();
     const views = [...el.querySelectorAll('*')].filter(e => e.shadowRoot)  // components.v2 views (shadow roots)
-        .map(e => [...e.shadowRoot.children].map(c => c.innerText || '').join('\\n'));
+        .map(e => [...e.shadowRoot.children].filter(c => c.tagName !== 'STYLE')  // (the view's CSS: not read)
+            .map(c => c.innerText || '').join('\\n'));
     return [text, ...views].join('\\n');
 }).join('\\n')"""
 RERUN_STARTED_JS = """() => document.querySelector("[data-testid='stApp']")?.dataset.testScriptState === 'running'

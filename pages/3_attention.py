@@ -128,8 +128,7 @@ def browser_maps(ctx, stages, kind: str, records: dict[int, object], q_lab, k_la
     if any."""
     modes, first, masks = mask_sets(kind, stages.n_q, stages.n_k)
     mine, n_layers, heads = modes[ss.mask_mode], ctx.model.cfg.n_layers, stages.n_heads
-    ids = [ctx.trace.src_ids[0].tolist(), None if ctx.trace.tgt_ids is None else ctx.trace.tgt_ids[0].tolist()]
-    text = text_key(ctx.key, kind, ids)
+    text = view_key(ctx, kind)
     attention_maps(text, masks, (mine, stages.layer), n_layers, heads,
                    block_source(ctx, stages, kind, records, first, mine, masks))
     n_gen = generated_rows(stages.n_q)
@@ -139,6 +138,12 @@ def browser_maps(ctx, stages, kind: str, records: dict[int, object], q_lab, k_la
                              generated=n_gen))
     say_generated(n_gen, stages.n_q)
     return ss.get("att_cell")
+
+
+def view_key(ctx, kind: str) -> str:
+    """The key of the text and block the view draws (its maps are kept under it; the pair reads its labels)."""
+    ids = [ctx.trace.src_ids[0].tolist(), None if ctx.trace.tgt_ids is None else ctx.trace.tgt_ids[0].tolist()]
+    return text_key(ctx.key, kind, ids)
 
 
 def generated_rows(n_q: int) -> int:
@@ -242,9 +247,10 @@ def mark_generated(fig, n_q: int, n_k: int, n_gen: int) -> None:
                   name="newest query")
 
 
-def side_by_side(stages, head, q_lab, k_lab) -> None:
+def side_by_side(stages, head, q_lab, k_lab, view: str | None) -> None:
     """Scaled scores before and after the mask, one colour scale, drawn in the browser (ui.attention_pair: the map
-    sent once); a text longer than SIDE_CAP shows a window of it (the slider)."""
+    sent once; the axis labels read from the view where it draws this text: `view` is its key); a text longer than
+    SIDE_CAP shows a window of it (the slider)."""
     n_q, n_k = stages.n_q, stages.n_k
     lo = 0
     if max(n_q, n_k) > SIDE_CAP:
@@ -252,7 +258,7 @@ def side_by_side(stages, head, q_lab, k_lab) -> None:
     qs, ks = slice(min(lo, max(n_q - SIDE_CAP, 0)), None), slice(min(lo, max(n_k - SIDE_CAP, 0)), None)
     scaled = stages.head("scaled", head).numpy()[qs, ks][:SIDE_CAP, :SIDE_CAP]
     mask = stages.head("mask", head).numpy()[qs, ks][:SIDE_CAP, :SIDE_CAP]
-    attention_pair(pair_data(scaled, mask, list(q_lab[qs][:SIDE_CAP]), list(k_lab[ks][:SIDE_CAP])))
+    attention_pair(pair_data(scaled, mask, list(q_lab[qs][:SIDE_CAP]), list(k_lab[ks][:SIDE_CAP]), view=view))
 
 
 def head_labels(ctx, stages, kind: str, trace=None) -> dict[int, object]:
@@ -408,12 +414,13 @@ def steps_table(s, k_lab, query: int, highlight: int | None = None, where: str =
         t("attn_col_masked"): masked,
         t("attn_col_weight"): s.weights.numpy(),
     })
-    table(df, f"attention_{where}_{query}", formats=four_decimals(df))
+    table(df, f"attention_{where}_{query}", formats=four_decimals(df), numbered=False)  # (keys: "3 ‘␣on’")
     st.caption(t("attn_step_sum", s=float(s.weights.sum()), n=int((~s.mask).sum()), total=len(s.mask)))
-    out = s.output.numpy()[None, :]
     st.markdown(f"**{t('att_output')}**")
-    df = tensor_frame(out, ["z"], [str(d) for d in range(out.shape[1])]).reset_index(names=t("col_token"))
-    table(df, f"attention_{where}_output_{query}", formats=four_decimals(df))
+    # one row per dimension of the head: as one row of d_k columns, each column had its own format and schema (1.7 KB
+    # on the wire in every run after a switch, against 0.6)
+    df = pd.DataFrame({t("attn_dims"): np.arange(len(s.output)), "z": s.output.numpy()})
+    table(df, f"attention_{where}_output_{query}", formats={"z": "%.4f"}, numbered=False, width="content")
     st.caption(t("attn_output_check", d=s.max_difference))
 
 
@@ -577,7 +584,7 @@ try:
     if kind != "cross" and records:
         st.caption(t("att_probe_note", count=probe_count(model), length=default_length(model)))
     st.subheader(t("att_before_after"))
-    side_by_side(stages, head, q_lab, k_lab)
+    side_by_side(stages, head, q_lab, k_lab, view_key(ctx, kind) if view else None)
     one_query(stages, head, list(q_lab), list(k_lab))
     qkv(stages, head, list(q_lab), list(k_lab))
     qk_norm_view(model, stages, head, q_lab, k_lab)

@@ -13,7 +13,7 @@ from plotly.colors import get_colorscale
 
 from .figures import DIVERGING, MASK_COLOUR, marks_masked
 from .i18n import t
-from .views import b64, component
+from .views import b64, component, keys
 from .widgets import picture_download
 
 PAIR_KEY = "attention_pair"
@@ -48,10 +48,13 @@ def stops() -> tuple[str, ...]:
     return tuple("#" + "".join(f"{v:02x}" for v in c) for c in rgb)
 
 
-def pair_data(scaled: np.ndarray, mask: np.ndarray, q_lab: list[str], k_lab: list[str]) -> dict:
+def pair_data(scaled: np.ndarray, mask: np.ndarray, q_lab: list[str], k_lab: list[str], *,
+              view: str | None = None) -> dict:
     """What the browser draws the pair with: the scores (`encode`), the mask (1 = kept, numpy.packbits little-endian),
     the colour scale's reach (the largest |score|, one scale for both), whether masked cells get an ✕, the axis
-    labels, the colours, how each chart downloads and the words."""
+    labels, the colours, how each chart downloads and the words. Where the page's view draws the same map (`view`: the
+    key of its text and block, ui.attention_view), the labels are the view's and are not sent again ("from_view": that
+    key; 0.4 KB on the wire at 64 tokens, in every run after a switch)."""
     scaled, mask = np.asarray(scaled), np.asarray(mask, dtype=bool)
     marks = bool(marks_masked(mask))
     grey = bool((~mask).any()) and not marks  # masked cells of a larger map are grey only (no ✕): the title says so
@@ -63,7 +66,7 @@ def pair_data(scaled: np.ndarray, mask: np.ndarray, q_lab: list[str], k_lab: lis
         "role": "pair", "n_q": len(q_lab), "n_k": len(k_lab), "scores": b64(encode(scaled)),
         "mask": b64(np.packbits(mask, axis=None, bitorder="little").tobytes()),
         "lim": float(np.abs(scaled[np.isfinite(scaled)]).max(initial=0)) or 1.0, "marks": marks,
-        "q": list(q_lab), "k": list(k_lab),
+        "from_view": view, "q": None if view else list(q_lab), "k": None if view else keys(q_lab, k_lab),
         "colours": {"scale": list(stops()), "masked": MASK_COLOUR, "mark": "#555"}, "chart": charts,
         "text": {"before": t("att_before"), "after": t("att_after_grey" if grey else "att_after"),
                  "queries": t("attn_queries"), "keys": t("attn_keys"), "masked": t("att_masked_hover"),

@@ -30,10 +30,10 @@ from .attention_maps import ASK_CELLS, Block, index_ok
 from .chart_theme import PALETTES
 from .figures import MASK_COLOUR
 from .i18n import t
-from .views import component
+from .views import component, keys
 from .widgets import picture_download
 
-VIEW_TOKENS = 64  # up to this many queries and keys: 8 heads of a causal 64 x 64 map are 33 KB (attention_maps.encode)
+VIEW_TOKENS = 80  # up to this many queries and keys: 8 heads of a causal 80 x 80 map are 52 KB (attention_maps.encode)
 _view = component("attention_view", "attention")
 KEY = "attention_view"
 
@@ -76,7 +76,7 @@ def view_data(text: str, n_layers: int, heads: int, modes: dict[str, int], q_lab
         "set": int(s), "layer": int(layer), "heads": [int(h) for h in shown_heads]}
     return {
         "key": text, "layers": int(n_layers), "heads": int(heads), "n_q": len(q_lab), "n_k": len(k_lab),
-        "modes": modes, "cap": ASK_CELLS, "q": list(q_lab), "k": list(k_lab),
+        "modes": modes, "cap": ASK_CELLS, "q": list(q_lab), "k": keys(q_lab, k_lab),
         "shown": shown_data,
         "gen": int(generated), "pick": server_pick(), "scales": list(SCALES),
         "colours": {"scale": list(look[-1]), "masked": MASK_COLOUR, "mark": "rgba(90,90,90,0.9)"},

@@ -18,12 +18,15 @@ const MARK_CAP = 32 * 32;  // ui.figures.MARK_CAP: maps of up to this many cells
 // come yet ("set|layer" -> the ask's time), and those an answer came without (not asked again); the maps element's
 // setStateValue; the views drawn from them
 const MAPS = { text: null, blocks: new Map(), masks: [], pending: new Map(), refused: new Set(), seen: null, ask: null,
-               views: new Set() };
+               views: new Set(), pairs: new Map() };
+
+// a self-attention map's keys are its queries: the server sends the labels once ("k": null)
+const withKeys = (data) => (data.k ? data : { ...data, k: data.q });
 
 export default function (component) {
   if (component.data.role === "maps") return receive(component);
-  if (component.data.role === "pair") return drawPair(component);
-  const { data, parentElement, setStateValue } = component;
+  const data = withKeys(component.data), { parentElement, setStateValue } = component;
+  if (data.role === "pair") return drawPair(data, parentElement);
   const root = parentElement.querySelector(".av") || build(parentElement, data);
   root.__tell = setStateValue;
   root.__maps = MAPS;  // (what the browser tests read)
@@ -50,6 +53,7 @@ export default function (component) {
     pickScale(root, data.pick.scale);
   }
   refresh(root);
+  for (const [place, d] of MAPS.pairs) if (d.from_view === data.key) drawPair(d, place);  // the pairs that waited
 }
 
 function refresh(root) {  // after new data or new maps
@@ -485,7 +489,13 @@ function saveChart(box, q, k, chart) {
 // The pair (ui/attention_pair.py): one head's scaled scores q·k/√d_k before masking and after it, side by side on one
 // colour scale (±the largest |score|, 0 in the middle), the masked cells grey after masking (an ✕ on a small map's).
 // The scores come once, as 4 planes of the bytes of int32 10⁴ × each score to 4 decimals; the mask as bits.
-function drawPair({ data, parentElement }) {
+function drawPair(data, parentElement) {
+  if (data.from_view) {  // the map the view draws: its labels are the view's (sent once), drawn once the view has them
+    const view = [...MAPS.views].find((v) => v.isConnected && v.__data.key === data.from_view);
+    if (!view) return MAPS.pairs.set(parentElement, data);
+    MAPS.pairs.delete(parentElement);
+    data = { ...data, q: view.__data.q, k: view.__data.k };
+  }
   const root = parentElement.querySelector(".ap") || buildPair(parentElement, data), was = root.__data;
   if (!was || was.scores !== data.scores || was.mask !== data.mask) root.__z = pairValues(data);
   root.__data = data;

@@ -10,7 +10,18 @@ from unittest.mock import patch
 
 import numpy as np
 
-from harness.apptest import CAT, DEFAULT, array, assert_clean, attention_maps, attention_view, figure, open_app
+from harness.apptest import (
+    CAT,
+    DEFAULT,
+    _components,
+    array,
+    assert_clean,
+    attention_maps,
+    attention_pair,
+    attention_view,
+    figure,
+    open_app,
+)
 from transformer_core.text.inputs import sequence_labels
 from ui import attention_maps as maps_module
 from ui import attention_view as view_module
@@ -277,6 +288,21 @@ def test_cross_attention_keeps_one_mask_set_for_every_mode_as_the_model_does():
     assert list(got) == [(0, 0), (0, 1)] and all(mask.all() for _, _, mask in got.values()) and data["layers"] == 2
 
 
+def test_a_maps_labels_are_sent_once():
+    """The keys of a self-attention map are its queries: the view sends the labels once ("k": null, which attention.js
+    reads as the queries'), and the pair of the map the view draws reads the view's; cross-attention's keys are the
+    encoder's tokens and come with the view's data."""
+    at = open_app("attention", model=DEFAULT, text=TEXT, layer="1")
+    view, pair = (d for d in _components(at, as_sent=True) if "q" in d)
+    assert view["k"] is None and len(view["q"]) == view["n_k"]
+    assert pair["from_view"] == view["key"] and pair["q"] is None and pair["k"] is None  # the view's labels
+    at = open_app("attention", model="shipped:reverse", text="b d a c")
+    assert at.session_state["block"] == "cross"
+    view, pair = (d for d in _components(at, as_sent=True) if "q" in d)
+    assert len(view["k"]) == view["n_k"] and view["k"] != view["q"] and pair["from_view"] == view["key"]
+    assert attention_pair(at)["k"] == view["k"]
+
+
 def test_a_bad_pick_from_the_browser_leaves_the_head_and_scale_as_they_were():
     state = {"layer": 1, "mask_mode": "both", "head": 2, "att_scale": "row"}
     with patch.object(view_module.st, "session_state", state):
@@ -332,7 +358,7 @@ def test_a_clicked_cell_of_the_induction_head_is_split_by_where_q_and_k_came_fro
 
 
 def test_a_text_longer_than_the_view_takes_gets_the_servers_charts_and_boxes():
-    at = open_app("attention", model=DEFAULT, text=" ".join(["The cat sat on the mat."] * 10))  # 70 tokens
+    at = open_app("attention", model=DEFAULT, text=" ".join(["The cat sat on the mat."] * 11))  # 88 tokens
     assert_clean(at)
     assert attention_view(at) is None
     assert figure(at, "att_main") and figure(at, "att_thumbs_0")

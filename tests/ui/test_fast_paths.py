@@ -211,12 +211,12 @@ def test_every_chart_of_every_page_takes_plotlys_fast_json_path(page, slow_json_
 def test_attention_hover_is_numbers_in_customdata_and_token_labels_on_the_axes():
     """The server's large map (a text longer than the browser's view takes): the hover's numbers in customdata, the
     tokens as the axes' categories (one string per row and column, not per cell)."""
-    at = open_app("attention", model="shipped:everyday-gpt", lang="en", text=" ".join(["The cat sat on the mat."] * 10))
+    at = open_app("attention", model="shipped:everyday-gpt", lang="en", text=" ".join(["The cat sat on the mat."] * 11))
     main = figure(at, "att_main")
     heat = main["data"][0]
     custom = array(heat["customdata"])
     n = len(heat["y"])
-    assert n > 64 and custom.dtype.kind == "f" and custom.shape == (n, n, 3)  # q·k, q·k/√d_k, weight
+    assert n > 80 and custom.dtype.kind == "f" and custom.shape == (n, n, 3)  # q·k, q·k/√d_k, weight
     assert heat["x"] == heat["y"] and all(isinstance(v, str) for v in heat["y"])  # the axes name the tokens
     assert "%{y}" in heat["hovertemplate"] and "%{customdata[2]:.4f}" in heat["hovertemplate"]
     np.testing.assert_allclose(np.nan_to_num(array(heat["z"])), np.tril(custom[..., 2]), atol=1e-6)  # weights drawn

@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from harness.apptest import (
+    CAT,
+    DEFAULT,
     EN,
     ENGLISH_ONLY,
     SMALL,
@@ -582,7 +584,7 @@ def test_a_switch_reads_from_the_trace_about_what_it_draws(switch):
     draw (4 bytes each), a few percent of the trace, and each whole stage once per run."""
     import ui.cache
 
-    text = " ".join(["The cat sat on the mat."] * 9)  # 72 tokens on the default
+    text = " ".join(["The cat sat on the mat."] * 11)  # 88 tokens on the default: the server's charts
     at = open_app(PAGE, model="shipped:everyday-gpt", text=text, lang="en")
     assert_clean(at)
     for value, _ in ui.cache.TRACES._items.values():
@@ -596,3 +598,25 @@ def test_a_switch_reads_from_the_trace_about_what_it_draws(switch):
                  + sum(df.value.size for df in at.dataframe) + 2 * pair["n_q"] * pair["n_k"])
     whole = max(ui.cache.held_bytes(trace) for trace in traces)
     assert 0 < fetched <= 1.25 * drawn and fetched < 0.05 * whole, (fetched, drawn, whole)
+
+
+def test_one_querys_tables_are_the_traces_numbers_each_row_named_by_its_first_column(cat_trace):
+    """One query step by step: the key table's and the output's numbers are the trace's; their first column names each
+    row (the key with its position, the dimension), so they come without row numbers and without pandas' metadata
+    (fewer bytes in every run after a switch)."""
+    import pyarrow as pa
+
+    _, _, trace = cat_trace
+    at = open_app(PAGE, model=DEFAULT, text=CAT, lang="en", layer="2", head="7")
+    assert_clean(at)
+    query = at.selectbox(key="att_query_idx").value
+    s = query_steps(trace.attention("dec_self", 2), 7, query)
+    keys, out = (df for df in at.dataframe if df.value.columns[0] in ("key token", "dimension of the head"))
+    np.testing.assert_allclose(keys.value["q·k"].to_numpy(), s.raw.numpy(), atol=1e-5)
+    np.testing.assert_allclose(keys.value["softmax weight"].to_numpy(), s.weights.numpy(), atol=1e-6)
+    assert keys.value["key token"].tolist()[:2] == ["0 ‘The’", "1 ‘␣cat’"]
+    assert out.value["dimension of the head"].tolist() == list(range(len(s.output)))
+    np.testing.assert_allclose(out.value["z"].to_numpy(), s.output.numpy(), atol=1e-6)
+    for df in (keys, out):
+        schema = pa.ipc.open_stream(df.proto.arrow_data.data).schema
+        assert schema.metadata is None and schema.names == list(df.value.columns)  # no index column, no pandas
