@@ -3,7 +3,8 @@ data.role "pair"): the chosen head's scaled scores q·k/√d_k once, each to the
 as bits; the browser draws both maps on one colour scale, the masked cells grey after masking (an ✕ on each of a small
 map's, ui.figures.marks_masked). Two plotly charts carried the same map twice (about 28 KB of the 40 KB the run after a
 switch sent at 64 tokens, over 100 KB at 128); this carries it once, in about 10 KB at 64 tokens (about 2.3 bytes a
-score: the entropy of a score to 4 decimals). A longer text sends a window of its map (the page's slider picks where)."""
+score: the entropy of a score to 4 decimals). A longer text sends a window of its map (the page's slider picks
+where)."""
 from __future__ import annotations
 
 from functools import cache
