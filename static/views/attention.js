@@ -56,6 +56,16 @@ export default function (component) {
   for (const [place, d] of MAPS.pairs) if (d.from_view === data.key) drawPair(d, place);  // the pairs that waited
 }
 
+// drawn again when the column's width changes (the sidebar opened or closed, the window resized): the cells' size
+// follows the room; a change of height alone (the element's own drawing) redraws nothing
+function onWidth(root, redraw) {
+  new ResizeObserver(() => {
+    const width = root.clientWidth, was = root.__width;
+    root.__width = width;
+    if (was !== undefined && width && width !== was) redraw();
+  }).observe(root);
+}
+
 function refresh(root) {  // after new data or new maps
   showable(root);
   draw(root);
@@ -198,6 +208,7 @@ function build(parent, d) {
               el("h4", { class: "grid-title" }), el("div", { class: "thumbs" }),
               el("p", { class: "hint thumbs-hint" }));
   parent.append(root);
+  onWidth(root, () => draw(root));
   select.addEventListener("change", () => { draw(root); tell(root); });
   layerBox.querySelector("select").addEventListener("change", () => { refresh(root); tell(root); });
   layerBox.addEventListener("pointerenter", () => wantLayers(root));  // about to pick a layer: fetch them
@@ -514,10 +525,17 @@ function drawPair(data, parentElement) {
     }
     ylab.style.fontSize = `${yFont}px`;
   });
-  const ylabWidth = Math.max(...[...panels].map((p) => p.querySelector(".ylab").getBoundingClientRect().width || 100));
-  const fit = (room - ylabWidth - 70) / d.n_k;  // a map wider than half the room wraps below the other
-  const size = fit >= 2 ? Math.min(40, Math.floor(fit)) : Math.max(1, fit);
-  const rows = Math.max(size, rowsAt), font = fontFor(size + 2), every = Math.ceil((font + 1) / size);
+  const widest = () => Math.max(...[...panels].map((p) => p.querySelector(".ylab").getBoundingClientRect().width || 100));
+  let ylabWidth = widest(), size, rows;
+  for (let pass = 0; pass < 2; pass++) {  // the labels measured again in the font of rows taller than the base
+    const fit = (room - ylabWidth - 70) / d.n_k;  // a map wider than half the room wraps below the other
+    size = fit >= 2 ? Math.min(40, Math.floor(fit)) : Math.max(1, fit);
+    rows = Math.max(size, rowsAt);
+    if (pass || fontFor(Math.max(rows, 10)) <= yFont) break;
+    panels.forEach((p) => { p.querySelector(".ylab").style.fontSize = `${fontFor(Math.max(rows, 10))}px`; });
+    ylabWidth = widest();
+  }
+  const font = fontFor(size + 2), every = Math.ceil((font + 1) / size);
   panels.forEach((panel) => {
     const key = panel.dataset.key, z = root.__z[key];
     Object.assign(panel, { __cw: size, __ch: rows, __ylabWidth: ylabWidth, __every: every, __everyRow: everyRow });
@@ -572,6 +590,7 @@ function buildPair(parent, d) {
   }
   root.append(row, el("div", { class: "tip", role: "tooltip", hidden: "" }));
   parent.append(root);
+  onWidth(root, () => drawPair(root.__data, parent));
   return root;
 }
 

@@ -217,6 +217,7 @@ def test_attention_in_chinese_hover_cell_scale_and_masks(app, tab):
     screenshot(tab, SHOTS / "attention_zh.png")
     assert_clean(tab, app, "attention in Chinese")
     see_chinese(tab, "/attention")
+    check_narrow_pair(tab)
     # last: a click on head 2's small map (judged by the test below)
     view_pick(tab, head=2, thumbnail=True)
     shown = view_state(tab)
@@ -248,6 +249,24 @@ def layer_picked_in_the_view(tab, root, trace, layer: int, head: int):
     got = np.array([np.nan if v is None else v for v in drawn["drawn"]]).reshape(w.shape)
     assert np.array_equal(np.isnan(got), ~kept) and np.nanmax(np.abs(got - np.where(kept, w, np.nan))) <= 5e-5
     return w, kept
+
+
+def check_narrow_pair(tab) -> None:
+    """A window resized narrower (or the sidebar opened) redraws the pair and the view in the room they have, with no
+    run: the small pair stays side by side, its cells smaller (its labels measured in the font they are drawn in)."""
+    size = tab.viewport_size
+    before = pair_state(tab)["panels"]
+    tab.set_viewport_size({"width": 1000, "height": size["height"]})
+    try:
+        for _ in range(100):  # redrawn by the element's ResizeObserver: no run, nothing to wait for but the drawing
+            box_b, box_a = pair_state(tab)["panels"]
+            if box_b["width"] < before[0]["width"]:
+                break
+            tab.wait_for_timeout(100)
+        assert abs(box_b["y"] - box_a["y"]) < 5 and box_a["x"] > box_b["x"] + box_b["width"], (box_b, box_a)
+        assert 4 * 20 <= box_b["width"] < before[0]["width"]
+    finally:
+        tab.set_viewport_size(size)
 
 
 def test_the_views_numbers_are_the_traces_and_a_pick_is_drawn_before_the_server_hears_of_it(app, tab):
