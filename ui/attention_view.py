@@ -13,9 +13,9 @@ one script: static/views/attention.js):
 The browser then tells the server the pick (the view's state "pick"): that run records it in the link and redraws
 what depends on the layer, mask and head (its label, the scores before and after masking: ui/attention_pair.py, one
 query step by step). The maps' element is the same as before (nothing new to send), so Streamlit's browser, which
-keeps any element of 2 KB or more it has seen (.streamlit/config.toml), is sent a reference to it instead of the maps
-again. A click on a cell (state "cell") asks the server for that cell's arithmetic (q·k, the scaling, the weight),
-which the server computes as before.
+keeps every element it has seen (.streamlit/config.toml), is sent a reference to it instead of the maps again. A
+click on a cell (state "cell") asks the server for that cell's arithmetic (q·k, the scaling, the weight), which the
+server computes as before.
 
 The server's own picks (a link, the model view's click, another model) reach the view as "pick" in its data, with a
 serial that changes only then. Maps of more than VIEW_TOKENS tokens keep the server's charts (pooled, hover only)."""
