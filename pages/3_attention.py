@@ -122,13 +122,12 @@ def block_source(ctx, stages, kind: str, records: dict[int, object], first: dict
     return source
 
 
-def browser_maps(ctx, stages, kind: str, records: dict[int, object], q_lab, k_lab) -> tuple[int, int] | None:
+def browser_maps(ctx, stages, kind: str, records: dict[int, object], q_lab, k_lab, text: str) -> tuple[int, int] | None:
     """The head large and every head small, drawn and switched in the browser with the layer, the mask and the colour
-    scale (ui.attention_maps: the maps' element; ui.attention_view: the view); returns the clicked (query, key) cell,
-    if any."""
+    scale (ui.attention_maps: the maps' element; ui.attention_view: the view), kept under `text` (`view_key`); returns
+    the clicked (query, key) cell, if any."""
     modes, first, masks = mask_sets(kind, stages.n_q, stages.n_k)
     mine, n_layers, heads = modes[ss.mask_mode], ctx.model.cfg.n_layers, stages.n_heads
-    text = view_key(ctx, kind)
     attention_maps(text, masks, (mine, stages.layer), n_layers, heads,
                    block_source(ctx, stages, kind, records, first, mine, masks))
     n_gen = generated_rows(stages.n_q)
@@ -558,6 +557,7 @@ try:
     q_lab, k_lab = (src if kind == "enc_self" else tgt), (tgt if kind == "dec_self" else src)
     # layer, mask, head and colour scale switched in the browser, where the block's mask is the one its view expects
     view = in_browser(stages.n_q, stages.n_k) and view_knows(stages, kind, ss.mask_mode)
+    text = view_key(ctx, kind) if view else None  # the view's text and block; None: the server draws the maps
     if not view:
         server_controls(model, slots)
     head = int(ss.head)
@@ -566,7 +566,7 @@ try:
     what_head_does(records.get(head), head)
     cell = None
     if view:
-        cell = browser_maps(ctx, stages, kind, records, list(q_lab), list(k_lab))
+        cell = browser_maps(ctx, stages, kind, records, list(q_lab), list(k_lab), text)
     else:
         main_map(stages, head, list(q_lab), list(k_lab))
     if cell is not None:
@@ -584,7 +584,7 @@ try:
     if kind != "cross" and records:
         st.caption(t("att_probe_note", count=probe_count(model), length=default_length(model)))
     st.subheader(t("att_before_after"))
-    side_by_side(stages, head, q_lab, k_lab, view_key(ctx, kind) if view else None)
+    side_by_side(stages, head, q_lab, k_lab, text)
     one_query(stages, head, list(q_lab), list(k_lab))
     qkv(stages, head, list(q_lab), list(k_lab))
     qk_norm_view(model, stages, head, q_lab, k_lab)

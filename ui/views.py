@@ -20,32 +20,29 @@ from transformer_core.sources import ROOT
 VIEWS = ROOT / "static" / "views"  # served at <the app's address>/app/static/views/
 URL_PATH = "app/static/views"
 
-# The loader: fetch the parts (their address holds a hash of their text, so an updated server's browsers fetch them
-# anew), join the scripts, import the result once per page (every view element of that kind shares it), put the CSS
-# (the last part) in the element's own root, where the view's styles apply and no other's, and draw. Where they cannot
-# be fetched, a note in the view's place (its shadow root) in the learner's language; the next run tries again. An
-# error of the view's own drawing is no failed load: it stays in the browser's console. An element of no words (no
-# picture of its own: the Attention page's maps) leaves the note to the view beside it.
-LOADER = """const parts = %(parts)s, loaded = (window.__teViews ??= {});
-function script() {
-  return (loaded[parts] ??= Promise.all(parts.map((p) => fetch(new URL("%(base)s/" + p, document.baseURI)).then((r) => {
-    if (!r.ok) throw new Error(`${p}: ${r.status}`);
-    return r.text();
-  }))).then(async (texts) => [await import(URL.createObjectURL(new Blob([texts.slice(0, -1).join("\\n")],
-    { type: "text/javascript" }))), texts.at(-1)]));
-}
+# The loader: fetch the parts (relative to the page's address, as Streamlit serves them; the addresses hold a hash of
+# the view's files, so an updated server's browsers fetch them anew), join the scripts, import the result once per
+# page (every view element of that kind shares it), put the CSS (the last part) in the element's own root, where the
+# view's styles apply and no other's, and draw. Where they cannot be fetched, a note in the view's place (its shadow
+# root) in the learner's language; the next run tries again. An error of the view's own drawing is no failed load: it
+# stays in the browser's console. An element of no words (no picture of its own: the Attention page's maps) leaves the
+# note to the view beside it.
+LOADER = """const parts = %(parts)s, v = "%(version)s", loaded = window.__teViews ??= {};
+const script = () => (loaded[v] ??= Promise.all(parts.map((p) => fetch(`%(base)s/${p}?v=${v}`)
+  .then((r) => (r.ok ? r.text() : Promise.reject(new Error(`${p}: ${r.status}`)))))).then(async (t) => [
+  await import(URL.createObjectURL(new Blob([t.slice(0, -1).join("\\n")], { type: "text/javascript" }))), t.at(-1)]));
 export default function (component) {
   const place = component.parentElement, put = (tag, name, text) => place.querySelector(`${tag}.${name}`)
     || place.prepend(Object.assign(document.createElement(tag), { className: name, textContent: text }));
   script().then(([view, css]) => {
-    place.querySelector("p.load-failed")?.remove();
+    place.querySelector(".load-failed")?.remove();
     put("style", "te", css);
     view.default(component);
-  }, (error) => {
-    delete loaded[parts];
-    console.error(error);
+  }, (e) => {
+    delete loaded[v];
+    console.error(e);
     const words = component.data?.text?.load_failed;
-    if (words) put("p", "load-failed", words);
+    words && put("p", "load-failed", words);
   });
 }
 """
@@ -68,9 +65,16 @@ def files(name: str) -> tuple[str, ...]:
 
 @cache
 def loader(name: str) -> str:
-    """The few lines a view's element carries: they fetch the parts of its script from the server."""
-    names = [f"{f}?v={hashlib.sha256((VIEWS / f).read_bytes()).hexdigest()[:12]}" for f in files(name)]
-    return LOADER % {"parts": json.dumps(names), "base": URL_PATH}
+    """The few lines a view's element carries: they fetch the parts of its script and its CSS from the server."""
+    return LOADER % {"parts": json.dumps(list(files(name))), "version": version(name), "base": URL_PATH}
+
+
+def version(name: str) -> str:
+    """A hash of view `name`'s files: their addresses carry it, so a changed file is fetched anew."""
+    digest = hashlib.sha256()
+    for f in files(name):
+        digest.update((VIEWS / f).read_bytes())
+    return digest.hexdigest()[:10]
 
 
 def b64(raw: bytes) -> str:
