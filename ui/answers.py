@@ -55,7 +55,12 @@ def answer_picker(label: str, key: str, model, top_ids: list[int], *, index: int
     names = {i: f"‘{visible(x)}’" for i, x in zip(top_ids, token_labels(model, top_ids, context), strict=True)}
     names[OTHER] = t("ans_other")
     options = [*top_ids, OTHER]
-    index = 0 if key in ss else min(index, len(options) - 1)  # a value already set (a default answer) wins
+    index = min(index, len(options) - 1)
+    # a quick pick among another text's top tokens becomes this text's pick at `index`, set in the session state so
+    # that the browser shows it too (left alone, A and B both fell back to this text's first option)
+    if key in ss and ss[key] not in options:
+        ss[key] = options[index]
+    index = 0 if key in ss else index  # a value already set (a default answer) wins
     pick = box.selectbox(label, options, index=index, key=key, format_func=names.get, disabled=disabled)
     if disabled:
         return None

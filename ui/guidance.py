@@ -67,9 +67,10 @@ def heads_hint(records: list, threshold: float, name) -> None:
     look_for("heads", heads=heads, pair=pair)
 
 
-def sinks_hint(every: list, name) -> None:
-    """Which head parks the most weight on the first token here, and how to tell parked from used weight."""
-    if every:
+def sinks_hint(every: list, name, threshold: float) -> None:
+    """Which head parks the most weight on the first token here, and how to tell parked from used weight; nothing
+    when no head passes the threshold (the page then says that no head is a sink, and why)."""
+    if every and every[0].first_weight > threshold:
         look_for("sinks", head=name(every[0]), weight=every[0].first_weight)
 
 

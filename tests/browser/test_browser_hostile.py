@@ -45,7 +45,7 @@ FIRST_RUN_MS = 180_000  # the first run builds the random-init course-base prese
 RESPONSIVE_MS = 60_000
 INPUT_LABEL = "Input text (encoder / prompt)"
 TARGET_LABEL = "Target text (decoder input)"
-NOTE_TRUNCATED = strings()["note_truncated"]["en"].split("{", 1)[0].strip()  # "Your text was"
+NOTE_TRUNCATED = strings()["note_truncated"]["en"].split("{", 1)[0].strip()  # "Your text ("
 CHIP_LABELS_JS = """() => Array.from(document.querySelectorAll("[data-testid='stMain'] [data-testid='stHtml'] span"))
     .map(s => Array.from(s.childNodes).filter(n => n.nodeType === Node.TEXT_NODE).map(n => n.textContent).join(''))"""
 

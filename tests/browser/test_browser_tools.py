@@ -20,6 +20,7 @@ from harness.browser import (
     assert_clean,
     choose,
     click_plot,
+    combobox_value,
     download,
     english_only,
     english_shown,
@@ -44,6 +45,9 @@ from harness.browser import (
     view_head,
 )
 from harness.server import ROOT
+from transformer_core import load_model, prepare, run
+from transformer_core.text.inputs import token_labels
+from ui.figures import visible
 from ui.i18n import strings
 
 sync_api = require_browser()
@@ -185,6 +189,22 @@ def test_ablating_a_head_changes_the_loss(app, tab, tmp_path):
     assert after.count(s("iv_moved_title")) == before.count(s("iv_moved_title")) + 1, (before, after)
     screenshot(tab, SHOTS / "tool_intervene_en.png")
     export_npz(tab, "en", tmp_path, "ablate")
+
+
+def test_a_new_text_starts_the_answers_on_its_own_top_tokens_in_the_browser(app, tab):
+    """On the default model, typing a text whose top 10 lacks the answers picked before: the select boxes show the new
+    text's first and second choices (the browser kept showing the old ones when the server's state was only dropped)
+    and the sweep runs (A and B both fell back to the first choice once)."""
+    go(tab, app, "intervene", text="The old keeper climbed the stairs every evening and")
+    text = "清晨的菜市场里人声鼎沸，卖豆腐的大爷一边称重一边和老顾客聊天。"
+    enter_text(tab, s("input_text"), text, charts=True)
+    assert_clean(tab, app, "intervene, a Chinese text after an English one")
+    model, _ = load_model("everyday-gpt")
+    ids = prepare(model, text).src_ids
+    top = run(model, ids)[0, -1].topk(2).indices.tolist()
+    labels = token_labels(model, top, ids[0].tolist())
+    assert [combobox_value(tab, s(k)) for k in ("he_token_a", "he_token_b")] == [f"‘{visible(x)}’" for x in labels]
+    assert tab.locator(MAIN).get_by_text(s("he_same")).count() == 0
 
 
 def metric(page, label: str) -> str:

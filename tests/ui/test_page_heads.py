@@ -193,7 +193,8 @@ def test_what_to_look_for_names_this_models_clearest_heads_and_its_induction_pai
     model, _ = load_model(key)
     every = find_sinks(model, prepare(model, text), threshold=0.0)
     first = EN["hd_head_name"].format(block=block, layer=every[0].layer, head=every[0].head)
-    assert EN["look_sinks"].format(head=first, weight=every[0].first_weight) in messages(at)
+    look = EN["look_sinks"].format(head=first, weight=every[0].first_weight)
+    assert (look in messages(at)) == (every[0].first_weight > 0.5)  # a head named as parking weight only past 0.5
 
 
 def test_what_to_look_for_says_so_when_no_head_has_a_pattern():
@@ -227,6 +228,9 @@ def test_the_sink_verdict_is_a_measured_claim_with_its_threshold(lang):
         assert words["sk_none_why"] in shown
         assert words["sk_verdict_not_sink"].split("{")[0] in shown
         assert words["sk_verdict_small"].split("}")[-1] not in shown  # "... a way for the head to do nothing."
+        assert words["look_sinks"].split("{")[0] not in shown  # no head said to park weight where none is a sink
+    else:
+        assert words["look_sinks"].split("{")[0] in shown
     removal = remove_sink(model, prep, every[0].kind, every[0].layer, every[0].head)
     assert f"{100 * removal.largest_change('block'):.0f}%" in shown
     assert f"{every[0].first_weight:.3f}" in shown

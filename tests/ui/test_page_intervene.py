@@ -266,3 +266,19 @@ def test_a_swap_of_names_of_different_lengths_says_what_still_works():
     assert prepare(model, random_b).src_ids.size(1) == 15
     at.text_area(key="iv_text_b").input("my own text").run()  # editing text B makes it the learner's own
     assert at.radio(key="iv_b_preset").value == "hand" and at.text_area(key="iv_text_b").value == "my own text"
+
+
+def test_a_new_text_starts_the_answers_on_its_own_top_tokens():
+    """Quick picks of the text before that the new text's top 10 lacks start afresh on the new text's first and
+    second choices (they both fell back to the first once: the sweep then said the answers were the same)."""
+    at = open_app(PAGE, model=GPT, text="The old keeper climbed the stairs every evening and", lang="en")
+    first = [at.selectbox(key=f"he_{w}_{GPT}").value for w in "ab"]
+    at.session_state["text"] = "清晨的菜市场里人声鼎沸，卖豆腐的大爷一边称重一边和老顾客聊天。"
+    at.run()
+    assert_clean(at)
+    model, _ = load_model("everyday-gpt")
+    top = run(model, prepare(model, at.session_state["text"]).src_ids)[0, -1].topk(10).indices.tolist()
+    assert not set(first) <= set(top)  # the case: a pick of the text before is none of this text's quick picks
+    assert [at.selectbox(key=f"he_{w}_{GPT}").value for w in "ab"] == top[:2]
+    assert EN["he_same"] not in messages(at)
+    assert any("he_grid" in f.proto.id for f in at.get("plotly_chart"))  # the sweep ran
