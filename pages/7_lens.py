@@ -127,10 +127,13 @@ pos = c2.selectbox(t("lens_position"), range(n), index=n - 1, format_func=lambda
                    key=f"lens_pos_{n}")
 lo = min(max(0, pos - WINDOW // 2), max(0, n - WINDOW))
 hi = min(n, lo + WINDOW)
-try:  # the window drawn only: each of 29 readings of Qwen3-0.6B goes through a 151,936-token output layer
+# the window drawn only: each of 29 readings of Qwen3-0.6B goes through a 151,936-token output layer; the lens not
+# drawn is read at the chosen position alone (its KL is the one number of it the page shows)
+drawn, one = (lo, hi), (pos, pos + 1)
+try:
     with st.spinner(t("lens_running", n=model.cfg.n_layers + 1, vocab=f"{model.cfg.vocab_size:,}")):
-        logit = lens_from_trace(model, ctx.trace, k=k, window=(lo, hi))
-        other = (tuned_lens_from_trace(model, ctx.trace, translators, k=k, window=(lo, hi))
+        logit = lens_from_trace(model, ctx.trace, k=k, window=one if tuned else drawn)
+        other = (tuned_lens_from_trace(model, ctx.trace, translators, k=k, window=drawn if tuned else one)
                  if translators is not None else None)
 except Exception as exc:  # noqa: BLE001 - shown as a message, never a traceback
     show_error(exc)
@@ -184,9 +187,9 @@ with c_rank:  # how each layer's reading ranks the answer followed, and how far 
                 y_axis={"type": "log", "autorange": "reversed", "tickmode": "array", "tickvals": ticks,
                         "ticktext": [f"{v:,}" for v in ticks]}), "lens_rank")
 with c_kl:  # both lenses' KL to the final distribution when the model ships a tuned lens
-    kl = {t("lens_which_logit"): logit.kl[:, at].tolist()}
+    kl = {t("lens_which_logit"): logit.kl[:, pos - logit.first].tolist()}
     if other is not None:
-        kl[t("lens_which_tuned")] = other.kl[:, at].tolist()
+        kl[t("lens_which_tuned")] = other.kl[:, pos - other.first].tolist()
     chart(lines(rows, kl, title=t("lens_kl_title"), x_title=t("lens_col_layer"), y_title=t("lens_kl_axis"),
                 height=280), "lens_kl")
 if other is not None and (entry := ctx.card.get("tuned_lens")):

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from transformer_core.analysis.answers import MAX_TOKENS, answer_of_text, score_answer
+from transformer_core.analysis.answers import MAX_TOKENS, answer_of_text, score_answers
 from transformer_core.analysis.blocks import kinds, sequence, sides
 from transformer_core.analysis.corruptions import next_word, random_tokens, repeated_name, replace_word, words
 from transformer_core.analysis.head_effects import (
@@ -72,7 +72,7 @@ def scores_of(key, device, text, tgt, special, gen, answers: tuple):
     """Each answer's summed log-probability after the text (one forward of the text and its tokens but the last)."""
     model, prep = prep_for(key, device, text, tgt, special, gen, KEEP_NONE)
     with reserve(model, prep, keep=KEEP_NONE, at_least=prep.longest + MAX_TOKENS):
-        return [score_answer(model, prep, list(ids)) for ids in answers], prep.longest, prep.cut_from
+        return score_answers(model, prep, [list(ids) for ids in answers]), prep.longest, prep.cut_from
 
 
 @st.cache_data(show_spinner=False, max_entries=32, ttl=1800)

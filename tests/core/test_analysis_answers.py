@@ -11,6 +11,7 @@ from transformer_core.analysis.answers import (
     answer_of_ids,
     answer_of_text,
     score_answer,
+    score_answers,
     with_space,
 )
 from transformer_core.analysis.corruptions import (
@@ -52,6 +53,25 @@ def test_a_multi_token_answer_is_its_summed_log_probability_after_the_text(gpt):
     np.testing.assert_allclose(score.logprobs, expected.numpy(), atol=1e-5)
     assert score.total == pytest.approx(float(expected.sum()), abs=1e-5)
     assert score.prob == pytest.approx(float(expected.sum().exp()), rel=1e-4)
+
+
+def test_answers_scored_together_share_their_forwards_and_equal_each_scored_by_hand(gpt, monkeypatch):
+    """One-token answers are all read from the text's own forward, answers of n tokens from the forward of the text
+    and their first n - 1; each equals the plain forward's log-softmax on the rows it is read on."""
+    from transformer_core.analysis import answers as module
+
+    prep, forwards, read = prepare(gpt, IOI), [], module.run_with_trace
+    monkeypatch.setattr(module, "run_with_trace", lambda *a, **k: forwards.append(a[1].size(1)) or read(*a, **k))
+    typed = [" Mary", " John", " Johnathan", " Johnny", "小明"]
+    scores = score_answers(gpt, prep, typed)
+    spelled = [answer_of_text(gpt, a) for a in typed]
+    T = prep.src_ids.size(1)
+    prefixes = list(dict.fromkeys(a.ids[:-1] for a in spelled))  # one forward per distinct prefix, in order
+    assert len(prefixes) < len(typed) and forwards == [T + len(x) for x in prefixes]
+    for answer, score in zip(spelled, scores, strict=True):
+        joint = prep.src_ids[0].tolist() + list(answer.ids)
+        np.testing.assert_allclose(score.logprobs, plain_logprobs(gpt, joint, len(answer)).numpy(), atol=1e-5)
+        assert score.answer == answer
 
 
 def test_logit_difference_of_one_token_answers_is_the_plain_logit_difference(gpt):

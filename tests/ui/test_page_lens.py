@@ -227,15 +227,29 @@ def test_the_tuned_lens_sits_beside_the_logit_lens_with_both_kl_lines(lang):
     row = next(d.value for d in at.dataframe if names["lens_answer_col_rank"][lang] in d.value.columns)
     np.testing.assert_allclose(row[names["lens_answer_col_prob"][lang]], tuned.final_prob[:, pos].numpy(), rtol=1e-4)
     assert list(row[names["lens_answer_col_rank"][lang]]) == tuned.final_rank[:, pos].tolist()
+    lines = {d["name"]: array(d["y"]) for d in figure(at, "lens_kl")["data"]}  # the logit lens read at pos alone now
+    assert np.abs(lines[names["lens_which_logit"][lang]] - plain.kl[:, pos].numpy()).max() < 1e-4
+    assert np.abs(lines[names["lens_which_tuned"][lang]] - tuned.kl[:, pos].numpy()).max() < 1e-4
 
 
-def test_a_long_text_reads_the_window_it_draws_and_every_position_when_the_table_of_all_is_opened():
+def test_a_long_text_reads_the_window_it_draws_and_every_position_when_the_table_of_all_is_opened(monkeypatch):
     """Past 48 tokens the heatmap shows a window round the chosen position and the page reads only that window
-    through the output layer; its numbers are the whole lens's (the notebook snippet's), and the table of every
-    position, built when opened, has them all."""
+    through the output layer (the tuned lens, not drawn, only at the chosen position: its KL line); its numbers are
+    the whole lens's (the notebook snippet's), and the table of every position, built when opened, has them all."""
+    from transformer_core.analysis import tuned_lens
+
+    windows, lens = [], tuned_lens._lens
+
+    def recorded(*args):
+        windows.append(args[-1])
+        return lens(*args)
+
+    monkeypatch.setattr(tuned_lens, "_lens", recorded)
     text = " ".join(["The river ran past the old mill and on towards the grey sea."] * 5)
     at = open_app(PAGE, model="shipped:everyday-gpt", text=text, lang="en")
     assert_clean(at)
+    n = len(prepare(load_model("everyday-gpt")[0], text).src.tokens)
+    assert windows == [(n - 1, n)]  # the tuned lens read at the last position alone
     scope: dict = {}
     exec(open_export(at, "logit_lens").code[0].value, scope)
     whole = scope["arrays"]["final_prob"]  # (R, T): the whole text's lens, recomputed by the snippet

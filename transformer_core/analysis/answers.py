@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..model.trace import run
+from ..model.hooks import act_name
+from ..model.trace import run_with_trace
 from ..model.transformer import Transformer
 from ..text.inputs import Prepared, missing_positions, model_text, to_model_ids, token_labels
 from ..text.tokenizer import tokenize
@@ -161,12 +162,33 @@ class AnswerScore:
 def score_answer(model: Transformer, prep: Prepared, answer, *, allow_special: bool = False) -> AnswerScore:
     """An answer's summed log-probability after the text (one forward of the text and the answer's tokens but its
     last), with each token's log p."""
-    answer = as_answer(model, answer, allow_special=allow_special)
-    check_room(model, prep, answer)
-    full = continued(prep, answer)
-    n, T = len(answer), sequence(prep, "decoder").numel()
-    logits = run(model, full.src_ids, full.tgt_ids)[0, T - 1:T - 1 + n].double().cpu()  # (n, vocab)
-    logp = torch.log_softmax(logits, dim=-1)  # (n, vocab)
-    ids = torch.tensor(answer.ids)
-    first = logits[0, answer.first]
-    return AnswerScore(answer, logp[torch.arange(n), ids].numpy(), float(first), int((logits[0] > first).sum()) + 1)
+    return score_answers(model, prep, [answer], allow_special=allow_special)[0]
+
+
+def score_answers(model: Transformer, prep: Prepared, answers: Sequence, *,
+                  allow_special: bool = False) -> list[AnswerScore]:
+    """score_answer of each answer, with the forwards shared: answers that share their tokens but the last are read
+    from one forward (every one-token answer from the text's own), and only the rows an answer is read on go through
+    the output layer."""
+    answers = [as_answer(model, a, allow_special=allow_special) for a in answers]
+    T, read, scores = sequence(prep, "decoder").numel(), {}, []
+    for answer in answers:
+        check_room(model, prep, answer)
+        if answer.ids[:-1] not in read:  # (n, vocab) logits at the text's last position and the answer's tokens
+            read[answer.ids[:-1]] = _read_rows(model, continued(prep, answer), T - 1)
+        logits, n = read[answer.ids[:-1]], len(answer)
+        logp = torch.log_softmax(logits, dim=-1)  # (n, vocab)
+        first = logits[0, answer.first]
+        scores.append(AnswerScore(answer, logp[torch.arange(n), torch.tensor(answer.ids)].numpy(), float(first),
+                                  int((logits[0] > first).sum()) + 1))
+    return scores
+
+
+def _read_rows(model: Transformer, prep: Prepared, start: int) -> torch.Tensor:
+    """(T - start, vocab) float64 CPU logits of the decoder positions from `start` on: the forward stops at the
+    decoder's output, and only those rows go through the output layer."""
+    out = act_name("stack_out", side="decoder")
+    _, trace = run_with_trace(model, prep.src_ids, prep.tgt_ids, names=[out], stop_early=True)
+    p = next(model.parameters())
+    with torch.inference_mode():
+        return model.out(trace[out][0, start:].to(p.device, p.dtype)).double().cpu()

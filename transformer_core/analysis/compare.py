@@ -13,7 +13,7 @@ from ..model.hooks import act_name
 from ..model.trace import run_with_trace
 from ..model.transformer import Transformer
 from ..text.inputs import Prepared, sequence_labels, token_labels
-from .answers import Answer, as_answer, score_answer
+from .answers import Answer, as_answer, score_answers
 from .blocks import check_head, check_top, key_side, query_side, sequence
 from .interventions import kl_divergence
 from .next_token import Distribution, distribution
@@ -170,6 +170,6 @@ def score_pair(model: Transformer, prep_a: Prepared, prep_b: Prepared, x, y, *,
                allow_special: bool = False) -> PairScore:
     """Answers x and y (text, a model id or ids: analysis.answers.as_answer) scored after A and after B."""
     x, y = (as_answer(model, v, allow_special=allow_special) for v in (x, y))
-    scores = {name: tuple(score_answer(model, prep, v).total for v in (x, y))
+    scores = {name: tuple(s.total for s in score_answers(model, prep, (x, y)))
               for name, prep in (("a", prep_a), ("b", prep_b))}
     return PairScore(x, y, scores["a"], scores["b"])

@@ -23,7 +23,7 @@ from ..model.trace import run, run_with_trace
 from ..model.transformer import Transformer
 from ..text.inputs import end_of_text_id, model_text, prepare, real_ids, token_labels, unknown_id
 from ..text.tokenizer import load_encoding, text_around, token_bytes
-from .answers import score_answer
+from .answers import score_answers
 from .blocks import block_weights, sequence
 from .corruptions import next_word, repeated_name
 from .head_effects import head_effects
@@ -136,7 +136,7 @@ def name_movers(model: Transformer, text: str, card: dict | None = None, lang: s
         raise InputError("demo_no_names")
     repeated, right = names
     prep, _ = _ids(model, text)
-    a, b = (score_answer(model, prep, next_word(n)) for n in (right, repeated))
+    a, b = score_answers(model, prep, [next_word(n) for n in (right, repeated)])
     fx = head_effects(model, prep, "logit_diff", next_word(right), next_word(repeated), mode=IOI_MODE)
     grid = fx.heads["dec_self"] if "dec_self" in fx.heads else next(iter(fx.heads.values()))  # (L, H)
     found = circuit_head(card, lang, *grid.shape)
