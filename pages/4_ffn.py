@@ -24,7 +24,7 @@ from transformer_core.text.tokenizer import load_encoding, piece_of, token_bytes
 from ui import cache
 from ui.errors import show_error
 from ui.figures import axis_labels, bars, token_heatmap, visible
-from ui.guidance import look_for
+from ui.guidance import ffn_hint
 from ui.i18n import t
 from ui.parts import parts_table
 from ui.plain_figures import figure
@@ -66,9 +66,7 @@ steps = stream(trace, side, cfg.n_layers)
 names = [t("ffn_step_embed") if s.layer is None else t("ffn_step", layer=s.layer, sub=t(f"ffn_sub_{s.sublayer}"))
          for s in steps]
 
-biggest = max((s for s in steps if s.added is not None), key=lambda s: float(s.added.mean()), default=None)
-if biggest is not None:
-    look_for("ffn_pre" if cfg.norm_first else "ffn", step=names[steps.index(biggest)])
+ffn_hint(steps, names, cfg.norm_first)
 st.subheader(t("ffn_stream"))
 st.markdown(t("ffn_stream_text", norm=t("ffn_norm_post" if not cfg.norm_first else "ffn_norm_pre")))
 norms = np.stack([s.norm.numpy() for s in steps], axis=1)  # (T, steps)

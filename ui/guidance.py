@@ -11,6 +11,7 @@ from .figures import prob_text, visible
 from .i18n import t
 from .model_choice import try_example
 from .state import viewer
+from .widgets import count_text
 
 
 def look_for(key: str, **params) -> None:
@@ -39,7 +40,7 @@ def lens_hint(lens, rows: list[str], total: int) -> None:
     scope = t("look_lens_scope_all") if n == total else t("look_lens_scope_window", n=n, lo=lens.first,
                                                            hi=lens.first + n - 1, total=total)
     settled = Counter(lens.settled_rows().tolist())  # row -> positions
-    where = t("look_list_sep").join(t("look_lens_at", row=rows[r], n=settled[r]) for r in sorted(settled))
+    where = t("look_list_sep").join(count_text("look_lens_at", settled[r], row=rows[r]) for r in sorted(settled))
     rise = " → ".join(f"{float(p):.2f}" for p in lens.final_prob.mean(dim=1))
     look_for("lens", scope=scope, where=where, rise=rise)
 
@@ -65,6 +66,22 @@ def heads_hint(records: list, threshold: float, name) -> None:
     if induction and previous and previous[0] < induction[-1]:
         pair = t("look_heads_pair", ind=", ".join(map(str, induction)), prev=", ".join(map(str, previous)))
     look_for("heads", heads=heads, pair=pair)
+
+
+def ffn_hint(steps: list, names: list[str], pre_norm: bool) -> None:
+    """The step of the residual stream that changes most; in a pre-norm model, how its mean length moved, measured
+    (it mostly grows, but a sub-layer may shrink it: the hint says which this text shows)."""
+    biggest = max((i for i, s in enumerate(steps) if s.added is not None), key=lambda i: float(steps[i].added.mean()),
+                  default=None)
+    if biggest is None:
+        return
+    if not pre_norm:
+        look_for("ffn", step=names[biggest])
+        return
+    mean = [float(s.norm.mean()) for s in steps]  # the stream's mean length after each step (the chart below)
+    falls = sum(b < a for a, b in zip(mean, mean[1:]))
+    look_for("ffn_pre_falls" if falls else "ffn_pre", step=names[biggest], first=f"{mean[0]:.1f}",
+             last=f"{mean[-1]:.1f}", n=falls, m=len(mean) - 1)
 
 
 def sinks_hint(every: list, name, threshold: float) -> None:

@@ -12,6 +12,7 @@ import torch
 from harness.apptest import ENGLISH_ONLY, array, figure, harness_language, messages, open_app, shown_texts
 from harness.neurons import absent_word
 from service import catalog
+from transformer_core import load_model
 from transformer_core.analysis.neurons import (
     SEARCH_TOP,
     neurons_for_token,
@@ -130,3 +131,25 @@ def test_bad_searches_get_a_message_in_the_pages_language(lang):
             assert not at.exception, (text, at.exception)
             assert message(code, lang, **params) in messages(at), (text, messages(at))
             assert not picks(at)
+
+
+@pytest.mark.parametrize("model, text", [
+    ("shipped:everyday-gpt", "The cat sat on the mat. The cat sat on the"),  # pre-norm, the mean length grows
+    ("shipped:name-movers", "When Tom and Anna arrived at the party, Anna handed the gift to"),  # pre-norm, it falls
+    ("shipped:kjv-tang-gpt", "In the beginning God created the heaven"),  # post-norm
+])
+def test_what_to_look_for_says_how_the_streams_length_moved_in_the_chart_beside_it(model, text):
+    """The hint's claim about the stream's length is the chart's: grown at every step, or fallen at some (a pre-norm
+    stream is not normalised, and a sub-layer may shrink it), or kept by the Add & Norms of a post-norm model."""
+    at = open_app("ffn", model=model, text=text, lang="en")
+    assert not at.exception
+    mean = array(figure(at, "ffn_stream_mean")["data"][0]["y"]).astype(float)  # the mean length after each step
+    look = next(m for m in messages(at) if m.startswith("What to look for"))
+    falls = int((np.diff(mean) < 0).sum())
+    if not load_model(model.split(":", 1)[1])[0].cfg.norm_first:
+        assert look.endswith(S["look_ffn"]["en"].split("}")[-1])
+    elif falls:
+        assert f"{mean[0]:.1f} → {mean[-1]:.1f} here, smaller after {falls} of the {mean.size - 1} steps" in look
+    else:
+        assert f"grew at every step here ({mean[0]:.1f} → {mean[-1]:.1f})" in look
+    assert model != "shipped:name-movers" or falls  # the case this test is for: a pre-norm stream that shrinks

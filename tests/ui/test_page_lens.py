@@ -127,8 +127,8 @@ def test_what_to_look_for_counts_where_this_texts_answers_settle():
     final = top[-1]
     settled = [max([0] + [r + 1 for r in range(len(rows)) if top[r, p] != final[p]]) for p in range(final.numel())]
     names = [EN["lens_row_embed"]] + [EN["lens_row_layer"].format(layer=i) for i in range(model.cfg.n_layers)]
-    where = "; ".join(EN["look_lens_at"].format(row=names[r], n=settled.count(r)) for r in range(len(rows))
-                      if settled.count(r))
+    where = "; ".join(EN["look_lens_at_one" if settled.count(r) == 1 else "look_lens_at"].format(
+        row=names[r], n=settled.count(r)) for r in range(len(rows)) if settled.count(r))
     rise = " → ".join(f"{float(r.gather(-1, final[:, None]).mean()):.2f}" for r in rows)
     look = [m for m in messages(at) if m.startswith("What to look for")]
     assert look == [EN["look_lens"].format(scope=EN["look_lens_scope_all"], where=where, rise=rise)]
