@@ -113,8 +113,9 @@ def card(demo: Demo) -> None:
 
 
 def gallery() -> None:
-    """Every demo, two cards a row."""
-    cols = st.columns(2)
-    for i, demo in enumerate(DEMOS):
-        with cols[i % 2]:
-            card(demo)
+    """Every demo, two cards a row, each row its own columns: a narrow window (a phone) stacks the cards in the
+    gallery's order (two columns of the whole list stacked the first column's cards before the second's)."""
+    for first in range(0, len(DEMOS), 2):
+        for col, demo in zip(st.columns(2), DEMOS[first:first + 2]):
+            with col:
+                card(demo)
