@@ -14,7 +14,7 @@ from ui.i18n import lang, t
 from ui.model_map import model_map
 from ui.nav import link, switch
 from ui.session import page_context, through_app
-from ui.widgets import clicked, count_text
+from ui.widgets import clicked, count_text, in_rows
 
 through_app()
 ss = st.session_state
@@ -181,9 +181,8 @@ if isinstance(picked, str):
 
 counts = param_counts(model)
 st.markdown(t("home_model", params=counts["total"], device=cache.get_device()[1]))
-cols = st.columns(3)
 figures = headline_figures(trace, cfg, model, counts["total"], word, top.probs[0])
-for i, (name, icon) in enumerate((("tokenizer", "🔤"), ("embeddings", "📐"), ("attention", "👀"), ("ffn", "➕"),
-                                  ("logits", "🎲"), ("model", "🧮"))):
-    with cols[i % 3]:
+for col, (name, icon) in in_rows((("tokenizer", "🔤"), ("embeddings", "📐"), ("attention", "👀"), ("ffn", "➕"),
+                                  ("logits", "🎲"), ("model", "🧮")), 3):  # the steps in order, also on a phone
+    with col:
         link(name, label=f"{t(f'nav_{name}')} · {figures[name]}", icon=icon)

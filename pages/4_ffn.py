@@ -30,7 +30,7 @@ from ui.parts import parts_table
 from ui.plain_figures import figure
 from ui.session import page_context, through_app
 from ui.tools import export_panel
-from ui.widgets import chart, explain, table
+from ui.widgets import chart, explain, in_rows, table
 
 through_app()
 ss = st.session_state
@@ -207,10 +207,9 @@ def find_neurons(index) -> None:
             format_func=lambda i: t("nr_find_choice", token=visible(choices[i].label), n=f"{choices[i].count:,}"))]
     hits = neurons_for_token(model, index, chosen.token, by, k=SEARCH_TOP)
     st.markdown(t("nr_find_result", token=visible(chosen.label), n=f"{chosen.count:,}", by=t(f"nr_by_{by}")))
-    cols = st.columns(5)
-    for i, (layer_, neuron_, value) in enumerate(hits):
-        cols[i % 5].button(t("nr_pick", layer=layer_, neuron=neuron_, value=f"{value:.2f}"), key=f"nr_pick_{i}",
-                           on_click=pick, args=(layer_, neuron_), width="stretch")
+    for col, (i, (layer_, neuron_, value)) in in_rows(enumerate(hits), 5):  # strongest first, also on a phone
+        col.button(t("nr_pick", layer=layer_, neuron=neuron_, value=f"{value:.2f}"), key=f"nr_pick_{i}",
+                   on_click=pick, args=(layer_, neuron_), width="stretch")
 
 
 SHADE_UP, SHADE_DOWN = (255, 140, 0), (30, 136, 229)  # one colour scale: orange above 0, blue below

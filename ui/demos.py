@@ -18,6 +18,7 @@ from .figures import visible
 from .i18n import lang, t
 from .nav import switch
 from .state import open_link, viewer
+from .widgets import in_rows
 
 ss = st.session_state
 MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")  # characters markdown (or its LaTeX) would read as markup
@@ -113,9 +114,7 @@ def card(demo: Demo) -> None:
 
 
 def gallery() -> None:
-    """Every demo, two cards a row, each row its own columns: a narrow window (a phone) stacks the cards in the
-    gallery's order (two columns of the whole list stacked the first column's cards before the second's)."""
-    for first in range(0, len(DEMOS), 2):
-        for col, demo in zip(st.columns(2), DEMOS[first:first + 2]):
-            with col:
-                card(demo)
+    """Every demo, two cards a row (a phone stacks them in the gallery's order)."""
+    for col, demo in in_rows(DEMOS, 2):
+        with col:
+            card(demo)

@@ -16,6 +16,14 @@ IMAGE_FORMATS = ("png", "svg")  # what the chart toolbar's camera downloads (a s
 CHIP_COLOURS = ("#fde2e4", "#e2ece9", "#dfe7fd", "#fff1e6", "#e9f5db", "#f0e6ef", "#d7f9f1", "#fcf4dd")
 
 
+def in_rows(items, per_row: int):
+    """(column, item) pairs, `per_row` columns to a row, each row its own st.columns: a narrow window (a phone) stacks
+    them in the items' order (columns of the whole list stacked the first column's items before the second's)."""
+    items = list(items)
+    for first in range(0, len(items), per_row):
+        yield from zip(st.columns(per_row), items[first:first + per_row])
+
+
 def explain(key: str, latex: str | None = None) -> None:
     """Two or three sentences and the step's formula."""
     st.markdown(t(key))

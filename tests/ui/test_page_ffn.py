@@ -104,9 +104,10 @@ def test_a_search_by_token_lists_the_neurons_that_fire_most_and_a_click_opens_on
 
 
 def picks(at) -> list[str]:
-    """The found neurons' buttons, in rank order (they sit in five columns: the element tree lists them by column)."""
+    """The found neurons' buttons as the page lists them (rows of five: a phone stacks them in rank order)."""
     found = [b for b in at.button if b.key and b.key.startswith("nr_pick_")]
-    return [b.label for b in sorted(found, key=lambda b: int(b.key.rsplit("_", 1)[1]))]
+    assert [int(b.key.rsplit("_", 1)[1]) for b in found] == list(range(len(found)))  # in rank order
+    return [b.label for b in found]
 
 
 def test_a_word_of_several_tokens_offers_its_pieces():

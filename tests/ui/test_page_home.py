@@ -41,6 +41,7 @@ def test_every_link_carries_one_figure_of_its_step_recomputed_from_the_model(mod
     prep = prepare(loaded, TEXT)
     n = prep.src_ids.size(1)
     shown = links(at)
+    assert list(shown)[:6] == ["tokenizer", "embeddings", "attention", "ffn", "logits", "model"]  # in order (a phone)
     assert shown["tokenizer"] == f"{EN['nav_tokenizer']} · {n} tokens"
     assert shown["embeddings"] == f"{EN['nav_embeddings']} · a 1×{n}×{cfg.d_model} tensor"
     assert shown["attention"] == f"{EN['nav_attention']} · {cfg.n_layers} layers × {cfg.n_heads} heads over {n} tokens"
