@@ -66,11 +66,12 @@ steps = stream(trace, side, cfg.n_layers)
 names = [t("ffn_step_embed") if s.layer is None else t("ffn_step", layer=s.layer, sub=t(f"ffn_sub_{s.sublayer}"))
          for s in steps]
 
-ffn_hint(steps, names, cfg.norm_first)
+norms = np.stack([s.norm.numpy() for s in steps], axis=1)  # (T, steps)
+mean = norms.mean(0)  # (steps,) the chart's line, and what the hint says of it
+ffn_hint(steps, names, mean, cfg.norm_first)
 st.subheader(t("ffn_stream"))
 st.markdown(t("ffn_stream_text", norm=t("ffn_norm_post" if not cfg.norm_first else "ffn_norm_pre")))
-norms = np.stack([s.norm.numpy() for s in steps], axis=1)  # (T, steps)
-fig = figure([dict(type="scatter", x=names, y=norms.mean(0), mode="lines+markers", name=t("ffn_mean_norm"))],
+fig = figure([dict(type="scatter", x=names, y=mean, mode="lines+markers", name=t("ffn_mean_norm"))],
              {"height": 320, "margin": dict(l=10, r=10, t=30, b=10), "yaxis": {"title": t("ffn_norm_axis")}})
 chart(fig, "ffn_stream_mean")
 heat = token_heatmap(norms, labels, names, title=t("ffn_stream_tokens"), colorscale="Viridis", px_per_token=16,

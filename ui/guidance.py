@@ -68,9 +68,9 @@ def heads_hint(records: list, threshold: float, name) -> None:
     look_for("heads", heads=heads, pair=pair)
 
 
-def ffn_hint(steps: list, names: list[str], pre_norm: bool) -> None:
-    """The step of the residual stream that changes most; in a pre-norm model, how its mean length moved, measured
-    (it mostly grows, but a sub-layer may shrink it: the hint says which this text shows)."""
+def ffn_hint(steps: list, names: list[str], mean, pre_norm: bool) -> None:
+    """The step of the residual stream that changes most; in a pre-norm model, how its mean length (`mean`, the
+    page's chart: one value per step) moved (it mostly grows, but a sub-layer may shrink it: the hint says which)."""
     biggest = max((i for i, s in enumerate(steps) if s.added is not None), key=lambda i: float(steps[i].added.mean()),
                   default=None)
     if biggest is None:
@@ -78,8 +78,7 @@ def ffn_hint(steps: list, names: list[str], pre_norm: bool) -> None:
     if not pre_norm:
         look_for("ffn", step=names[biggest])
         return
-    mean = [float(s.norm.mean()) for s in steps]  # the stream's mean length after each step (the chart below)
-    falls = sum(b < a for a, b in zip(mean, mean[1:]))
+    falls = int(sum(b < a for a, b in zip(mean, mean[1:])))
     look_for("ffn_pre_falls" if falls else "ffn_pre", step=names[biggest], first=f"{mean[0]:.1f}",
              last=f"{mean[-1]:.1f}", n=falls, m=len(mean) - 1)
 
