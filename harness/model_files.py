@@ -147,7 +147,7 @@ def zip_bomb_pt(path):
 def hostile_model_files(folder) -> list[tuple[Path, str]]:
     """The hostile model files the Train page must refuse, written into `folder`: (path, a
     substring of the refusal's message) for a config of 200 000 layers (.pt and .safetensors), a zip bomb, a stride-0
-    tensor of 2.5 GB, a config nested 400 deep, a float d_model and a path as encoding."""
+    tensor of 2.5 GB, a config nested 400 deep, a float d_model, a path as encoding and a file of another kind."""
     import torch
 
     folder = Path(folder)
@@ -172,4 +172,10 @@ def hostile_model_files(folder) -> list[tuple[Path, str]]:
          "The model setting d_model has the wrong type or size."),
         (save_pt(folder / "enc.pt", {"config": small_config(encoding="../../../etc/passwd"), "state_dict": state}),
          "Unknown tokenizer encoding"),
+        (_written(folder / "model.zip", b"PK\x03\x04" + bytes(64)), "Upload a .safetensors model file"),
     ]
+
+
+def _written(path: Path, raw: bytes) -> Path:
+    path.write_bytes(raw)
+    return path

@@ -183,6 +183,7 @@ counts = param_counts(model)
 st.markdown(t("home_model", params=counts["total"], device=cache.get_device()[1]))
 figures = headline_figures(trace, cfg, model, counts["total"], word, top.probs[0])
 for col, (name, icon) in in_rows((("tokenizer", "🔤"), ("embeddings", "📐"), ("attention", "👀"), ("ffn", "➕"),
-                                  ("logits", "🎲"), ("model", "🧮")), 3):  # the steps in order, also on a phone
+                                  ("logits", "🎲"), ("model", "🧮")), 2):  # in order, also on a phone; two
+    # to a row: a link's label is one line, cut at its column's edge (three to a row cut four of six at 1300 px)
     with col:
         link(name, label=f"{t(f'nav_{name}')} · {figures[name]}", icon=icon)

@@ -55,7 +55,9 @@ def target_caption(name: str) -> str:
 
 def training_text() -> str | None:
     """The pasted text, or an uploaded .txt file (None after a shown error)."""
-    up = st.file_uploader(t("tr_txt_upload"), type=["txt"], key="tr_txt_file", max_upload_size=1,
+    # no type filter, here and for model files: the browser would refuse another file in English ("application/zip
+    # files are not allowed"); the server's checks say it in the learner's language
+    up = st.file_uploader(t("tr_txt_upload"), key="tr_txt_file", max_upload_size=1,
                           help=t("tr_txt_upload_help"))
     body = st.text_area(t("tr_txt_body"), TEXT, key="tr_txt_body", height=160,
                         max_chars=uploads.MAX_TEXT_UPLOAD_BYTES)
@@ -228,7 +230,7 @@ def your_models() -> None:
 
 def upload_model() -> None:
     st.markdown(t("tr_ckpt_intro"))
-    up = st.file_uploader(t("tr_ckpt_files"), type=["safetensors", "pt"], key="tr_ckpt_up",
+    up = st.file_uploader(t("tr_ckpt_files"), key="tr_ckpt_up",
                           max_upload_size=uploads.MAX_MODEL_UPLOAD_BYTES >> 20)
     name = st.text_input(t("tr_name"), "uploaded", key="tr_ckpt_name", max_chars=jobs.NAME_CHARS)
     if not st.button(t("tr_ckpt_import"), key="tr_ckpt_import"):
@@ -248,7 +250,8 @@ def upload_model() -> None:
 
 st.title(t("nav_train"))
 explain("tr_intro")
-device = st.selectbox(t("tr_device"), jobs.device_choices(), key="tr_device", help=t("tr_device_help"))
+device = st.selectbox(t("tr_device"), jobs.device_choices(), key="tr_device", help=t("tr_device_help"),
+                      format_func=lambda d: t("tr_device_auto") if d == "auto" else d)
 tab_train, tab_pos = st.tabs([t("tr_tab_train"), t("tr_pos_title")])
 with tab_train:
     train_tab(device)

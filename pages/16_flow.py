@@ -139,7 +139,8 @@ attention = [e for e in edges if e.kind == "attention"]
 ffns = [e for e in edges if e.kind == "ffn"]
 if attention:  # the strongest edge into the prediction's own token, else the strongest anywhere
     best = max(attention, key=lambda e: (e.target[2] == position, e.share))
-    st.markdown(t("flow_summary", n=len(edges), attn=len(attention), ffn=len(ffns), layer=best.layer,
+    st.markdown(t("flow_summary" if best.target[2] == position else "flow_summary_any", n=len(edges),
+                  attn=len(attention), ffn=len(ffns), layer=best.layer,
                   head=best.head, src=visible(labels[best.source[2]]), dst=visible(labels[best.target[2]]),
                   share=best.share))
 else:

@@ -78,6 +78,20 @@ shown = list(dict.fromkeys((encoding, "cl100k_base", "r50k_base")))  # the model
 allow = bool(ss.get("allow_special"))
 
 
+def subset_sentence(why: dict, enc: str, a: int, b: int) -> str:
+    """What a subset keeps of its base encoding (and adds), then what that does on this text: the base's tokens it
+    spells in pieces, its own whole characters, from compare_counts (a and b: the two counts the columns show)."""
+    base = why["base"]
+    said = [t("tok_why_keeps", enc=enc, kept=why["kept"], base=base, base_size=why["base_size"])]
+    if why["added"]:
+        said.append(t("tok_why_adds", added=why["added"], base=base))
+    here = [count_text(key, n, base=base) for key, n in (("tok_why_dropped", why["not_kept"]),
+                                                          ("tok_why_whole", why["whole"])) if n]
+    said.append(t("tok_why_here", parts=t("tok_why_and").join(here), a=a, b=b, base=base) if here
+                else t("tok_why_same", base=base, a=a))
+    return " ".join(said)
+
+
 def r50k_sentence(counts: dict, ref: str) -> str:
     """r50k_base (GPT-2's) against `ref` on this text, from the two counts: more, as many, or fewer tokens."""
     c, b = counts["r50k_base"], counts[ref]
@@ -102,9 +116,7 @@ try:
     c = why["counts"]
     if why["subset"]:
         ref = why["base"]
-        st.markdown(t("tok_why_subset" if why["not_kept"] else "tok_why_subset_all", enc=encoding, size=why["size"],
-                      base=ref, base_size=why["base_size"], n=why["not_kept"], a=c[encoding], b=c[ref])
-                    + " " + r50k_sentence(c, ref))
+        st.markdown(" ".join([subset_sentence(why, encoding, c[encoding], c[ref]), r50k_sentence(c, ref)]))
     else:
         ref = encoding if encoding != "r50k_base" else "cl100k_base"
         st.markdown(t("tok_why_base") + " " + r50k_sentence(c, ref))
@@ -112,7 +124,8 @@ except Exception as exc:  # noqa: BLE001 - an encoding that cannot load offline
     show_error(exc)
 others = [e for e in available_encodings() if e not in shown]
 with st.expander(t("tok_compare_more")):
-    other = st.selectbox(t("tok_compare_with"), others, key="compare_enc", index=None)  # none loads until picked
+    other = st.selectbox(t("tok_compare_with"), others, key="compare_enc", index=None,  # none loads until picked
+                         placeholder=t("iv_pick"))
     try:
         if other is not None:
             column(other, tokenize(ss.text, other, allow_special=allow, max_tokens=model.cfg.max_len).tokens)

@@ -122,7 +122,7 @@ else:
     st.subheader(t("emb_pe"))
     explain("emb_pe_text", PE_LATEX)
     if cfg.positional == "sinusoidal":
-        look_for("embeddings")
+        look_for("embeddings", d=d)
     sinusoidal = cfg.positional == "sinusoidal"
     if not sinusoidal:
         st.info(t(f"emb_note_{cfg.positional}"), icon="ℹ️")

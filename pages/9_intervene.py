@@ -322,9 +322,15 @@ def effects(ctx) -> Choice:
     if picked is not None:
         open_head(str(picked[3]), int(picked[1]), int(picked[2]))
     kind, layer, head, change = res.largest()
-    st.markdown(t("he_summary", metric=choice.label, intact=res.intact, block=kind_name(kind, model), layer=layer,
-                  head=head, change=change, ffn=int(np.abs(res.ffn).argmax()),
-                  fchange=float(res.ffn[np.abs(res.ffn).argmax()])))
+    ffn = int(np.abs(res.ffn).argmax())
+    said = t("he_summary", metric=choice.label, intact=res.intact, block=kind_name(kind, model), layer=layer,
+             head=head, change=change, ffn=ffn, fchange=float(res.ffn[ffn]))
+    needed = res.most_needed()
+    if needed is not None and needed[:3] != (kind, layer, head):  # the head that moves it most works against it
+        n_kind, n_layer, n_head, n_change = needed
+        said += " " + t("he_summary_needed_loss" if metric == "loss" else "he_summary_needed",
+                        block=kind_name(n_kind, model), layer=n_layer, head=n_head, change=n_change)
+    st.markdown(said)
     st.caption(t("he_click"))
     export_panel(res, "head_effects", ctx, metric=metric, token_a=choice.spec("a"), token_b=choice.spec("b"),
                  mode=mode)
@@ -515,7 +521,7 @@ def heads_view(ctx, res, text_b: str, choice: Choice) -> None:
     model = ctx.model
     st.markdown(f"**{t('hp_title')}**")
     z, normed = _scale(res, choice)
-    rows = [t("lens_row_layer", layer=layer) for layer in range(model.cfg.n_layers)]
+    rows = [t("hd_row", block=kind_name("dec_self", model), layer=layer) for layer in range(model.cfg.n_layers)]
     cols = [t("hp_head", h=h) for h in range(model.cfg.n_heads)]
     chart(_grid_figure(z, rows, cols, res, normed, "hp_hover"), "hp_grid")
     layer, head = np.unravel_index(np.abs(z).argmax(), z.shape)

@@ -60,7 +60,10 @@ def answer_picker(label: str, key: str, model, top_ids: list[int], *, index: int
     # that the browser shows it too (left alone, A and B both fell back to this text's first option)
     if key in ss and ss[key] not in options:
         ss[key] = options[index]
-    index = 0 if key in ss else index  # a value already set (a default answer) wins
+    # the value set (a default answer, the learner's pick) is also where the browser starts, should it draw the box
+    # afresh: after a run that stopped before it (an empty text B), the browser showed the box's default, kept the
+    # server's value out of sight, and sent its default back with the next action (answer Y became answer X)
+    index = options.index(ss[key]) if key in ss else index
     pick = box.selectbox(label, options, index=index, key=key, format_func=names.get, disabled=disabled)
     if disabled:
         return None

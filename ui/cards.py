@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from .figures import visible
 from .i18n import lang, strings, t
 from .widgets import preformatted, table
 
@@ -32,7 +33,7 @@ def show_card(card: dict, key: str) -> None:
         steps = run.get("steps", "—")
         st.markdown(t("card_run", steps=f"{steps:,}" if isinstance(steps, int) else steps,
                       tokens=f"{run.get('tokens_seen', 0):,}",
-                      seconds=run.get("train_seconds", "—"), device=run.get("device", "—")))
+                      seconds=run.get("train_seconds", "—"), device=device_label(run.get("device", "—"))))
     if isinstance(card.get("best_step"), int) and card["best_step"] != card.get("steps"):
         every = (card.get("train_config") or {}).get("eval_interval", "—")
         st.caption(t("card_best_step", step=f"{card['best_step']:,}", every=every))
@@ -138,8 +139,9 @@ def show_everyday(card: dict, key: str) -> None:
             st.caption(t("card_greedy", prompt=cont.get("prompt", ""), text=cont.get("text", "")))
     shares = ev.get("vocabulary")
     if isinstance(shares, dict) and {"english_words_one_token", "chinese_characters_whole"} <= shares.keys():
-        st.markdown(t("card_vocab_shares", en=f"{shares['english_words_one_token']:.0%}",
-                      n_en=shares.get("english_words", "—"), zh=f"{shares['chinese_characters_whole']:.0%}",
+        # to a tenth of a percent: 99.8% is not 100% (the card's summary says 99.8%)
+        st.markdown(t("card_vocab_shares", en=f"{shares['english_words_one_token']:.1%}",
+                      n_en=shares.get("english_words", "—"), zh=f"{shares['chinese_characters_whole']:.1%}",
                       n_zh=shares.get("chinese_characters", "—")))
     copy = ev.get("copy")
     if isinstance(copy, dict):
@@ -150,8 +152,28 @@ def show_everyday(card: dict, key: str) -> None:
         table(pd.DataFrame(rows), f"copy_{key}", formats={t("card_copy_median"): "%.2f"})
         cat = copy.get("cat")
         if isinstance(cat, dict):
-            st.caption(t("card_copy_cat", prompt=cat.get("prompt", ""), answer=cat.get("answer", ""),
-                         rank=cat.get("rank", "—"), p=f"{cat.get('p', 0):.2f}"))
+            st.caption(cat_caption(cat, card.get("encoding") or (card.get("train_config") or {}).get("encoding")))
+
+
+def device_label(device: str) -> str:
+    """A card's device as a learner reads it: "CPU", "CUDA"; a GPU's own name as the card gives it."""
+    return device.upper() if device in ("cpu", "cuda", "mps") else device
+
+
+def cat_caption(cat: dict, encoding: str | None) -> str:
+    """The repeated cat sentence's figure: the rank and probability are its answer's first token's (the card measures
+    the first token of a word), so an answer of several tokens names that token."""
+    answer, fields = str(cat.get("answer", "")), dict(prompt=cat.get("prompt", ""), rank=cat.get("rank", "—"),
+                                                      p=f"{cat.get('p', 0):.2f}")
+    try:
+        from transformer_core.text.tokenizer import tokenize
+
+        tokens = tokenize(answer, encoding).tokens if encoding else []
+    except Exception:  # noqa: BLE001 - an encoding that cannot load here: the answer as the card gives it
+        tokens = []
+    if len(tokens) > 1:
+        return t("card_copy_cat_first", answer=answer, first=visible(tokens[0].text), **fields)
+    return t("card_copy_cat", answer=answer, **fields)
 
 
 def show_circuit(card: dict, key: str) -> None:

@@ -6,6 +6,7 @@ Data go to the browser as float32 arrays (plotly encodes them compactly). Token 
 """
 from __future__ import annotations
 
+import re
 import unicodedata
 import warnings
 
@@ -19,13 +20,19 @@ SEQUENTIAL = "Blues"
 MASK_COLOUR = "rgba(120,120,120,0.35)"
 _BREAKS = {"\t": "⇥", "\n": "⏎", "\r": "␍"}  # tab, newline, carriage return
 LINE_BREAKS, WHITESPACE = str.maketrans(_BREAKS), str.maketrans({" ": "␣", **_BREAKS})
+# characters that draw nothing: controls, the soft hyphen, zero-width spaces and joiners, direction marks and
+# isolates, the byte-order mark (a token of them alone showed as "" or " 1/3")
+INVISIBLE = re.compile("[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e"
+                       "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb]")
 
 
 def visible(token: str, spaces: bool = True) -> str:
     """A token's text with its whitespace made visible (space ␣, tab ⇥, newline ⏎, carriage return ␍; spaces=False
-    leaves spaces as they are: running text in one line); right-to-left text (Arabic, Hebrew) in a bidi isolate, so a
-    label's position number and quotes stay where they are."""
+    leaves spaces as they are: running text in one line) and each character that draws nothing named by its code
+    point (⟨U+200B⟩); right-to-left text (Arabic, Hebrew) in a bidi isolate, so a label's position number and quotes
+    stay where they are."""
     text = str(token).translate(WHITESPACE if spaces else LINE_BREAKS)
+    text = INVISIBLE.sub(lambda m: f"⟨U+{ord(m.group()):04X}⟩", text)
     return f"\u2068{text}\u2069" if any(unicodedata.bidirectional(c) in ("R", "AL") for c in text) else text
 
 

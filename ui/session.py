@@ -19,7 +19,7 @@ from . import cache
 from .errors import show_error
 from .i18n import t
 from .model_choice import cannot_take_text, load_selected_model, try_example
-from .state import clear_generated, generated, keep_target
+from .state import clear_generated, generated, keep_target, keep_view_in_model
 
 
 @dataclass
@@ -47,6 +47,8 @@ def page_context(layer: int | None = None, masks: dict | None = None) -> PageCon
     """Model + cached trace of the sidebar's text; shows a clear message and stops on bad input."""
     ss = st.session_state
     key, model, meta, device = load_selected_model()
+    if ss.get("_url_asked"):  # a link's layer 99 is said (and dropped from it) on any page, not only the Attention's
+        keep_view_in_model(model.cfg.n_layers, model.cfg.n_heads)
     layer = min(int(ss.get("layer", 0)) if layer is None else layer, model.cfg.n_layers - 1)
     masks = {**DEFAULT_MASKS, **(masks or {})}
     try:

@@ -21,6 +21,7 @@ from .state import (
     generated,
     on_model_change,
     on_text_change,
+    resend_choices,
     session_id,
     sync_url,
     viewer,
@@ -40,6 +41,11 @@ def _heartbeat() -> None:
     jobs.touch(session_id())
 
 
+def _model_changed() -> None:
+    on_model_change()
+    resend_choices()  # options named after the model's parts
+
+
 def sidebar() -> None:
     """The sidebar shared by all pages (call once per run from app.py, before the page)."""
     _jobs_started()
@@ -51,8 +57,9 @@ def sidebar() -> None:
     if ss.model not in entries:  # a model that went away (or a stale key) falls back to the default
         ss.model = catalog.default_key()
     with st.sidebar:
-        st.radio(t("language"), list(LANGS), format_func=LANGS.get, key="lang", horizontal=True)
-        st.selectbox(t("model"), list(entries), key="model", help=t("model_help"), on_change=on_model_change,
+        st.radio(t("language"), list(LANGS), format_func=LANGS.get, key="lang", horizontal=True,
+                 on_change=resend_choices)
+        st.selectbox(t("model"), list(entries), key="model", help=t("model_help"), on_change=_model_changed,
                      format_func=lambda k: f"{entries[k].label} · {t('kind_' + entries[k].kind)}")
         entry = entries[ss.model]
         if entry.kind == "preset":

@@ -133,6 +133,27 @@ def on_model_change() -> None:
         ss.pop(key, None)
 
 
+def _resendable(value) -> bool:
+    """A value Streamlit lets a script set and an option widget may hold: no button's or chart's state (a bool, a dict,
+    an upload), which cannot be set."""
+    if isinstance(value, (list, tuple)):
+        return all(_resendable(v) for v in value)
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+
+
+def resend_choices() -> None:
+    """Send every control's value to the browser again, labelled afresh (call from a callback: before any widget of
+    the run). The browser holds an option widget's value as its label, and Streamlit keeps a keyed widget from run to
+    run: after the language, the model or the text relabels its options, a radio would show no option picked and a
+    select box the old label, and the next action would send that old label back, which Streamlit resets to the
+    default. Re-assigned, the value goes out with its new label. (Checkboxes and toggles hold a bool and no label;
+    the one radio of bools is re-assigned on every run, ui.state.PERSIST_KEYS.)"""
+    ss = st.session_state
+    for key in list(ss.keys()):
+        if _resendable(value := ss[key]):
+            ss[key] = value
+
+
 def on_text_change() -> None:
     """A new text or target: keep it within the cap (the model reads at most max_len tokens anyway) and start
     generation afresh. (A max_chars on the text box would show a "18/2000000" counter to every learner.)"""
@@ -142,6 +163,7 @@ def on_text_change() -> None:
             ss[key] = ss[key][:TEXT_MAX_CHARS]
             ss._text_cut = True
     clear_generated()
+    resend_choices()  # labels that name the text's tokens (a position, an answer) are the new text's
 
 
 def keep_view_in_model(n_layers: int, n_heads: int) -> None:

@@ -24,11 +24,16 @@ def in_rows(items, per_row: int):
         yield from zip(st.columns(per_row), items[first:first + per_row])
 
 
+# a formula wider than its column (a phone: the attention formula needs 430 px) scrolls sideways instead of being cut
+WIDE_FORMULA = "<style>.stMain .katex-display{overflow-x:auto;overflow-y:hidden}</style>"
+
+
 def explain(key: str, latex: str | None = None) -> None:
     """Two or three sentences and the step's formula."""
     st.markdown(t(key))
     if latex:
         st.latex(latex)
+        st.html(WIDE_FORMULA)
 
 
 # st.code's look without its syntax highlighter: Streamlit loads that (every grammar, ~1 MB) the first time a tab

@@ -27,7 +27,13 @@ export default function (component) {
   if (component.data.role === "maps") return receive(component);
   const data = withKeys(component.data), { parentElement, setStateValue } = component;
   if (data.role === "pair") return drawPair(data, parentElement);
-  const root = parentElement.querySelector(".av") || build(parentElement, data);
+  let root = parentElement.querySelector(".av");
+  if (root && JSON.stringify(root.__data.text) !== JSON.stringify(data.text)) {  // another language: built afresh
+    MAPS.views.delete(root);  // (its words are written once), from the link, which holds the server's picks
+    root.remove();
+    root = null;
+  }
+  root = root || build(parentElement, data);
   root.__tell = setStateValue;
   root.__maps = MAPS;  // (what the browser tests read)
   MAPS.views.add(root);

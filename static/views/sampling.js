@@ -7,7 +7,13 @@ const TELL_AFTER_MS = 120;  // a run of changes (a held arrow key) is told once
 
 export default function (component) {
   const { data, parentElement, setStateValue } = component;
-  const root = parentElement.querySelector(".sv") || build(parentElement, data);
+  let root = parentElement.querySelector(".sv");
+  const words = (d) => JSON.stringify([d.text, d.help]);
+  if (root && words(root.__data) !== words(data)) {  // another language: built afresh (its words are written once),
+    root.remove();  // from the link, which holds the server's values
+    root = null;
+  }
+  root = root || build(parentElement, data);
   root.__data = data;
   root.__tell = setStateValue;
   if (root.__rowText !== data.row) {  // decoded once per row (a run that only re-sends the view keeps it)

@@ -265,10 +265,12 @@ def test_why2_a_zip_bomb_and_a_stride0_tensor_are_refused_without_being_unpacked
     assert not any("trained here" in o for o in sidebar_model_options(tab))
 
 
-def test_why11_deep_nesting_a_float_d_model_and_a_path_as_encoding_get_clear_messages(server, tab, hostile_files):
+def test_why11_deep_nesting_a_float_d_model_a_path_as_encoding_and_a_zip_get_clear_messages(server, tab,
+                                                                                            hostile_files):
+    """The .zip reaches the server's check, which says what to upload (the browser refused it in English before)."""
     app = server
     open_train(tab, app)
-    for name in ("deep.pt", "deep.safetensors", "float.pt", "enc.pt"):
+    for name in ("deep.pt", "deep.safetensors", "float.pt", "enc.pt", "model.zip"):
         refused(tab, app, *hostile_files[name])
     assert "RecursionError" not in app.log() and "TypeError" not in app.log()
 

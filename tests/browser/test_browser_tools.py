@@ -15,6 +15,7 @@ import pytest
 
 from harness.browser import (
     MAIN,
+    SIDEBAR,
     app_text,
     app_url,
     assert_clean,
@@ -33,6 +34,7 @@ from harness.browser import (
     press_button,
     press_slider,
     radio,
+    radio_value,
     require_browser,
     run_after,
     s,
@@ -205,6 +207,25 @@ def test_a_new_text_starts_the_answers_on_its_own_top_tokens_in_the_browser(app,
     labels = token_labels(model, top, ids[0].tolist())
     assert [combobox_value(tab, s(k)) for k in ("he_token_a", "he_token_b")] == [f"‘{visible(x)}’" for x in labels]
     assert tab.locator(MAIN).get_by_text(s("he_same")).count() == 0
+
+
+def test_the_controls_keep_their_picks_in_the_other_language(app, tab):
+    """A radio and a select box picked in English, the sidebar switched to 中文: they show the same picks in Chinese
+    (the radio showed none and the box its English label: the browser holds an option's label), and they keep them
+    after the next action (the old label it sent back set them to their defaults)."""
+    go(tab, app, "intervene", model=REPEAT, text=TEXT)
+    radio(tab, s("iv_mode"), s("iv_mode_mean"))
+    radio(tab, s("language"), "中文", where=SIDEBAR)
+    settle(tab)
+
+    def shown() -> tuple[str, str]:
+        return radio_value(tab, s("iv_mode", "zh")), combobox_value(tab, s("pt_kind", "zh"))
+
+    picks = (s("iv_mode_mean", "zh"), s("hd_kind_gpt_self", "zh"))
+    assert shown() == picks
+    radio(tab, s("pt_align", "zh"), s("pt_align_start", "zh"))
+    assert shown() == picks
+    assert_clean(tab, app, "intervene, after the language switch")
 
 
 def metric(page, label: str) -> str:

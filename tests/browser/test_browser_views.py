@@ -225,6 +225,26 @@ def test_attention_in_chinese_hover_cell_scale_and_masks(app, tab):
                          "head": view_head(tab), "chosen": shown["chosen"], "url": tab.url}
 
 
+def test_the_views_drawn_in_the_browser_switch_language_with_the_sidebar(app, tab):
+    """The Attention and Logits pages' views after the sidebar's 中文: their own controls in Chinese (they kept their
+    English words: a view wrote them once), the picks kept."""
+    go(tab, app, "attention", model=REPEAT, layer=1, head=2, mask="none")
+    radio(tab, s("language"), "中文", where=SIDEBAR)
+    settle(tab, charts=True)
+    view = tab.locator(".av")
+    expect(view.locator(".field.layer")).to_contain_text(s("att_layer", "zh"))
+    masks = view.locator(".field.mask .option").all_inner_texts()
+    assert masks and all(any(m == s(k, "zh") for k in strings() if k.startswith("mask_")) for m in masks), masks
+    assert (shown_layer(tab, "zh"), view_head(tab), view_state(tab)["mask"]) == ("1", "2", "none")
+    tab.locator(SIDEBAR).locator("[data-testid='stSidebarNav'] a").filter(has_text=s("nav_logits", "zh")).click()
+    settle(tab, charts=True)
+    expect(tab.locator(".sv label[for='sv-T']")).to_contain_text(s("log_temperature", "zh"))
+    radio(tab, s("language"), "English", where=SIDEBAR)
+    settle(tab, charts=True)
+    expect(tab.locator(".sv label[for='sv-T']")).to_contain_text(s("log_temperature"))
+    assert_clean(tab, app, "the views after the language switches")
+
+
 PICK_JS = """([root, name, value]) => {  // pick as a learner does, then read what is drawn in the same task
     const radio = name === 'scale' || name === 'mask';
     const box = root.querySelector(radio ? `input[name='${name}'][value='${value}']` : `select[name='${name}']`);

@@ -85,6 +85,24 @@ def test_logit_difference_of_one_token_answers_is_the_plain_logit_difference(gpt
     assert res.token_a == mary.ids and res.token_b == john.ids
 
 
+def test_the_head_most_needed_is_the_one_whose_knock_out_hurts_most():
+    """On the name-mover model's IOI sentence the head that moves logit(Tom) − logit(Anna) most raises it; the head
+    the answer needs is the one that lowers it most. For the loss, a hurt is a rise; none at all: None."""
+    from transformer_core.analysis.head_effects import HeadEffects
+
+    model, _ = load_model("name-movers")
+    res = head_effects(model, prepare(model, "When Tom and Anna arrived at the party, Anna handed the gift to"),
+                       "logit_diff", " Tom", " Anna")
+    grid = res.heads["dec_self"]
+    assert res.largest()[3] > 0 > grid.min()  # the largest move is a rise
+    layer, head = np.unravel_index(grid.argmin(), grid.shape)
+    assert res.most_needed() == ("dec_self", layer, head, pytest.approx(grid.min()))
+    loss = HeadEffects("loss", "zero", None, None, 1.0, {"dec_self": np.array([[-0.2, 0.1, 0.3]])}, np.zeros(1))
+    assert loss.most_needed() == ("dec_self", 0, 2, pytest.approx(0.3))
+    none = HeadEffects("logprob", "zero", (1,), None, -1.0, {"dec_self": np.array([[0.2, 0.1]])}, np.zeros(1))
+    assert none.most_needed() is None
+
+
 @pytest.mark.parametrize("metric", ["logit_diff", "logprob", "prob"])
 def test_knocking_out_a_head_on_multi_token_answers_equals_a_plain_forward_with_that_head_off(gpt, metric):
     """The batched sweep (resumed per layer, teacher-forced runs) against one edited plain forward of text + answer."""

@@ -311,10 +311,11 @@ def test_every_string_key_used_in_the_code_exists():
 
 
 def test_chinese_strings_use_one_word_for_each_unit_and_part():
-    """One translation per term: nats are 奈特 (not also 纳特), pre-norm 前置归一化, the decoder 解码器 (never the
-    English word in a Chinese sentence)."""
+    """One translation per term: nats are 奈特 (not also 纳特, nor the English word), pre-norm 前置归一化, the decoder
+    解码器 (never the English word in a Chinese sentence), the logit lens Logit 透镜 (not 逻辑透镜, "logic lens")."""
     zh = {key: entry["zh"] for key, entry in strings().items()}
-    assert not [k for k, s in zh.items() if "纳特" in s]
+    assert not [k for k, s in zh.items() if "纳特" in s or re.search(r"(?<![A-Za-z_])nats?(?![A-Za-z_])", s)]
+    assert not [k for k, s in zh.items() if "逻辑透镜" in s]
     assert not [k for k, s in zh.items() if "前归一化" in s]  # pre-norm is 前置归一化 everywhere
     assert not [k for k, s in zh.items() if re.search(r"(?<![A-Za-z_])(decoder|encoder)(?![A-Za-z_])", s)]
 
@@ -329,3 +330,21 @@ def test_formulas_name_their_words_in_the_learners_language():
                 at = open_app(page, model="shipped:everyday-gpt", text="The cat sat.", lang=lang)
             formula = at.latex[0].value
             assert all(w in formula for w in words), formula
+
+
+def test_every_empty_choice_box_names_its_placeholder():
+    """A select box that starts empty (index=None) and every multiselect show a placeholder; Streamlit's own is English
+    ("Choose an option" stood in the Chinese Tokenizer page's box of other encodings)."""
+    import ast
+
+    bare = []
+    for src in [ROOT / "app.py", *(ROOT / p for p in PAGES), *sorted((ROOT / "ui").glob("*.py"))]:
+        for node in ast.walk(ast.parse(src.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            kw = {k.arg: k.value for k in node.keywords}
+            none = isinstance(kw.get("index"), ast.Constant) and kw["index"].value is None
+            empty = node.func.attr == "multiselect" or (node.func.attr == "selectbox" and none)
+            if empty and "placeholder" not in kw:
+                bare.append(f"{src.name}:{node.lineno}")
+    assert not bare

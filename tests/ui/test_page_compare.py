@@ -202,3 +202,22 @@ def test_tokens_are_compared_as_multisets_and_a_picked_pair_is_scored_after_both
     assert f"prefers ‘{win}’" in sentence and f"by {abs(margins[0]):.3f} nats" in sentence
     assert f"by {margins[1] - margins[0]:+.3f} nats" in sentence
     assert EN["cmp_pair_multi"] in [c.value for c in at.caption]  # ' Mabel' is two tokens here: ␣M | abel
+
+
+def test_the_answers_picked_survive_an_empty_text_b():
+    """Text B emptied (the page stops before the answers) and written again: the picked answer Y is still Y, and the
+    box the browser draws afresh starts from it (it started from the first option, which it then sent back: Y became
+    X)."""
+    at = open_app(PAGE, model="shipped:repeat", text=A, lang="en")
+
+    def box():
+        return next(b for b in at.selectbox if str(b.key).startswith("cmp_y_"))
+
+    model, _ = load_model("repeat")
+    third = run(model, prepare(model, A).src_ids)[0, -1].topk(3).indices[2].item()  # A's third choice next
+    box().set_value(third).run()
+    at.text_area(key="cmp_text_b").set_value("").run()
+    assert not [b for b in at.selectbox if str(b.key).startswith("cmp_y_")]  # the answers are not drawn
+    at.text_area(key="cmp_text_b").set_value(B).run()
+    assert_clean(at)
+    assert box().value == third and box().proto.default == box().index == 2

@@ -1,5 +1,7 @@
 """Information-flow page through the real app: the table's edges and shares are the core's routes recomputed from a
 trace of the test's own; the threshold prunes; Chinese shows no English; an encoder-decoder gets a message."""
+import re
+
 import numpy as np
 
 from harness.apptest import EN, ENGLISH_ONLY, assert_clean, figure, harness_language, messages, open_app, shown_texts
@@ -60,12 +62,30 @@ def test_the_try_caption_s_figures_are_the_routes_of_the_models_it_names():
         _, trace = trace_text(model, text)
         routes = {(e.layer, e.source[2], e.target[2]): e for e in information_flow(model, trace).routes()
                   if e.kind == "attention"}
+        flow = information_flow(model, trace)
         for key in edges:
             e = routes[key]
-            quoted.append((f"{e.share:.2f}", e.head))
+            per_head = flow.heads[e.layer, :, e.target[2], e.source[2]]
+            quoted.append((f"{e.share:.2f}", [int(h) for h in np.argsort(-per_head)]))  # as the table's heads column
     for caption in strings()["try_flow"].values():
         shares = [s for s, _ in quoted]
         assert [s for s in shares if s in caption] == shares, (caption, quoted)
-        for share, head in quoted:  # each share is followed by its edge's head
-            after = caption[caption.index(share):]
-            assert str(head) in after[:after.find("）") if "）" in after else after.find(")")], (share, head, caption)
+        for share, heads in quoted:  # each share is followed by its edge's heads, the largest first (the table's)
+            after = caption[caption.index(share) + len(share):]
+            named = [int(h) for h in re.findall(r"\d+", after[:after.find("）") if "）" in after else after.find(")")])]
+            assert named and named == heads[:len(named)], (share, heads, caption)
+
+
+def test_the_summary_names_the_strongest_edge_into_the_predicting_token_and_says_so():
+    """It said "The strongest attention edge: layer 1, ‘␣on’ → ‘␣the’, share 0.169" above a table whose first
+    attention edge had 0.325 (into another token): the edge it names is the strongest into the token that predicts."""
+    at = open_app(PAGE, model="shipped:everyday-gpt", text=CAT, lang="en")
+    assert_clean(at)
+    model, _ = load_model("everyday-gpt")
+    _, trace = trace_text(model, CAT)
+    last = trace.src_ids.size(1) - 1
+    attention = [e for e in information_flow(model, trace).routes(0.04, last) if e.kind == "attention"]
+    best = max((e for e in attention if e.target[2] == last), key=lambda e: e.share)
+    assert max(e.share for e in attention) > best.share  # the case: a stronger edge elsewhere
+    said = next(m.value for m in at.markdown if m.value.startswith("Kept:"))
+    assert f"into ‘␣the’, the token that predicts: layer {best.layer}" in said and f"share {best.share:.3f}" in said

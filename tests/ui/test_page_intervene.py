@@ -224,6 +224,9 @@ def test_answers_typed_outside_the_top_10_give_the_cores_numbers_on_every_sweep(
     heads = head_patching(model, bad, clean, "logit_diff", " Mabel", " Amos")
     np.testing.assert_allclose(array(figure(at, "hp_grid")["data"][0]["z"]).astype(float), heads.normalised(),
                                atol=1e-4)
+    # its rows are the heads of each layer, named as in the knock-out grid (they were "after layer 0", the residual's)
+    assert figure(at, "hp_grid")["layout"]["yaxis"]["ticktext"][0] == EN["hd_row"].format(
+        block=EN["hd_kind_gpt_self"], layer=0)
     assert any(f"**{grid.source:.4f}** on the clean text A" in m.value for m in at.markdown)
     code = [c.value for c in open_export(at, "head_patch").code if "head_patching(" in c.value][0]
     assert "' Mabel'" in code and "' Amos'" in code
@@ -282,3 +285,19 @@ def test_a_new_text_starts_the_answers_on_its_own_top_tokens():
     assert [at.selectbox(key=f"he_{w}_{GPT}").value for w in "ab"] == top[:2]
     assert EN["he_same"] not in messages(at)
     assert any("he_grid" in f.proto.id for f in at.get("plotly_chart"))  # the sweep ran
+
+
+def test_the_sweep_names_the_head_the_answer_needs_when_the_largest_move_is_a_rise():
+    """On the name-mover model's IOI sentence the summary named only layer 0 head 0 (+6.94: switched off, the right
+    name wins by more); a teacher looks for the heads it needs: layer 1 head 0 lowers the difference most."""
+    from transformer_core.analysis.head_effects import head_effects
+
+    text = "When Tom and Anna arrived at the party, Anna handed the gift to"
+    at = open_app(PAGE, model="shipped:name-movers", text=text, lang="en")
+    assert_clean(at)
+    model, _ = load_model("name-movers")
+    res = head_effects(model, prepare(model, text), "logit_diff", " Tom", " Anna")
+    kind, layer, head, change = res.most_needed()
+    said = next(m.value for m in at.markdown if m.value.startswith("Intact, logit(A) − logit(B) is"))
+    assert EN["he_summary_needed"].format(block=EN["hd_kind_gpt_self"], layer=layer, head=head, change=change) in said
+    assert res.largest()[:3] != (kind, layer, head)

@@ -235,3 +235,20 @@ def test_a_circuit_card_measured_before_the_readings_gets_the_short_sentence():
               "writes_answer": [[0.0] * 4, [0.0, 0.0, 0.0, 2.5]], "top_change": -4.0}  # no writes_repeated: still fine
     said = top_head_text(heads, "English")
     assert "reads the right name (attention 0.70) and writes +2.50" in said and "(-4.00)" in said
+
+
+def test_the_default_s_card_gives_each_figure_once_and_names_the_token_it_measured():
+    """The card said "99.8% of Chinese characters whole" in its summary and "100% of 524 Chinese characters" below
+    (rounded to a whole percent), and "→ “ mat”: rank 1, p 0.12" where 0.12 is its first token ‘␣m’'s."""
+    from streamlit.testing.v1 import AppTest
+
+    from transformer_core.train.build import DEFAULT_MODEL, OUT
+
+    card = json.loads((OUT / DEFAULT_MODEL / "card.json").read_text(encoding="utf-8"))
+    at = AppTest.from_function(_card_of_the_default, default_timeout=30).run()
+    assert not at.exception
+    shown = " ".join([m.value for m in at.markdown] + [c.value for c in at.caption])
+    zh = card["everyday"]["vocabulary"]["chinese_characters_whole"]
+    assert f"{zh:.1%}" in shown and f"{zh:.1%}" in card["summary"]["en"]
+    cat = card["everyday"]["copy"]["cat"]
+    assert f"its first token ‘␣m’ is rank {cat['rank']}, p {cat['p']:.2f}" in shown

@@ -68,7 +68,7 @@ def test_the_r50k_sentence_follows_the_counts_it_cites(model, text):
     if enc == DEFAULT_ENCODING:
         a = len(tokenize(text, enc, max_tokens=cut).ids)
         assert f"**{enc}** · {a} tokens" in shown
-        assert f"({a} tokens instead of {b})" in why or f"both use {a} tokens here" in why
+        assert f"({a} tokens against {b} in {ref})" in why or f"so both use {a} tokens" in why
 
 
 def test_a_decoder_only_model_s_padded_batch_pairs_the_text_with_its_first_half():
@@ -101,3 +101,19 @@ def test_every_chip_and_the_text_span_it_came_from_share_a_class_that_one_hover_
     assert any(len(cls.split()) > 1 for cls, _ in spans)  # 踩 and 🙂 are several byte tokens: one span lights all
     rules = re.search(r"<style>(.*?)\{", view).group(1).split(",")
     assert rules == [f".tkv:has(.k{i}:hover) .k{i}" for i in range(n)]
+
+
+@pytest.mark.parametrize("text", ["我们明天早上去公园散步。", "The cat sat on the mat.",
+                                  "Supercalifragilistic 今天天气很好 🙂"])
+def test_why_they_differ_says_what_the_counts_above_it_show(text):
+    """The sentence said "every token cl100k_base uses on this text is kept, so both use 11 tokens here" under
+    columns of 11 and 14 tokens: the default's vocabulary also holds whole characters cl100k_base spells in pieces."""
+    at = open_app("tokenizer", model="shipped:everyday-gpt", text=text, lang="en")
+    said = next(m.value for m in at.markdown if m.value.startswith("Why they differ"))
+    ours, base = (len(tokenize(text, name).ids) for name in (DEFAULT_ENCODING, "cl100k_base"))
+    whole = sum(i >= 100_277 for i in tokenize(text, DEFAULT_ENCODING).ids)  # its own tokens: past cl100k_base's
+    if ours == base and not whole:
+        assert f"so both use {ours} tokens" in said
+    else:
+        assert f"({ours} tokens against {base} in cl100k_base)" in said and "both use" not in said
+        assert (f"{whole} character" in said) == bool(whole)

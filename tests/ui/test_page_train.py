@@ -5,7 +5,7 @@ import time
 import pytest
 import torch
 
-from harness.apptest import harness_language, messages, no_pages_dir_mode, open_app, page_file
+from harness.apptest import EN, harness_language, messages, no_pages_dir_mode, open_app, page_file
 from service import jobs
 from transformer_core.model.transformer import build_model
 from transformer_core.train import experiment
@@ -63,7 +63,7 @@ def test_page_renders_task_and_course_defaults():
     assert not at.exception
     assert at.radio(key="tr_target").options == ["copy", "reverse", "sort", "repeat", "count", "dates",
                                                  "your text (the course's GPT)"]
-    assert at.selectbox(key="tr_device").options[:2] == ["auto", "cpu"]
+    assert at.selectbox(key="tr_device").options[:2] == [EN["tr_device_auto"], "cpu"]
     assert ("cuda" in at.selectbox(key="tr_device").options) == torch.cuda.is_available()
     assert any("Nothing is training in this session yet" in c.value for c in at.caption)
     choose(at, "reverse")

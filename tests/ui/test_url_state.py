@@ -50,6 +50,16 @@ def test_bad_link_values_fall_back_with_a_notice(params):
     assert not at.exception and not at.error
 
 
+@pytest.mark.parametrize("page", ["intervene", "lens", "ffn"])
+def test_a_layer_beyond_the_model_is_said_and_dropped_on_every_page(page):
+    """Only the Attention page checked a link's layer: /intervene?layer=99 said nothing and wrote layer=99 back."""
+    at = open_app(page, model=SMALL, layer="99", lang="en")
+    assert not at.exception and not at.error
+    notes = [c.value for c in at.sidebar.caption if c.value.startswith("🔗")]
+    assert len(notes) == 1 and "99" in notes[0]
+    assert at.session_state["layer"] == 0 and "layer" not in at.query_params
+
+
 def test_links_carry_opaque_ids_and_stay_short():
     values = urlstate.defaults() | {"model": "user:m-0123456789abcdef", "text": "x" * 3000, "layer": 1}
     encoded = urlstate.encode(values)

@@ -125,6 +125,15 @@ class HeadEffects:
         layer, head = np.unravel_index(np.abs(self.heads[kind]).argmax(), self.heads[kind].shape)
         return kind, int(layer), int(head), float(self.heads[kind][layer, head])
 
+    def most_needed(self) -> tuple[str, int, int, float] | None:
+        """(kind, layer, head, change) of the head whose knock-out hurts most: lowers the metric most (raises it, for
+        the loss), which need not be the head that moves it most (one may raise it more); None if none hurts."""
+        sign = 1.0 if self.metric == "loss" else -1.0  # a hurt is a lower score, a higher loss
+        kind = max(self.heads, key=lambda k: float((sign * self.heads[k]).max()))
+        layer, head = np.unravel_index((sign * self.heads[kind]).argmax(), self.heads[kind].shape)
+        change = float(self.heads[kind][layer, head])
+        return (kind, int(layer), int(head), change) if sign * change > 0 else None
+
     def arrays(self) -> dict[str, np.ndarray]:
         out = {f"heads_{k}": v for k, v in self.heads.items()}
         return {**out, "ffn": self.ffn, "intact": np.array([self.intact], dtype=np.float64), **_answer_arrays(self)}
