@@ -11,7 +11,7 @@ from ui import cache
 from ui.figures import visible
 from ui.guidance import look_for
 from ui.i18n import lang, t
-from ui.model_map import model_map
+from ui.model_map import model_map, scroll_style
 from ui.nav import link, switch
 from ui.session import page_context, through_app
 from ui.widgets import clicked, count_text, in_rows
@@ -173,7 +173,9 @@ width = max(x + dec_w, 6.0)
 height = max(b["y"] + b["h"] / 2 for b in blocks) + 0.3
 st.subheader(t("map_title"))
 look_for("map_pre" if cfg.norm_first else "map")
-picked = clicked(model_map(blocks, arrows, width=width, height=height), "model_map", trace_name="blocks")
+with st.container(key="home_map"):
+    st.html(scroll_style("home_map", "model_map", width))
+    picked = clicked(model_map(blocks, arrows, width=width, height=height), "model_map", trace_name="blocks")
 st.caption(t("map_hint_pre", norm=NORM_NAMES[cfg.norm]) if cfg.norm_first else t("map_hint"))
 st.caption(t("map_vocab", shape=shape(trace.logits_shape), size=f"{cfg.vocab_size:,}", parts=vocab_text(cfg)))
 if isinstance(picked, str):

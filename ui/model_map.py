@@ -27,6 +27,24 @@ NARROW_UNITS = 16.0  # a model map wider than this many units has narrow boxes (
 SUBLAYER_UNITS = 2.5  # boxes narrower than this hold one sublayer (pages/0_home.py: 1.9); wider ones span a stack
 
 
+def unit_px(width: float, px_per_unit: int = 60) -> int:
+    """Pixels per unit the map's labels are sized for (more for a wide map: its boxes are narrow)."""
+    return round(px_per_unit * 1.3) if width > NARROW_UNITS else px_per_unit
+
+
+LABEL_UNIT_PX = (85, 36)  # the labels fit their boxes from about this many pixels per unit (a map of normal, of narrow
+# boxes: smaller font, one fact per line), measured in Chromium
+
+
+def scroll_style(box: str, key: str, width: float) -> str:
+    """CSS for the chart drawn under `key` in the container `box`: never narrower than its labels need, the container
+    scrolling it sideways in a narrower column (a phone: plotly keeps a label's font size while it shrinks the boxes,
+    and at 420 px the labels ran out of their boxes). Streamlit sizes a chart to its element, so the element is set."""
+    least = round(width * LABEL_UNIT_PX[width > NARROW_UNITS])
+    return (f"<style>.stMain .st-key-{box} {{overflow-x:auto}}"
+            f".stMain .st-key-{box} [class*='st-key-{key}_'] {{min-width:{least}px}}</style>")
+
+
 def model_map(blocks: list[dict], arrows: list, *, width: float, height: float, px_per_unit: int = 60) -> go.Figure:
     """The whole model as boxes: each block dict has id, x, y (centre), w, h, kind (a BLOCK_COLOURS key), title,
     detail (shape and live summary) and page (where a click goes). Arrows join block ids (a, b), routed by `route`,
@@ -38,7 +56,7 @@ def model_map(blocks: list[dict], arrows: list, *, width: float, height: float, 
     # A wide model (an encoder beside a decoder: 10 boxes a row) gets about 70 px per box on a 900 px page: its
     # small boxes get a smaller font, one fact per line, and taller rows, so no text runs out of its box.
     narrow = width > NARROW_UNITS
-    px_per_unit = round(px_per_unit * 1.3) if narrow else px_per_unit
+    px_per_unit = unit_px(width, px_per_unit)
     shapes, labels = [], []
     for b in blocks:
         shapes.append(dict(type="rect", x0=b["x"] - b["w"] / 2, x1=b["x"] + b["w"] / 2, y0=b["y"] - b["h"] / 2,

@@ -86,3 +86,21 @@ def test_the_logits_shape_is_explained_id_by_id(model):
     assert (f"{unused:,} ids with no token" in caption) == bool(unused)
     if model == "shipped:everyday-gpt":  # 2,053 = 2,048 + cl100k's 5 special tokens
         assert cfg.vocab_size == ordinary + 5
+
+
+def test_the_model_map_is_never_drawn_narrower_than_its_labels_need():
+    """At 420 px plotly shrank the boxes but not their labels ("masked self-attn" ran out of its box): the map's
+    element keeps the width its labels need and its container scrolls; the rule names the chart's own element."""
+    import json
+    import re
+
+    from ui.model_map import LABEL_UNIT_PX
+
+    at = open_app(None, model="shipped:everyday-gpt", text=TEXT, lang="en")
+    assert_clean(at)
+    style = next(h.value for h in at.html if "min-width" in h.value)
+    chart = next(c for c in at.get("plotly_chart") if "model_map_" in c.proto.id)
+    spec = json.loads(chart.proto.spec)
+    width = spec["layout"]["xaxis"]["range"][1]  # the map's width in units
+    least = int(re.search(r"min-width:(\d+)px", style).group(1))
+    assert least == round(width * LABEL_UNIT_PX[0]) and ".st-key-home_map" in style and "st-key-model_map_" in style
