@@ -43,7 +43,7 @@ if len(dec) > 1:  # the key carries the length, so a grown sequence opens on its
 else:
     pos = 0
     st.caption(t("log_one_position"))
-st.caption(t("log_position_caption", pos=pos, tok=repr(labels[pos]), next=pos + 1))
+st.caption(t("log_position_caption", pos=pos, tok=f"‘{visible(labels[pos])}’", next=pos + 1))
 
 # the controls' values may come from a shared link: defaults are set once, then the widgets own them
 for key, default, lo, hi in (("log_T", *RANGES["T"][:3]), ("log_topk", 0, 0, cfg.vocab_size),
@@ -162,7 +162,7 @@ def _append(model, src: list[int], dec: list[int], steps: int) -> None:
         ss["_log_flash"] = ("error", error_text(exc))
         return
     set_generated(list(generated()) + new)
-    text = t("log_added", toks=" ".join(repr(x) for x in token_labels(model, new))) if new else ""
+    text = t("log_added", toks=" ".join(f"‘{visible(x)}’" for x in token_labels(model, new))) if new else ""
     if new and new[-1] == end_of_text_id(model):
         ss["_log_flash"] = ("info", f"{text} {t('log_stopped_eot')}")
     else:

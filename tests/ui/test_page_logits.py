@@ -442,3 +442,11 @@ def test_the_next_word_table_joins_the_pieces_of_mat(lang):
     assert [float(x) for x in words.iloc[:, 2]] == [w.prob for w in want]
     top = next(d.value for d in at.dataframe if strings()["col_prob_raw"][lang] in d.value.columns)
     assert top.iloc[0, 0] == visible(" m")  # the top token: a piece
+
+
+def test_the_position_caption_quotes_its_token_as_every_label_does():
+    """It said "Position 3 reads up to the token '\\n'" (Python's quoting) where every other label draws ‘⏎’."""
+    at = open_app("logits", model="shipped:everyday-gpt", text="Hello\n", lang="en")
+    assert not at.exception
+    caption = next(c.value for c in at.caption if c.value.startswith("Position "))
+    assert "‘⏎’" in caption and "'\\n'" not in caption

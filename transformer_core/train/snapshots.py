@@ -102,8 +102,8 @@ def default_view(data: dict, share: float = FORMED) -> tuple[int, int, int]:
 def phases(data: dict, smooth: int = 25) -> dict:
     """What the curves show, read off them: the step where the training loss falls fastest after its first fall
     from the random start (the phase change; the first `2 · smooth` steps are left out), and
-    the first snapshot where the best previous-token head (layer 0) and the best induction head (last layer) pass
-    half of their final score (which formed first)."""
+    the first snapshot where the best previous-token head (layer 0) and the best induction head (last layer) get
+    halfway from their first score to their final one (which formed first)."""
     loss = np.convolve(np.asarray(data["loss"], dtype=float), np.ones(smooth) / smooth, mode="valid")
     skip = 2 * smooth
     drop = int(np.argmin(np.diff(loss)[skip:])) + skip + smooth  # the step ending the steepest smoothed fall
