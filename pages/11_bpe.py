@@ -8,7 +8,7 @@ import streamlit as st
 from transformer_core.analysis.bpe import HINT_WORDS, han_examples, text_merges, token_playback, word_build
 from transformer_core.text.tokenizer import character_labels, display_bytes
 from ui.errors import show_error
-from ui.figures import axis_labels, bars, visible
+from ui.figures import axis_labels, bars, quoted, visible
 from ui.i18n import lang, t
 from ui.model_choice import load_selected_model
 from ui.session import through_app
@@ -103,7 +103,7 @@ def look_for(encoding: str, language: str) -> str:
     Chinese character (every figure from word_build)."""
     out = [t("bpe_look_intro")]
     for k, word in enumerate(word_build(w, encoding) for w in HINT_WORDS):
-        label, labels = visible(word.text), " · ".join(f"‘{visible(display_bytes(p))}’" for p in word.parts)
+        label, labels = visible(word.text), " · ".join(quoted(display_bytes(p)) for p in word.parts)
         if not word.steps:
             out.append(t("bpe_look_no_merge", word=label, n=len(word.parts), enc=encoding))
             continue
@@ -157,7 +157,7 @@ if not tm.tokens:
 st.subheader(t("bpe_one_title"))
 most = max(range(len(tm.tokens)), key=lambda i: tm.tokens[i].n_merges)
 pick = st.selectbox(t("bpe_token"), range(len(tm.tokens)), index=most, key=f"bpe_pick_{source}_{len(tm.tokens)}",
-                    format_func=lambda i: f"{i} ‘{visible(tm.tokens[i].label)}’ · "
+                    format_func=lambda i: f"{i} {quoted(tm.tokens[i].label)} · "
                     + count_text("bpe_n_merges_short", tm.tokens[i].n_merges))
 one_token(tm.tokens[pick].id, encoding)
 whole_text(tm, text, encoding)

@@ -202,6 +202,11 @@ def header(job: jobs.Job) -> None:
     st.markdown(f"**{name}** · {t('tr_status_' + job.status)}")
 
 
+def percent(share):
+    """A share as a percentage for a table (a model trained on text has no accuracy: left empty)."""
+    return share * 100 if isinstance(share, (int, float)) else None
+
+
 def your_models() -> None:
     entries = training_run.user_models(viewer())
     if not entries:
@@ -210,9 +215,9 @@ def your_models() -> None:
     table(pd.DataFrame({
         t("tr_col_name"): [e.label for e in entries],
         t("tr_col_task"): [e.card.get("task", "—") for e in entries],
-        t("tr_accuracy"): [e.card.get("accuracy") for e in entries],
+        t("tr_accuracy"): [percent(e.card.get("accuracy")) for e in entries],
         t("tr_col_iters"): [e.card.get("steps") for e in entries],
-    }), "your_models")
+    }), "your_models", formats={t("tr_accuracy"): "%.1f%%"})  # as the metric above: "100.0%", not 1
     labels = {e.key: e.label for e in entries}
     chosen = st.selectbox(t("tr_pick_model"), list(labels), format_func=labels.get, key="tr_pick_model")
     open_button(chosen, "tr_open_pick")

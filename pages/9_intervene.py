@@ -26,7 +26,7 @@ from transformer_core.model.transformer import param_counts
 from transformer_core.text.inputs import sequence_labels, token_labels
 from ui.answers import Picked, answer_picker, preset_answer, spelled
 from ui.errors import show_error
-from ui.figures import axis_labels, bars, ranked_labels, signed_format, token_heatmap, visible
+from ui.figures import axis_labels, bars, quoted, ranked_labels, signed_format, token_heatmap, visible
 from ui.guidance import try_these
 from ui.head_grid import head_grid
 from ui.i18n import t
@@ -255,7 +255,7 @@ def answer_scores(ctx, choice: Choice) -> None:
         return
     rows = list(zip(picked, found[0], strict=True))
     table(pd.DataFrame({
-        t("ans_col_answer"): [f"{name}: ‘{visible(p.answer.text)}’" for (name, p), _ in rows],
+        t("ans_col_answer"): [f"{name}: {quoted(p.answer.text)}" for (name, p), _ in rows],
         t("ans_col_tokens"): [" | ".join(visible(x) for x in p.answer.labels) for (_, p), _ in rows],
         t("ans_col_each"): [", ".join(f"{x:.4f}" for x in s.logprobs) for _, s in rows],
         t("ans_col_sum"): [s.total for _, s in rows],

@@ -11,7 +11,7 @@ from transformer_core.errors import InputError
 from transformer_core.text.inputs import token_labels
 
 from .errors import show_error
-from .figures import visible
+from .figures import quoted, visible
 from .i18n import t
 
 ss = st.session_state
@@ -52,7 +52,7 @@ def answer_picker(label: str, key: str, model, top_ids: list[int], *, index: int
     """A quick pick among `top_ids` (model ids, the model's top next tokens) or any text typed; the answer, or None
     after a message in the learner's language (an empty answer, one the model's vocabulary cannot write...)."""
     box = container or st
-    names = {i: f"‘{visible(x)}’" for i, x in zip(top_ids, token_labels(model, top_ids, context), strict=True)}
+    names = {i: quoted(x) for i, x in zip(top_ids, token_labels(model, top_ids, context), strict=True)}
     names[OTHER] = t("ans_other")
     options = [*top_ids, OTHER]
     index = min(index, len(options) - 1)

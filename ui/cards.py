@@ -24,8 +24,7 @@ def show_card(card: dict, key: str) -> None:
     corpora = card.get("corpus")
     corpora = corpora if isinstance(corpora, list) else [corpora] if isinstance(corpora, dict) else []
     for c in corpora:
-        st.markdown(t("card_corpus", package=c.get("package", "—"), version=c.get("version", "—"),
-                      licence=c.get("licence", "—"), sha=str(c.get("sha256", "—"))[:16]))
+        st.markdown(corpus_line(c))
     if card.get("random_init"):
         st.info(t("card_random"), icon="🎲")
     run = {k: card[k] for k in ("steps", "tokens_seen", "train_seconds", "device") if k in card}
@@ -47,6 +46,10 @@ def show_card(card: dict, key: str) -> None:
             gain = 1 - figures["heldout_loss"] / figures["bigram_loss"]
             above = "card_above_bigram_fact" if isinstance(card.get("advice"), list) else "card_above_bigram"
             st.caption(t("card_vs_bigram", pct=gain * 100) if gain > 0 else t(above, pct=-gain * 100))
+        by_corpus = card.get("by_corpus")
+        first = next(iter(by_corpus.items()), None) if isinstance(by_corpus, dict) and len(by_corpus) > 1 else None
+        if first and isinstance(first[1], dict) and first[1].get("heldout_loss") == figures.get("heldout_loss"):
+            st.caption(t("card_headline_corpus", corpus=corpus_label(first[0])))  # not every corpus's
     show_advice(card)
     by_corpus = card.get("by_corpus")
     if isinstance(by_corpus, dict) and len(by_corpus) > 1:
@@ -62,22 +65,57 @@ def show_card(card: dict, key: str) -> None:
               formats={t(f"card_{k}"): "%.3f" for k in ("heldout_loss", "bigram_loss", "unigram_loss")})
     show_everyday(card, key)
     show_circuit(card, key)
-    heads = card.get("heads")
-    if isinstance(heads, list) and heads:
-        import pandas as pd
-
-        st.markdown(f"**{t('card_heads')}**")
-        rows = [h for h in heads if isinstance(h, dict)]
-        kinds = [k for k in HEAD_SCORES if any(isinstance(h.get(k), (int, float)) for h in rows)]
-        df = pd.DataFrame([{t("col_layer"): h.get("layer"), t("hd_col_head"): h.get("head"),
-                            t("card_head_kind"): t(f"head_kind_{h.get('kind')}"), t("card_head_score"): h.get("score"),
-                            **{t(f"head_kind_{k}"): h.get(k) for k in kinds}} for h in rows])
-        table(df, f"heads_{key}", formats={c: "%.3f" for c in [t("card_head_score"), *(t(f"head_kind_{k}")
-                                                                                   for k in kinds)]})
-        st.caption(t("card_heads_note"))
+    show_heads(card.get("heads"), key)
     if card.get("command"):
         st.caption(t("card_command"))
         preformatted(card["command"])
+
+
+def corpus_line(c: dict) -> str:
+    """One corpus of a card: a package's name, version, licence and hash, or what a program wrote the examples from."""
+    if not c.get("generated"):
+        return t("card_corpus", package=c.get("package", "—"), version=c.get("version", "—"),
+                 licence=c.get("licence", "—"), sha=str(c.get("sha256", "—"))[:16])
+    line = t("card_corpus_generated")
+    if isinstance(c.get("templates"), list) and isinstance(c.get("names"), list):  # the name-mover demo's sentences
+        try:
+            line += " " + t("card_corpus_templates", templates=" + ".join(map(str, c["templates"])),
+                            names=" + ".join(map(str, c["names"])),
+                            held=" + ".join(map(str, c.get("held_templates", []))) or "—")
+        except (TypeError, ValueError):  # a card read from an uploaded file may hold anything
+            pass
+    return line
+
+
+def show_heads(heads, key: str) -> None:
+    """The card's heads table: the detector's attention scores (a language model's), or, for the name-mover demo,
+    the share of the right name's lead that knocking each head out removes, in each language."""
+    rows = [h for h in heads if isinstance(h, dict)] if isinstance(heads, list) else []
+    if not rows:
+        return
+    import pandas as pd
+
+    knockout = any(isinstance(h.get("removes_en"), (int, float)) for h in rows)
+    words = "card_knock" if knockout else "card_head"
+    kinds = [k for k in HEAD_SCORES if any(isinstance(h.get(k), (int, float)) for h in rows)]
+    st.markdown(f"**{t('card_knocks' if knockout else 'card_heads')}**")
+    scale = 100 if knockout else 1  # shares as percentages: "82%", not 0.817
+    number = "%.0f%%" if knockout else "%.3f"
+
+    def score(v):
+        return v * scale if isinstance(v, (int, float)) else v
+
+    df = pd.DataFrame([{t("col_layer"): h.get("layer"), t("hd_col_head"): h.get("head"),
+                        t(f"{words}_kind"): t(f"head_kind_{h.get('kind')}"), t(f"{words}_score"): score(h.get("score")),
+                        **{t(f"head_kind_{k}"): score(h.get(k)) for k in kinds}} for h in rows])
+    table(df, f"heads_{key}", formats={c: number for c in [t(f"{words}_score"), *(t(f"head_kind_{k}") for k in kinds)]})
+    if knockout:
+        from transformer_core.train.build import NAME_MOVER_SHARE
+        from transformer_core.train.ioi import READS_NAMES
+
+        st.caption(t("card_knock_note", share=f"{NAME_MOVER_SHARE:.0%}", reads=f"{READS_NAMES:.2f}"))
+    else:
+        st.caption(t("card_heads_note"))
 
 
 def show_advice(card: dict) -> None:

@@ -36,14 +36,19 @@ def visible(token: str, spaces: bool = True) -> str:
     return f"\u2068{text}\u2069" if any(unicodedata.bidirectional(c) in ("R", "AL") for c in text) else text
 
 
+def quoted(token: str) -> str:
+    """A token as every label and sentence quotes it: ‘␣mat’ (visible() inside single curly quotes)."""
+    return f"‘{visible(token)}’"
+
+
 def axis_labels(tokens: list[str]) -> list[str]:
     """Unique labels: the position, then the token in quotes with its whitespace made visible ("3 ‘42’")."""
-    return [f"{i} ‘{visible(tok)}’" for i, tok in enumerate(tokens)]
+    return [f"{i} {quoted(tok)}" for i, tok in enumerate(tokens)]
 
 
 def ranked_labels(tokens: list[str]) -> list[str]:
     """Unique labels for a ranking (not positions): "#1 ‘the’", "#2 ‘a’", ..."""
-    return [f"#{i + 1} ‘{visible(tok)}’" for i, tok in enumerate(tokens)]
+    return [f"#{i + 1} {quoted(tok)}" for i, tok in enumerate(tokens)]
 
 
 def signed_format(span: float) -> str:

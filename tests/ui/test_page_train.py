@@ -93,6 +93,8 @@ def test_tiny_training_finishes_saves_and_opens_on_every_page(_setup):
     assert len(saved) == 1
     assert any(m.value.startswith("Its answer for `d a c b`") for m in at.markdown)
     assert at.dataframe[0].value["name"].tolist() == ["tiny copy"]  # "your models"
+    # its accuracy as the metric above says it ("100.0%"), not as a share (1)
+    assert at.dataframe[0].value["accuracy"].tolist() == [pytest.approx(float(shown["accuracy"].rstrip("%")), abs=0.05)]
     key = f"user:{saved[0].name}"
     text = at.session_state["text"]  # the default model's English example
     at.button(key="tr_open_job").click().run()
