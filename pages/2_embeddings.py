@@ -155,8 +155,9 @@ if not rotary:  # a RoPE model adds nothing to the embeddings: no balance to sho
         bal = scale_balance(tok, scaled, pe)
         st.markdown(t("emb_means", tok=bal["tok"], scaled=bal["scaled"], pe=bal["pe"]) + " "
                     + t("emb_model_scales" if cfg.scale_embedding else "emb_model_no_scale", factor=bal["factor"]))
-        if bal["pe"] > 0:
-            st.markdown(t("emb_scale_would", sqrt=bal["sqrt_scaled"], ratio=bal["sqrt_scaled"] / bal["pe"],
+        if bal["pe"] > 0:  # a model that scales has no "would": the ratio it runs with
+            st.markdown(t("emb_scale_is", now=bal["scaled"] / bal["pe"]) if cfg.scale_embedding else
+                        t("emb_scale_would", sqrt=bal["sqrt_scaled"], ratio=bal["sqrt_scaled"] / bal["pe"],
                           now=bal["scaled"] / bal["pe"]))
         names = [t("emb_bar_tok"), t("emb_bar_scaled"), t("emb_bar_sqrt"), t("emb_bar_pe")]
         chart(bars(names, [bal["tok"], bal["scaled"], bal["sqrt_scaled"], bal["pe"]], x_title=t("emb_mean_abs"),

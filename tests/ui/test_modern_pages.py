@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.apptest import array, figure, harness_language, open_app, open_export, page_names
+from harness.apptest import EN, array, figure, harness_language, open_app, open_export, page_names
 from service import catalog
 from transformer_core.analysis.positions import rope_offset_scores
 
@@ -361,3 +361,16 @@ def test_model_page_puts_qwen3_beside_qwen25_and_the_course():
     assert "**RMSNorm over each head's q and k first (QK-norm)**" in cells
     ffn = open_app("ffn", model=QWEN3, text=TEXT)
     assert "**Qwen3-0.6B**" in [m.value for m in ffn.markdown]
+
+
+def test_the_parts_table_says_its_course_column_is_drawn_at_this_model_s_sizes():
+    """The column "The course (2017)" read "W₂ ReLU(W₁x), d_ffn 1536" for the default model, where the course's FFN
+    is 2048 wide: the column draws the course's design at this model's sizes (so that only the design is compared),
+    and its heading says so."""
+    model = catalog.load("shipped:everyday-gpt", "cpu")[0]
+    assert model.cfg.d_ffn != 2048
+    at = open_app("ffn", model="shipped:everyday-gpt", text=TEXT)
+    assert not at.exception
+    shown = [m.value for m in at.markdown]
+    assert f"**{EN['mdl_vs_course_col']}**" in shown and "at this model's sizes" in EN["mdl_vs_course_col"]
+    assert f"W₂ ReLU(W₁x), d_ffn {model.cfg.d_ffn}" in shown

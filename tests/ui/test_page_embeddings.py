@@ -133,3 +133,17 @@ def test_a_compacted_vocabulary_says_which_row_a_token_id_selects(lang, said):
     with torch.inference_mode():  # row `row` of E is the token embedding the trace recorded for that token
         emb = model.decoder.embed.tok.weight[row].float()
     assert torch.allclose(trace.embeddings("decoder").tok[0, ids.index(row)].float(), emb)
+
+
+@pytest.mark.parametrize("model, scales", [("shipped:everyday-gpt", True), (SMALL, False)])
+def test_the_balance_sentence_says_would_only_for_a_model_that_does_not_scale(model, scales):
+    """The default model multiplies by √d_model, yet the page said "With √d_model scaling the token embedding would
+    have mean |value| 0.523, 0.9× the PE's (as this model runs: 0.9×)": a model that scales gets the ratio it runs
+    with; one that does not, what scaling would give beside what it runs with."""
+    assert catalog.load(model, "cpu")[0].cfg.scale_embedding is scales
+    at = open_app(PAGE, model=model, text=SENT_1)
+    assert not at.exception
+    shown = [m.value for m in at.markdown]
+    would = [m for m in shown if m.startswith("With √d_model scaling")]
+    runs = [m for m in shown if m.startswith("Scaled, the token embedding's mean |value| is")]
+    assert (len(would), len(runs)) == ((0, 1) if scales else (1, 0)), shown
