@@ -9,9 +9,20 @@ from transformer_core.analysis.blocks import kinds
 from transformer_core.analysis.compare import compare, extra_positions, score_pair
 from transformer_core.model.memory import KEEP_NONE
 from transformer_core.text.inputs import token_labels
-from ui.answers import answer_picker
+from ui.answers import answer_picker, names_note, preset_names
 from ui.errors import show_error
-from ui.figures import COLUMN_PX, DIVERGING, axis_labels, bars, prob_text, ranked_labels, token_heatmap, visible
+from ui.figures import (
+    COLUMN_PX,
+    DIVERGING,
+    axis_labels,
+    bars,
+    md_visible,
+    prob_text,
+    quoted,
+    ranked_labels,
+    token_heatmap,
+    visible,
+)
 from ui.guidance import try_these
 from ui.i18n import t
 from ui.session import page_context, through_app
@@ -85,7 +96,7 @@ def side_view(model, side, name: str, other_ids, key: str, zmax: float) -> None:
 
 def differences(model, comp) -> None:
     d = comp.diff
-    top = visible(token_labels(model, [d.top_id])[0])
+    top = md_visible(token_labels(model, [d.top_id])[0])  # in a metric's label and a sentence: markdown
     st.subheader(t("cmp_diff"))
     m1, m2, m3, m4 = st.columns(4)
     m1.metric(t("cmp_top", tok=top), f"{d.top_prob_b:.4f}", delta(d.top_prob_change), help=t("cmp_top_help"))
@@ -101,7 +112,7 @@ def differences(model, comp) -> None:
 
 def counted(more: list[tuple[str, int, int]], side: str) -> str:
     """‘ Mary’ (2 in B, 1 in A), ‘ John’ (1 in B, 0 in A); — when none."""
-    return ", ".join(t(f"cmp_count_{side}", tok=visible(x), n=n, m=m) for x, n, m in more) or "—"
+    return ", ".join(t(f"cmp_count_{side}", tok=md_visible(x), n=n, m=m) for x, n, m in more) or "—"
 
 
 @st.cache_data(show_spinner=False, max_entries=64, ttl=1800)
@@ -121,8 +132,10 @@ def pair_section(ctx, comp, text_b: str, tgt_b: str | None) -> None:
     top = list(comp.a.next_token.ids)
     ca, cb = st.columns(2)
     context = list(comp.a.ids)
+    names = preset_names(st.session_state.get("text", ""), f"cmp_x_{ctx.key}", f"cmp_y_{ctx.key}")
     x = answer_picker(t("cmp_pair_x"), f"cmp_x_{ctx.key}", model, top, index=0, context=context, container=ca)
     y = answer_picker(t("cmp_pair_y"), f"cmp_y_{ctx.key}", model, top, index=1, context=context, container=cb)
+    names_note(names, x, y, "XY")
     if x is None or y is None:
         return
     try:
@@ -130,14 +143,14 @@ def pair_section(ctx, comp, text_b: str, tgt_b: str | None) -> None:
     except Exception as exc:  # noqa: BLE001 - no room for a long answer, or anything else: a message
         show_error(exc)
         return
-    names = {"x": visible(x.answer.text), "y": visible(y.answer.text)}
+    names = {"x": md_visible(x.answer.text), "y": md_visible(y.answer.text)}  # sentences drawn as markdown
     m1, m2, m3 = st.columns(3)
     m1.metric(t("cmp_pair_margin_a"), f"{pair.margin_a:+.3f}")
     m2.metric(t("cmp_pair_margin_b"), f"{pair.margin_b:+.3f}")
     m3.metric(t("cmp_pair_change"), f"{pair.margin_b - pair.margin_a:+.3f}")
     cols = {"a": t("cmp_pair_col_a"), "b": t("cmp_pair_col_b"), "pa": t("cmp_pair_col_pa"), "pb": t("cmp_pair_col_pb")}
     table(pd.DataFrame({
-        t("cmp_pair_col_answer"): [f"‘{names['x']}’", f"‘{names['y']}’"],
+        t("cmp_pair_col_answer"): [quoted(x.answer.text), quoted(y.answer.text)],
         cols["a"]: list(pair.a), cols["b"]: list(pair.b),
         cols["pa"]: [float(np.exp(v)) for v in pair.a], cols["pb"]: [float(np.exp(v)) for v in pair.b],
     }), "compare_pair", formats={c: "%.4f" for c in cols.values()})

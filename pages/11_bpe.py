@@ -8,7 +8,7 @@ import streamlit as st
 from transformer_core.analysis.bpe import HINT_WORDS, han_examples, text_merges, token_playback, word_build
 from transformer_core.text.tokenizer import character_labels, display_bytes
 from ui.errors import show_error
-from ui.figures import axis_labels, bars, quoted, visible
+from ui.figures import axis_labels, bars, md_visible, quoted, visible
 from ui.i18n import lang, t
 from ui.model_choice import load_selected_model
 from ui.session import through_app
@@ -51,7 +51,7 @@ def one_token(tid: int, encoding: str) -> None:
     except Exception as exc:  # noqa: BLE001 - a special token or anything else: a message
         show_error(exc)
         return
-    st.markdown(t("bpe_token_text", tok=visible(pb.label), id=pb.id, bytes=count_text("bpe_n_bytes", len(pb.raw)),
+    st.markdown(t("bpe_token_text", tok=md_visible(pb.label), id=pb.id, bytes=count_text("bpe_n_bytes", len(pb.raw)),
                   merges=count_text("bpe_n_merges_short", pb.n_merges)))
     if pb.n_merges == 0:
         st.info(t("bpe_single"), icon="🧱")

@@ -55,10 +55,11 @@ def target_caption(name: str) -> str:
 
 def training_text() -> str | None:
     """The pasted text, or an uploaded .txt file (None after a shown error)."""
-    # no type filter, here and for model files: the browser would refuse another file in English ("application/zip
-    # files are not allowed"); the server's checks say it in the learner's language
-    up = st.file_uploader(t("tr_txt_upload"), key="tr_txt_file", max_upload_size=1,
-                          help=t("tr_txt_upload_help"))
+    # no type filter and no size limit of its own, here and for model files: the browser would refuse another file,
+    # or one over 1 MB, in English and beside the last file it took ("application/zip files are not allowed", "File
+    # must be 1.0MB or smaller") while training went on from the box; the server's checks say it in the learner's
+    # language (the server's own upload limit stays, .streamlit/config.toml)
+    up = st.file_uploader(t("tr_txt_upload"), key="tr_txt_file", help=t("tr_txt_upload_help"))
     body = st.text_area(t("tr_txt_body"), TEXT, key="tr_txt_body", height=160,
                         max_chars=uploads.MAX_TEXT_UPLOAD_BYTES)
     if up is None:

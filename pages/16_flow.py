@@ -12,7 +12,7 @@ from transformer_core.model.trace import run_with_trace
 from transformer_core.text.inputs import token_labels
 from ui.chart_theme import HEAD_COLOURS
 from ui.errors import show_error
-from ui.figures import axis_labels, prob_text, visible
+from ui.figures import axis_labels, md_visible, prob_text, visible
 from ui.guidance import try_these
 from ui.i18n import t
 from ui.nav import open_ffn, open_head
@@ -120,7 +120,7 @@ threshold = float(c2.slider(t("flow_threshold"), 0.01, 0.5, THRESHOLD, 0.01, key
                             help=t("flow_threshold_help")))
 probs = ctx.trace.logits_at(position).float().softmax(-1)
 top = int(probs.argmax())
-st.markdown(t("flow_predicts", tok=visible(labels[position]), top=visible(token_labels(model, [top])[0]),
+st.markdown(t("flow_predicts", tok=md_visible(labels[position]), top=md_visible(token_labels(model, [top])[0]),
               p=prob_text(probs[top])))
 
 edges = flow.routes(threshold, position)

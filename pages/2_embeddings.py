@@ -12,7 +12,7 @@ from transformer_core.analysis.positions import (
 from transformer_core.model.positional import sinusoid_table
 from transformer_core.text.inputs import real_ids, sequence_labels, token_labels
 from ui.errors import show_error
-from ui.figures import DIVERGING, SEQUENTIAL, axis_labels, bars, lines, quoted, token_heatmap
+from ui.figures import DIVERGING, SEQUENTIAL, axis_labels, bars, lines, md_quoted, token_heatmap
 from ui.guidance import look_for
 from ui.i18n import t
 from ui.session import page_context, through_app
@@ -53,7 +53,7 @@ st.caption(t("emb_shapes", side=t(f"map_side_{side}"), n=n_tok, d=d, shape=f"(1,
 differ = [(row, tid) for row, tid in zip(ids.tolist(), real_ids(ctx.model, ids), strict=True) if row != tid]
 if differ:
     row, tid = differ[-1]
-    st.caption(t("emb_rows", v=cfg.vocab_size, enc=cfg.encoding, tok=quoted(token_labels(ctx.model, [row])[0]),
+    st.caption(t("emb_rows", v=cfg.vocab_size, enc=cfg.encoding, tok=md_quoted(token_labels(ctx.model, [row])[0]),
                  tid=tid, row=row))
 
 lo, hi = st.slider(t("emb_dims"), 0, d - 1, (0, min(d, 64) - 1), key=f"emb_dims_{d}",

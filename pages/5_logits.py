@@ -11,7 +11,7 @@ from transformer_core.errors import SamplingError
 from transformer_core.text.inputs import end_of_text_id, real_ids, sequence_labels, token_labels, unknown_id
 from transformer_core.text.tokenizer import tokens_of
 from ui.errors import error_text, show_error
-from ui.figures import bars, lines, quoted, ranked_labels, visible
+from ui.figures import bars, lines, md_quoted, quoted, ranked_labels, visible
 from ui.guidance import look_for
 from ui.i18n import t
 from ui.sampling_view import MAX_SHOWN, RANGES, in_browser, sampling_view, view_data
@@ -43,7 +43,7 @@ if len(dec) > 1:  # the key carries the length, so a grown sequence opens on its
 else:
     pos = 0
     st.caption(t("log_one_position"))
-st.caption(t("log_position_caption", pos=pos, tok=quoted(labels[pos]), next=pos + 1))
+st.caption(t("log_position_caption", pos=pos, tok=md_quoted(labels[pos]), next=pos + 1))
 
 # the controls' values may come from a shared link: defaults are set once, then the widgets own them
 for key, default, lo, hi in (("log_T", *RANGES["T"][:3]), ("log_topk", 0, 0, cfg.vocab_size),
@@ -93,7 +93,7 @@ def distribution_view(row, random_init: bool) -> None:
     m3.metric(t("log_kept"), dist.kept)
     names = token_labels(model, dist.ids, dec)
     if not random_init:
-        look_for("logits", after=quoted(labels[pos]), tok=quoted(names[0]), p=dist.probs[0])
+        look_for("logits", after=md_quoted(labels[pos]), tok=md_quoted(names[0]), p=dist.probs[0])
     chart(bars(ranked_labels(names), dist.probs, title=t("log_chart"), y_title=t("col_prob"), x_title=t("col_prob"),
                secondary=(t("col_prob_raw"), dist.raw), height=max(260, 26 * len(names) + 100), x_format="~%",
                hover_format=".4~g"), "log_probs")
@@ -162,7 +162,7 @@ def _append(model, src: list[int], dec: list[int], steps: int) -> None:
         ss["_log_flash"] = ("error", error_text(exc))
         return
     set_generated(list(generated()) + new)
-    text = t("log_added", toks=" ".join(quoted(x) for x in token_labels(model, new))) if new else ""
+    text = t("log_added", toks=" ".join(md_quoted(x) for x in token_labels(model, new))) if new else ""
     if new and new[-1] == end_of_text_id(model):
         ss["_log_flash"] = ("info", f"{text} {t('log_stopped_eot')}")
     else:

@@ -13,7 +13,7 @@ from ui import cache
 from ui.answers import answer_picker
 from ui.chart_theme import HEAD_COLOURS
 from ui.errors import show_error
-from ui.figures import axis_labels, lines, prob_text, token_heatmap, visible
+from ui.figures import axis_labels, lines, md_visible, prob_text, token_heatmap, visible
 from ui.guidance import lens_hint
 from ui.i18n import t
 from ui.plain_figures import figure
@@ -61,7 +61,7 @@ def attribution_section(pos: int, token: int) -> None:
                   "yaxis": {"title": t("dla_axis")}})
     chart(fig, "dla_bars")
     top = np.unravel_index(np.abs(a.heads).argmax(), a.heads.shape)
-    st.markdown(t("dla_sum", tok=visible(token_labels(model, [a.token])[0]), logit=a.logit, total=a.total,
+    st.markdown(t("dla_sum", tok=md_visible(token_labels(model, [a.token])[0]), logit=a.logit, total=a.total,
                   residue=a.residue, const=a.constant, layer=int(top[0]), head=int(top[1]),
                   value=float(a.heads[top]), ffn=int(np.abs(a.ffn).argmax()), fv=float(a.ffn[np.abs(a.ffn).argmax()])))
     st.caption(t("dla_scale_" + a.norm, scale=a.scale) + no_final_norm_note())
@@ -171,7 +171,7 @@ if n > WINDOW:
 
 final = lens.tokens[-1][at][0]
 formed = int(lens.settled_rows()[at])  # the earliest row from which the final answer stays on top
-st.markdown(t("lens_formed", pos=pos_labels[pos], tok=visible(final), row=rows[formed],
+st.markdown(t("lens_formed", pos=pos_labels[pos], tok=md_visible(final), row=rows[formed],
               p=prob_text(lens.probs[-1, at, 0])))
 
 followed = answer_section(pos, rows)

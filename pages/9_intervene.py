@@ -24,7 +24,7 @@ from transformer_core.errors import InputError
 from transformer_core.model.memory import KEEP_NONE
 from transformer_core.model.transformer import param_counts
 from transformer_core.text.inputs import sequence_labels, token_labels
-from ui.answers import Picked, answer_picker, preset_answer, spelled
+from ui.answers import Picked, answer_picker, names_note, preset_names, spelled
 from ui.errors import show_error
 from ui.figures import axis_labels, bars, quoted, ranked_labels, signed_format, token_heatmap, visible
 from ui.guidance import try_these
@@ -276,10 +276,8 @@ def effects(ctx) -> Choice:
                       horizontal=True)
     mode = c2.radio(t("iv_mode"), ABLATION_MODES, key="he_mode", format_func=lambda m: t(f"iv_mode_{m}"),
                     horizontal=True)
-    names = repeated_name(ss.get("text", ""))
-    if names and metric != "loss":  # an IOI text: the answers start as its two names (A the right one)
-        preset_answer(f"he_a_{ctx.key}", next_word(names[1]))
-        preset_answer(f"he_b_{ctx.key}", next_word(names[0]))
+    # an IOI text: the answers start as its two names (A the right one)
+    names = preset_names(ss.get("text", ""), f"he_a_{ctx.key}", f"he_b_{ctx.key}") if metric != "loss" else None
     ca, cb = st.columns(2)
     context = ctx.trace.decoder_ids.tolist()
     a = answer_picker(t("he_token_a"), f"he_a_{ctx.key}", model, top, index=0, context=context,
@@ -287,8 +285,7 @@ def effects(ctx) -> Choice:
     b = answer_picker(t("he_token_b"), f"he_b_{ctx.key}", model, top, index=1, context=context,
                       disabled=metric != "logit_diff", container=cb)
     choice = Choice(metric, a, b)
-    if names and [p and p.answer.text for p in (a, b)] == [next_word(names[1]), next_word(names[0])]:
-        st.caption(t("ans_ioi_default", io=names[1], s=names[0]))  # the pair the IOI work measures
+    names_note(names, a, b)
     if choice.problem:
         st.info(t(choice.problem), icon="👆")
         return choice

@@ -44,13 +44,16 @@ CARD_TEXT_FIELDS = ("task", "example_src", "example_tgt", "accuracy_metric")
 
 
 def read_text_upload(raw: bytes) -> str:
-    """An uploaded .txt file as text; TrainingError when it is too large or not UTF-8."""
+    """An uploaded .txt file as text; TrainingError when it is too large, not UTF-8 or holds no text."""
     if len(raw) > MAX_TEXT_UPLOAD_BYTES:
         raise TrainingError("upload_text_too_large", mb=MAX_TEXT_UPLOAD_BYTES // 2**20)
     try:
-        return raw.decode("utf-8-sig")
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise TrainingError("upload_text_not_utf8", byte=exc.start) from exc
+    if not text.strip():  # said of the file: "the training text is empty" beside "training on the uploaded file"
+        raise TrainingError("upload_text_empty")
+    return text
 
 
 def inspect_model_upload(raw: bytes, filename: str) -> tuple[TransformerConfig, Inspected]:

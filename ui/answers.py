@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from transformer_core.analysis.answers import Answer, answer_of_ids, answer_of_text, with_space
+from transformer_core.analysis.corruptions import next_word, repeated_name
 from transformer_core.errors import InputError
 from transformer_core.text.inputs import token_labels
 
@@ -45,6 +46,23 @@ def preset_answer(key: str, text: str) -> None:
     if key not in ss:
         ss[key] = OTHER
         ss[f"{key}_text"] = text
+
+
+def preset_names(text: str, key_a: str, key_b: str) -> tuple[str, str] | None:
+    """An IOI text (one name said once, another twice): the two pickers start on its names, the first on the right
+    answer (the name said once), the second on the repeated one (until the learner changes them). The names
+    (repeated, once), or None."""
+    names = repeated_name(text)
+    if names:
+        preset_answer(key_a, next_word(names[1]))
+        preset_answer(key_b, next_word(names[0]))
+    return names
+
+
+def names_note(names: tuple[str, str] | None, a: Picked | None, b: Picked | None, letters: str = "AB") -> None:
+    """While the pickers still hold an IOI text's two names, say why (the pair the IOI work measures)."""
+    if names and [p and p.answer.text for p in (a, b)] == [next_word(names[1]), next_word(names[0])]:
+        st.caption(t("ans_ioi_default", io=names[1], s=names[0], a=letters[0], b=letters[1]))
 
 
 def answer_picker(label: str, key: str, model, top_ids: list[int], *, index: int = 0, context=None,

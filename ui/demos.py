@@ -3,7 +3,6 @@ two lines of "what you should see" filled with those figures, a button that open
 that opens it anywhere (a new tab, a shared link, the first request to a fresh server)."""
 from __future__ import annotations
 
-import re
 from urllib.parse import quote, urlencode
 
 import streamlit as st
@@ -14,14 +13,13 @@ from transformer_core.analysis.head_effects import CHUNK_BYTES
 
 from . import cache
 from .errors import error_text
-from .figures import visible
+from .figures import plain, visible
 from .i18n import lang, t
 from .nav import switch
 from .state import open_link, viewer
 from .widgets import in_rows
 
 ss = st.session_state
-MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")  # characters markdown (or its LaTeX) would read as markup
 GO = "_demo_go"  # the page a demo's button asked for: the gallery switches to it on its next run
 # what a view's own widgets remember in a session (a head picked, answers typed, a text B, a cell clicked): a demo
 # opens its view afresh, as its link does in a new tab
@@ -70,11 +68,6 @@ def unavailable(demo: Demo) -> str | None:
     if demo.model.startswith("shipped:") and catalog.entry(demo.model, viewer()) is None:
         return t("demo_missing_model", name=demo.model.partition(":")[2])
     return None
-
-
-def plain(text: str) -> str:
-    """A text shown as it is inside markdown (a held-out snippet may hold "*" or "$")."""
-    return MARKDOWN.sub(r"\\\1", text)
 
 
 def lines(demo: Demo, found: Reading, label: str) -> list[str]:

@@ -16,9 +16,10 @@ from transformer_core.errors import (
     SamplingError,
     TaskError,
     TrainingError,
+    message,
 )
 
-from .i18n import lang, t
+from .i18n import lang, strings, t
 
 log = logging.getLogger(__name__)
 # (kind of box, icon) per family; input the learner can fix is a warning, the rest an error
@@ -30,6 +31,9 @@ STYLE = [(InputError, "warning", "✍️"), (TaskError, "warning", "🔤"), (Sam
 def error_text(exc: BaseException) -> str:
     """The learner's sentence for an error."""
     if isinstance(exc, ExplorerError):
+        field = exc.params.get("field")
+        if exc.code == "train_range" and f"tr_{field}" in strings():  # a setting named as its box on the Train page
+            return message(exc.code, lang(), **{**exc.params, "field": t(f"tr_{field}")})
         return exc.text(lang())
     log.exception("unexpected error", exc_info=exc)
     return t("err.unexpected")

@@ -20,6 +20,7 @@ SEQUENTIAL = "Blues"
 MASK_COLOUR = "rgba(120,120,120,0.35)"
 _BREAKS = {"\t": "⇥", "\n": "⏎", "\r": "␍"}  # tab, newline, carriage return
 LINE_BREAKS, WHITESPACE = str.maketrans(_BREAKS), str.maketrans({" ": "␣", **_BREAKS})
+MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")  # characters markdown (or its LaTeX) would read as markup
 # characters that draw nothing: controls, the soft hyphen, zero-width spaces and joiners, direction marks and
 # isolates, the byte-order mark (a token of them alone showed as "" or " 1/3")
 INVISIBLE = re.compile("[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e"
@@ -39,6 +40,22 @@ def visible(token: str, spaces: bool = True) -> str:
 def quoted(token: str) -> str:
     """A token as every label and sentence quotes it: ‘␣mat’ (visible() inside single curly quotes)."""
     return f"‘{visible(token)}’"
+
+
+def plain(text: str) -> str:
+    """A text shown as it is inside markdown (a token may be "**" or "$": two of them in one sentence made the text
+    between them bold or a formula)."""
+    return MARKDOWN.sub(r"\\\1", text)
+
+
+def md_visible(token: str) -> str:
+    """visible(), for a sentence drawn as markdown (st.markdown, st.caption, a metric's label, a message box)."""
+    return plain(visible(token))
+
+
+def md_quoted(token: str) -> str:
+    """quoted(), for a sentence drawn as markdown."""
+    return f"‘{md_visible(token)}’"
 
 
 def axis_labels(tokens: list[str]) -> list[str]:

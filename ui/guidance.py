@@ -7,7 +7,7 @@ import streamlit as st
 
 from service import catalog
 
-from .figures import prob_text, quoted
+from .figures import md_quoted, prob_text
 from .i18n import t
 from .model_choice import try_example
 from .state import viewer
@@ -105,7 +105,7 @@ def surprise_hint(sur) -> None:
     """The most and the least surprising token of this text, each with its position (one token can be both, at two
     places), what the model expected instead of the worst, and what the mean loss averages."""
     worst, best = sur.extremes()  # positions 1..T-1: entry position - 1 of the arrays
-    look_for("surprise", worst=quoted(sur.labels[worst]), wp=worst, pw=prob_text(sur.prob[worst - 1]),
-             bw=float(sur.bits[worst - 1]), exp=quoted(sur.expected_labels[worst - 1]),
-             pe=prob_text(sur.expected_prob[worst - 1]), best=quoted(sur.labels[best]), bp=best,
+    look_for("surprise", worst=md_quoted(sur.labels[worst]), wp=worst, pw=prob_text(sur.prob[worst - 1]),
+             bw=float(sur.bits[worst - 1]), exp=md_quoted(sur.expected_labels[worst - 1]),
+             pe=prob_text(sur.expected_prob[worst - 1]), best=md_quoted(sur.labels[best]), bp=best,
              pb=prob_text(sur.prob[best - 1]), loss=sur.mean_loss, n=len(sur.bits))

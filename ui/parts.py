@@ -12,14 +12,24 @@ from .i18n import t
 from .nav import link
 
 BESIDE = ("Qwen2.5-0.5B", "Qwen3-0.6B")  # the published configs shown beside the course's and this model's
+# a page's name wraps in its narrow column instead of being cut ("FFN & residua" at 1300 px): Streamlit keeps a page
+# link's label on one line
+WRAP_LINKS = ("<style>.stMain .st-key-parts_table [data-testid='stPageLink-NavLink'] :is(span, div, p)"
+              "{white-space:normal}</style>")
 
 
 def parts_table(cfg, parts: tuple[str, ...] | None = None) -> None:
     """Columns: part, the course's choice, each of BESIDE, this model's (bold where it differs from the course),
     the page that shows it."""
+    with st.container(key="parts_table"):
+        st.html(WRAP_LINKS)
+        _rows(cfg, parts)
+
+
+def _rows(cfg, parts: tuple[str, ...] | None) -> None:
     known = published_configs()
     beside = [name for name in BESIDE if name in known]
-    widths = [2, 3, *([3] * len(beside)), 3, 2]
+    widths = [2, 3, *([3] * len(beside)), 3, 3]
     for col, text in zip(st.columns(widths), [t("mdl_vs_part"), t("mdl_vs_course_col"), *beside, t("mdl_vs_this"),
                                               t("mdl_vs_where")], strict=True):
         col.markdown(f"**{text}**")

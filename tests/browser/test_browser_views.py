@@ -897,3 +897,23 @@ def test_chart_downloads_png_then_svg_and_table_downloads_csv(app, tab, lang, tm
     header = (tmp_path / "table.csv").read_text(encoding="utf-8").splitlines()[0]
     assert s("attn_col_key", lang) in header and s("attn_col_weight", lang) in header, header
     assert_clean(tab, app, f"attention after downloads ({lang})")
+
+
+CUT_LINKS = """() => [...document.querySelectorAll("[data-testid='stMain'] [data-testid='stPageLink-NavLink'] span")]
+    .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.innerText)"""
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_parts_table_names_each_page_whole_at_1300_px(app, tab, lang):
+    """The Model page's table of parts cut its "Where to look" links at 1300 px ("FFN & residua", "前馈网络与残"):
+    Streamlit keeps a page link's label on one line, in a column a sixth of the page wide. They wrap now."""
+    size = tab.viewport_size
+    tab.set_viewport_size({"width": 1300, "height": size["height"]})
+    try:
+        go(tab, app, "model", lang, charts=False, model="shipped:name-movers")
+        links = tab.locator(f"{MAIN} [data-testid='stPageLink-NavLink']").filter(has_text=s("nav_attention", lang))
+        expect(links.first).to_be_visible()
+        assert links.count() >= 3  # the table's three rows on attention
+        assert tab.evaluate(CUT_LINKS) == []
+    finally:
+        tab.set_viewport_size(size)

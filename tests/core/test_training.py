@@ -20,15 +20,15 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
 @pytest.mark.parametrize(("changes", "code", "words"), [
-    (dict(lr=0.0), "train_range", "lr must be between"),
-    (dict(lr=-1e-3), "train_range", "lr must be between"),
-    (dict(lr=float("nan")), "train_range", "lr must be between"),
-    (dict(batch_size=0), "train_range", "batch_size must be between 1 and 512"),
+    (dict(lr=0.0), "train_range", "lr” must be between"),
+    (dict(lr=-1e-3), "train_range", "lr” must be between"),
+    (dict(lr=float("nan")), "train_range", "lr” must be between"),
+    (dict(batch_size=0), "train_range", "batch_size” must be between 1 and 512"),
     (dict(d_model=66, n_heads=4), "config_heads", r"d_model \(66\) must be divisible by the number of heads \(4\)"),
-    (dict(max_iters=MAX_ITERS + 1), "train_range", "max_iters must be between 1 and"),
-    (dict(n_layers=0), "train_range", "n_layers must be between 1 and 24"),
-    (dict(dropout=1.0), "train_range", "dropout must be between 0.0 and 0.95"),
-    (dict(context=1), "train_range", "context must be between 2"),
+    (dict(max_iters=MAX_ITERS + 1), "train_range", "max_iters” must be between 1 and"),
+    (dict(n_layers=0), "train_range", "n_layers” must be between 1 and 24"),
+    (dict(dropout=1.0), "train_range", "dropout” must be between 0.0 and 0.95"),
+    (dict(context=1), "train_range", "context” must be between 2"),
     (dict(lr_schedule="linear"), "config_choice", "lr_schedule must be one of"),
     (dict(task="translate"), "unknown_task", "Unknown task"),
     (dict(text="   "), "train_text_empty", "paste some text to train on"),

@@ -107,10 +107,10 @@ def test_one_job_per_session(user_dir):
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    (dict(lr=0.0), "lr must be between"),
-    (dict(batch_size=0), "batch_size must be between 1 and 512"),
+    (dict(lr=0.0), "lr” must be between"),
+    (dict(batch_size=0), "batch_size” must be between 1 and 512"),
     (dict(d_model=66, n_heads=4), r"d_model \(66\) must be divisible by the number of heads \(4\)"),
-    (dict(max_iters=0), "max_iters must be between 1 and"),
+    (dict(max_iters=0), "max_iters” must be between 1 and"),
     (dict(d_model=1024, n_layers=24, n_heads=8), "parameters; the limit on this server is 50,000,000"),
 ])
 def test_bad_hyper_parameters_raise_training_error_and_start_nothing(changes, message):

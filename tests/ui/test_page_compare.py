@@ -221,3 +221,36 @@ def test_the_answers_picked_survive_an_empty_text_b():
     at.text_area(key="cmp_text_b").set_value(B).run()
     assert_clean(at)
     assert box().value == third and box().proto.default == box().index == 2
+
+
+@pytest.mark.parametrize("lang, text, right, repeated", [
+    ("zh", "张伟和李娜到了聚会上，李娜把礼物递给了", "张伟", "李娜"),
+    ("en", "When Mabel and Amos went to the shop, Amos gave a drink to", " Mabel", " Amos")])
+def test_an_ioi_text_starts_the_answers_on_its_two_names_as_the_ablation_page_does(lang, text, right, repeated):
+    """In 中文 the name-mover sentence's answers started on X = ‘张’ and Y = ‘␣Smith’ (the model's top two single
+    tokens: the names are two tokens each), and the page said the model prefers ‘张’ to ‘␣Smith’: the Ablation page
+    started on the two names, Compare did not. Both start on them now (X the right name, Y the repeated one)."""
+    model = "shipped:name-movers" if lang == "zh" else "shipped:everyday-gpt"
+    with harness_language(lang):
+        at = open_app(PAGE, model=model, text=text, lang=lang)
+        assert_clean(at)
+        boxes = {k: next(b for b in at.selectbox if str(b.key).startswith(f"cmp_{k}_")) for k in "xy"}
+        assert [b.value for b in boxes.values()] == [-1, -1]  # "any text…", typed
+        assert [at.text_input(key=f"{b.key}_text").value for b in boxes.values()] == [right, repeated]
+    from ui.i18n import strings
+
+    note = strings()["ans_ioi_default"][lang].format(io=right.strip(), s=repeated.strip(), a="X", b="Y")
+    assert note in [c.value for c in at.caption]
+
+
+def test_tokens_that_are_markdown_are_shown_as_they_are():
+    """"aaa $x$ and $y$ then **bold**": the list of tokens A has more often drew the text between two ‘$’ tokens as a
+    formula and between two ‘**’ as bold (the counts could not be read): every token in a sentence is escaped."""
+    text_a = "aaa $x$ and $y$ then **bold** and [lnk](javascript:alert(1)) done"
+    at = open_app(PAGE, model="shipped:everyday-gpt", text=text_a, lang="en")
+    at.text_area(key="cmp_text_b").set_value("aaa done").run()
+    assert_clean(at)
+    line = next(m.value for m in at.markdown if m.value.startswith("Tokens A has more often"))
+    assert "‘\\$’" in line, line  # the token ‘$’, escaped
+    for mark in ("$", "*", "[", "`"):  # none left for markdown (or its LaTeX) to read as markup
+        assert not re.search(r"(?<!\\)" + re.escape(mark), line), (mark, line)

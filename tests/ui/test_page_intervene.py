@@ -192,7 +192,7 @@ def test_answers_typed_outside_the_top_10_give_the_cores_numbers_on_every_sweep(
     quick = at.selectbox(key=f"he_a_{GPT}").options
     assert "‘␣Mabel’" not in quick and "‘␣Amos’" not in quick  # neither name is a quick pick
     assert [at.text_input(key=f"he_{w}_{GPT}_text").value for w in "ab"] == [" Mabel", " Amos"]  # IOI's answers
-    assert EN["ans_ioi_default"].format(io="Mabel", s="Amos") in [c.value for c in at.caption]
+    assert EN["ans_ioi_default"].format(io="Mabel", s="Amos", a="A", b="B") in [c.value for c in at.caption]
     clean = prepare(model, IOI_NAMES)
     for typed in (" Johnathan", " Mabel"):  # typed, as a learner does
         type_answer(at, "a", typed)

@@ -113,7 +113,9 @@ def test_bad_hyper_parameters_show_the_training_message():
     assert not at.exception
     assert any("d_model (66) must be divisible by the number of heads (4)" in e.value for e in at.error)
     choose(at, "copy", d_model=64, lr=-1.0).button(key="tr_start").click().run()
-    assert any("lr must be between" in e.value for e in at.error)
+    # the setting named as its box is labelled ("lr" is the notebook's name, TrainConfig.lr)
+    assert any("The setting “Learning rate” must be between" in e.value for e in at.error), at.error
+    assert not any("lr must" in e.value for e in at.error)
     assert jobs.running_count() == 0
 
 
@@ -189,3 +191,38 @@ def test_page_speaks_chinese():
     assert at.button(key="tr_start").label == "开始训练"
     assert "倒序：'=' 后面的答案是把输入的字母倒过来。" in at.radio(key="tr_target").proto.captions
     assert any("这个会话还没有训练" in c.value for c in at.caption)
+
+
+def test_an_impossible_setting_is_named_as_its_box_in_chinese():
+    """"设置 batch_size 必须在 1 到 512 之间（现在是 -4）": the Train page named a setting by its Python field, not by
+    the label of the box the learner typed it in (批大小)."""
+    with harness_language("zh"):
+        at = choose(open_app(PAGE, lang="zh"), "copy", batch_size=-4)
+        at.button(key="tr_start").click().run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert any(e.startswith("设置“批大小”必须在 1 到 512 之间") and "-4" in e for e in errors), errors
+    assert not any("batch_size" in e for e in errors)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_text_file_too_large_or_empty_is_refused_by_the_page_and_nothing_trains(lang):
+    """A 2.5 MB .txt was refused by the browser alone (a red icon, in English: "File must be 1.0MB or smaller"), and
+    "Start training" then trained on the box's sample text; an empty file got "the training text is empty" beside
+    "training on the uploaded file (0 characters)". The server reads every file and says what is wrong."""
+    from ui.i18n import strings
+
+    words = strings()
+    for name, raw, code in (("huge.txt", b"a b c " * 450_000, "err.upload_text_too_large"),
+                            ("empty.txt", b"  \n", "err.upload_text_empty")):
+        with harness_language(lang):
+            at = choose(open_app(PAGE, lang=lang), "text")
+            # the browser takes any file up to the server's limit (20 MB): the page says what is wrong with it
+            assert at.file_uploader(key="tr_txt_file").proto.max_upload_size_mb == 20
+            at.file_uploader(key="tr_txt_file").set_value((name, raw, "text/plain")).run()
+            assert not at.exception
+            said = words[code][lang].format(mb=1)
+            assert [e.value for e in at.error] == [said]
+            assert not any(i.value.startswith(words["tr_txt_using_file"][lang][:8]) for i in at.info)
+            at.button(key="tr_start").click().run()
+        assert jobs.running_count() == 0 and not jobs._JOBS
