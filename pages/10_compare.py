@@ -24,7 +24,7 @@ from ui.figures import (
     visible,
 )
 from ui.guidance import try_these
-from ui.i18n import t
+from ui.i18n import sentences, t
 from ui.session import page_context, through_app
 from ui.tools import (
     check_b,
@@ -112,7 +112,7 @@ def differences(model, comp) -> None:
 
 def counted(more: list[tuple[str, int, int]], side: str) -> str:
     """‘ Mary’ (2 in B, 1 in A), ‘ John’ (1 in B, 0 in A); — when none."""
-    return ", ".join(t(f"cmp_count_{side}", tok=md_visible(x), n=n, m=m) for x, n, m in more) or "—"
+    return t("list_sep").join(t(f"cmp_count_{side}", tok=md_visible(x), n=n, m=m) for x, n, m in more) or "—"
 
 
 @st.cache_data(show_spinner=False, max_entries=64, ttl=1800)
@@ -154,8 +154,8 @@ def pair_section(ctx, comp, text_b: str, tgt_b: str | None) -> None:
         cols["a"]: list(pair.a), cols["b"]: list(pair.b),
         cols["pa"]: [float(np.exp(v)) for v in pair.a], cols["pb"]: [float(np.exp(v)) for v in pair.b],
     }), "compare_pair", formats={c: "%.4f" for c in cols.values()})
-    st.markdown(" ".join(prefers(pair, side, names) for side in ("a", "b")) + " " + t(
-        "cmp_pair_moved", d=f"{pair.margin_b - pair.margin_a:+.3f}", x=names["x"], y=names["y"]))
+    st.markdown(sentences(*(prefers(pair, side, names) for side in ("a", "b")), t(
+        "cmp_pair_moved", d=f"{pair.margin_b - pair.margin_a:+.3f}", x=names["x"], y=names["y"])))
     if len(x.answer) > 1 or len(y.answer) > 1:
         st.caption(t("cmp_pair_multi"))
 

@@ -8,7 +8,7 @@ from transformer_core.text.tokenizer import available_encodings, tokenize
 from ui.errors import show_error
 from ui.figures import visible
 from ui.guidance import look_for
-from ui.i18n import t
+from ui.i18n import sentences, t
 from ui.model_choice import load_selected_model
 from ui.session import through_app
 from ui.widgets import count_text, explain, linked_token_view, table, token_chips
@@ -89,7 +89,7 @@ def subset_sentence(why: dict, enc: str, a: int, b: int) -> str:
                                                           ("tok_why_whole", why["whole"])) if n]
     said.append(t("tok_why_here", parts=t("tok_why_and").join(here), a=a, b=b, base=base) if here
                 else t("tok_why_same", base=base, a=a))
-    return " ".join(said)
+    return sentences(*said)
 
 
 def r50k_sentence(counts: dict, ref: str) -> str:
@@ -116,10 +116,10 @@ try:
     c = why["counts"]
     if why["subset"]:
         ref = why["base"]
-        st.markdown(" ".join([subset_sentence(why, encoding, c[encoding], c[ref]), r50k_sentence(c, ref)]))
+        st.markdown(sentences(subset_sentence(why, encoding, c[encoding], c[ref]), r50k_sentence(c, ref)))
     else:
         ref = encoding if encoding != "r50k_base" else "cl100k_base"
-        st.markdown(t("tok_why_base") + " " + r50k_sentence(c, ref))
+        st.markdown(sentences(t("tok_why_base"), r50k_sentence(c, ref)))
 except Exception as exc:  # noqa: BLE001 - an encoding that cannot load offline
     show_error(exc)
 others = [e for e in available_encodings() if e not in shown]
@@ -139,7 +139,7 @@ if second.strip():  # the source and the target, padded together
 else:  # one text (a decoder reads one): pair it with its first half, so there is a shorter row to pad
     second = ss.text[: len(ss.text) // 2]
     st.subheader(t("tok_batch_half"))
-    st.markdown(t("tok_batch_half_intro" if second.strip() else "tok_batch_none") + " " + t("tok_batch_intro"))
+    st.markdown(sentences(t("tok_batch_half_intro" if second.strip() else "tok_batch_none"), t("tok_batch_intro")))
 texts = [ss.text, second]
 if texts[1].strip():
     ids, lengths, mask = padded_batch(texts, encoding, max_tokens=model.cfg.max_len)

@@ -36,7 +36,7 @@ from ui.figures import (
 )
 from ui.guidance import attention_hint
 from ui.head_view import head_view, model_view_figure
-from ui.i18n import t
+from ui.i18n import sentences, t
 from ui.model_choice import load_selected_model
 from ui.panels import panel_heatmaps, thumbnails
 from ui.plain_figures import figure
@@ -86,7 +86,7 @@ def selectors(model) -> tuple[str, dict]:
     if ss.get("att_scale") not in SCALES:
         ss.att_scale = "01"
     c1, c2, c3, c4, c5 = st.columns([1, 3, 1, 3, 2])
-    c2.selectbox(t("att_block"), kinds, key="block", on_change=_on_block_change,
+    c2.selectbox(t("att_block"), kinds, key="block", on_change=_on_block_change, help=t("att_block_help"),
                  format_func=lambda k: t("block_gpt_self" if not model.is_encoder_decoder else KIND_LABEL[k]))
     return ss.block, {"layer": c1.empty(), "head": c3.empty(), "mask": c4.empty(), "scale": c5.empty()}
 
@@ -290,8 +290,8 @@ def what_head_does(record, head: int) -> None:
     if not record.labels:
         st.caption(t("head_what_none", head=head))
         return
-    lines = [t("head_what", head=head, kind=t("head_kind_" + k), score=record.scores[k])
-             + " " + t("head_on_probe" if k in PROBE_PATTERNS else "head_on_text") + " " + t("head_does_" + k)
+    lines = [sentences(t("head_what", head=head, kind=t("head_kind_" + k), score=record.scores[k]),
+                       t("head_on_probe" if k in PROBE_PATTERNS else "head_on_text"), t("head_does_" + k))
              for k in record.labels]
     st.info("\n\n".join(lines), icon="🔎")
 

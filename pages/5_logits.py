@@ -13,7 +13,7 @@ from transformer_core.text.tokenizer import tokens_of
 from ui.errors import error_text, show_error
 from ui.figures import bars, lines, md_quoted, quoted, ranked_labels, visible
 from ui.guidance import look_for
-from ui.i18n import t
+from ui.i18n import sentences, t
 from ui.sampling_view import MAX_SHOWN, RANGES, in_browser, sampling_view, view_data
 from ui.session import page_context, through_app
 from ui.state import generated, set_generated, sync_url
@@ -164,9 +164,9 @@ def _append(model, src: list[int], dec: list[int], steps: int) -> None:
     set_generated(list(generated()) + new)
     text = t("log_added", toks=" ".join(md_quoted(x) for x in token_labels(model, new))) if new else ""
     if new and new[-1] == end_of_text_id(model):
-        ss["_log_flash"] = ("info", f"{text} {t('log_stopped_eot')}")
+        ss["_log_flash"] = ("info", sentences(text, t("log_stopped_eot")))
     else:
-        full_note = f"{text} {t('log_full', n=model.cfg.max_len)}".strip()
+        full_note = sentences(text, t("log_full", n=model.cfg.max_len))
         ss["_log_flash"] = ("warning", full_note) if len(new) < steps else ("success", text)
 
 

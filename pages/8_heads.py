@@ -21,7 +21,7 @@ from ui.errors import show_error
 from ui.figures import COLUMN_PX, axis_labels, bars, lines, token_heatmap, visible
 from ui.guidance import heads_hint, sinks_hint
 from ui.head_grid import head_grid
-from ui.i18n import t
+from ui.i18n import sentences, t
 from ui.nav import open_head
 from ui.session import page_context, through_app
 from ui.tools import cut_note, export_panel, inputs, kind_name, prep_for, probe_length, reserve
@@ -138,7 +138,7 @@ def catalogue(ctx) -> None:
         **{t(f"hd_pat_{p}"): [r.scores.get(p) for r in keep] for p in present},
     })
     table(df, "head_catalogue", formats={c: "%.3f" for c in [t("hd_col_score"), *(t(f"hd_pat_{p}") for p in present)]})
-    st.caption(t("hd_sort_hint") + " " + t("hd_probe_note", count=probe_count(model, length), length=length))
+    st.caption(sentences(t("hd_sort_hint"), t("hd_probe_note", count=probe_count(model, length), length=length)))
 
     c1, c2 = st.columns([3, 1])
     choice = c1.selectbox(t("hd_open_pick"), range(len(records)), key=f"hd_open_{len(records)}",
@@ -186,7 +186,7 @@ def sinks(ctx) -> None:
         }), "attention_sinks", formats={t("sk_col_weight"): "%.4f"})
     else:
         best = every[0].first_weight if every else 0.0
-        st.info(t("sk_none", thr=thr, best=f"{best:.3f}") + " " + t("sk_none_why"), icon="ℹ️")
+        st.info(sentences(t("sk_none", thr=thr, best=f"{best:.3f}"), t("sk_none_why")), icon="ℹ️")
     export_panel(found, "sinks", ctx, threshold=thr)
     choices = found or every[:8]
     if not choices:
@@ -219,7 +219,8 @@ def sinks(ctx) -> None:
     else:
         small = removal.mean_kl < KL_SMALL and (loss is None or abs(loss) < KL_SMALL)
         verdict = "sk_verdict_small" if small else "sk_verdict_big"
-    st.markdown(t(verdict, **changes) + (" " + t("sk_emptied_note", **changes) if changes["emptied"] else ""))
+    emptied = "sk_emptied_note_one" if changes["emptied"] == 1 else "sk_emptied_note"  # "1 row", not "1 row(s)"
+    st.markdown(sentences(t(verdict, **changes), t(emptied, **changes) if changes["emptied"] else ""))
     q_lab, k_lab = labels_of(ctx, s.kind)
     kw = {"zmin": 0.0, "zmax": 1.0, "px_per_token": 16, "min_height": 280, "max_height": 700, "width_px": COLUMN_PX,
           "hovertemplate": "%{y} → %{x}: %{z:.4f}<extra></extra>"}

@@ -24,12 +24,12 @@ from transformer_core.errors import InputError
 from transformer_core.model.memory import KEEP_NONE
 from transformer_core.model.transformer import param_counts
 from transformer_core.text.inputs import sequence_labels, token_labels
-from ui.answers import Picked, answer_picker, names_note, preset_names, spelled
+from ui.answers import Picked, answer_picker, names_note, preset_names, several_tokens, spelled
 from ui.errors import show_error
 from ui.figures import axis_labels, bars, quoted, ranked_labels, signed_format, token_heatmap, visible
 from ui.guidance import try_these
 from ui.head_grid import head_grid
-from ui.i18n import t
+from ui.i18n import sentences, t
 from ui.nav import open_head
 from ui.session import page_context, through_app
 from ui.tools import (
@@ -271,13 +271,15 @@ def effects(ctx) -> Choice:
     st.header(t("he_title"))
     explain("he_intro")
     top = ctx.trace.logits_at(-1).float().topk(min(10, cfg.vocab_size)).indices.tolist()  # the model's top choices
+    # an IOI text: the answers start as its two names (A the right one)
+    names = preset_names(ss.get("text", ""), f"he_a_{ctx.key}", f"he_b_{ctx.key}")
+    # answers of several tokens (two-character Chinese names) are scored by log p: the metric says so by name
+    several = any(several_tokens(model, f"he_{w}_{ctx.key}") for w in "ab")
     c1, c2 = st.columns(2)
-    metric = c1.radio(t("he_metric"), METRICS, key="he_metric", format_func=lambda m: t(f"he_metric_{m}"),
-                      horizontal=True)
+    metric = c1.radio(t("he_metric"), METRICS, key="he_metric", horizontal=True, format_func=lambda m: t(
+        "he_metric_logit_diff_multi" if m == "logit_diff" and several else f"he_metric_{m}"))
     mode = c2.radio(t("iv_mode"), ABLATION_MODES, key="he_mode", format_func=lambda m: t(f"iv_mode_{m}"),
                     horizontal=True)
-    # an IOI text: the answers start as its two names (A the right one)
-    names = preset_names(ss.get("text", ""), f"he_a_{ctx.key}", f"he_b_{ctx.key}") if metric != "loss" else None
     ca, cb = st.columns(2)
     context = ctx.trace.decoder_ids.tolist()
     a = answer_picker(t("he_token_a"), f"he_a_{ctx.key}", model, top, index=0, context=context,
@@ -325,8 +327,8 @@ def effects(ctx) -> Choice:
     needed = res.most_needed()
     if needed is not None and needed[:3] != (kind, layer, head):  # the head that moves it most works against it
         n_kind, n_layer, n_head, n_change = needed
-        said += " " + t("he_summary_needed_loss" if metric == "loss" else "he_summary_needed",
-                        block=kind_name(n_kind, model), layer=n_layer, head=n_head, change=n_change)
+        said = sentences(said, t("he_summary_needed_loss" if metric == "loss" else "he_summary_needed",
+                                 block=kind_name(n_kind, model), layer=n_layer, head=n_head, change=n_change))
     st.markdown(said)
     st.caption(t("he_click"))
     export_panel(res, "head_effects", ctx, metric=metric, token_a=choice.spec("a"), token_b=choice.spec("b"),

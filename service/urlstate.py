@@ -157,12 +157,15 @@ def parse(params: dict, models=None) -> tuple[dict[str, object], list[UrlNotice]
     return values, notices
 
 
-def clamp(values: dict[str, object], n_layers: int, n_heads: int, blocks=None) -> tuple[dict[str, object],
-                                                                                       list[UrlNotice]]:
-    """The values with layer < n_layers, head < n_heads and block among `blocks` (the model's attention kinds),
-    a value out of range replaced by its default with a `url_clamped` notice."""
+def clamp(values: dict[str, object], n_layers: int, n_heads: int, blocks=None,
+          d_ffn: int | None = None) -> tuple[dict[str, object], list[UrlNotice]]:
+    """The values with layer < n_layers, head < n_heads, block among `blocks` (the model's attention kinds) and the
+    FFN page's neuron (nlayer < n_layers, neuron < d_ffn), a value out of range replaced by its default with a
+    `url_clamped` notice."""
     out, notices = dict(values), []
-    for name, n in (("layer", n_layers), ("head", n_heads)):
+    for name, n in (("layer", n_layers), ("head", n_heads), ("nlayer", n_layers), ("neuron", d_ffn)):
+        if n is None or name not in out:
+            continue
         v = out.get(name)
         if isinstance(v, int) and not 0 <= v < max(int(n), 1):
             notices.append(UrlNotice("url_clamped", name=name, value=v, n=n))

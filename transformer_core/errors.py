@@ -55,7 +55,9 @@ def reason_of(exc: BaseException) -> Reason:
 def message(code: str, lang: str = "en", **params) -> str:
     """The text of an error code in a language (English when the language lacks it), filled with params
     (a Reason parameter is itself translated)."""
-    entry = _messages().get(f"err.{code}") or _messages()["err.unexpected"]
+    # a count of one has its own sentence where the language needs one ("1 token", not "1 tokens")
+    entry = (params.get("n") == 1 and _messages().get(f"err.{code}_one")) or _messages().get(f"err.{code}") \
+        or _messages()["err.unexpected"]
     for key, value in params.items():
         if isinstance(value, Reason):
             words = _messages().get(f"reason.{value}") or _messages()["reason.unknown"]

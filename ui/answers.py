@@ -13,7 +13,8 @@ from transformer_core.text.inputs import token_labels
 
 from .errors import show_error
 from .figures import quoted, visible
-from .i18n import t
+from .i18n import sentences, t
+from .state import resend_choices
 
 ss = st.session_state
 OTHER = -1  # the quick picks' last option: "any text…"
@@ -65,6 +66,16 @@ def names_note(names: tuple[str, str] | None, a: Picked | None, b: Picked | None
         st.caption(t("ans_ioi_default", io=names[1], s=names[0], a=letters[0], b=letters[1]))
 
 
+def several_tokens(model, key: str) -> bool:
+    """Does the picker `key` hold (from the last run, or a preset) an answer typed that takes several tokens?"""
+    if ss.get(key) != OTHER or not ss.get(f"{key}_text"):
+        return False
+    try:
+        return len(answer_of_text(model, ss[f"{key}_text"], allow_special=bool(ss.get("allow_special")))) > 1
+    except InputError:
+        return False
+
+
 def answer_picker(label: str, key: str, model, top_ids: list[int], *, index: int = 0, context=None,
                   disabled: bool = False, container=None) -> Picked | None:
     """A quick pick among `top_ids` (model ids, the model's top next tokens) or any text typed; the answer, or None
@@ -82,12 +93,15 @@ def answer_picker(label: str, key: str, model, top_ids: list[int], *, index: int
     # afresh: after a run that stopped before it (an empty text B), the browser showed the box's default, kept the
     # server's value out of sight, and sent its default back with the next action (answer Y became answer X)
     index = options.index(ss[key]) if key in ss else index
-    pick = box.selectbox(label, options, index=index, key=key, format_func=names.get, disabled=disabled)
+    # a new answer may relabel the page's controls (the metric's name): every control's value is sent again with it
+    pick = box.selectbox(label, options, index=index, key=key, format_func=names.get, disabled=disabled,
+                         on_change=resend_choices)
     if disabled:
         return None
     if pick != OTHER:
         return Picked(answer_of_ids(model, [int(pick)]), False)
-    text = box.text_input(t("ans_text"), key=f"{key}_text", placeholder=t("ans_placeholder"), help=t("ans_help"))
+    text = box.text_input(t("ans_text"), key=f"{key}_text", placeholder=t("ans_placeholder"), help=t("ans_help"),
+                          on_change=resend_choices)
     if text == "":
         box.info(t("ans_type"), icon="✍️")
         return None
@@ -105,5 +119,5 @@ def answer_picker(label: str, key: str, model, top_ids: list[int], *, index: int
         notes.append(t("ans_cleaned"))
     if answer.special_as_text:
         notes.append(t("ans_special"))
-    box.caption(" ".join(notes))
+    box.caption(sentences(*notes))
     return Picked(answer, True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import streamlit as st
 
 from .figures import visible
-from .i18n import lang, strings, t
+from .i18n import lang, sentences, strings, t
 from .widgets import preformatted, table
 
 FIGURES = ("heldout_loss", "bigram_loss", "unigram_loss", "unk_rate", "exact_match", "accuracy")
@@ -79,9 +79,9 @@ def corpus_line(c: dict) -> str:
     line = t("card_corpus_generated")
     if isinstance(c.get("templates"), list) and isinstance(c.get("names"), list):  # the name-mover demo's sentences
         try:
-            line += " " + t("card_corpus_templates", templates=" + ".join(map(str, c["templates"])),
-                            names=" + ".join(map(str, c["names"])),
-                            held=" + ".join(map(str, c.get("held_templates", []))) or "—")
+            line = sentences(line, t("card_corpus_templates", templates=" + ".join(map(str, c["templates"])),
+                                     names=" + ".join(map(str, c["names"])),
+                                     held=" + ".join(map(str, c.get("held_templates", []))) or "—"))
         except (TypeError, ValueError):  # a card read from an uploaded file may hold anything
             pass
     return line
@@ -128,9 +128,9 @@ def show_advice(card: dict) -> None:
         try:  # a card read from an uploaded file may hold anything: an item whose figures do not format is left out
             text = t(f"card_advice_{code}", **item)
             if code == "unk" and isinstance(item.get("examples"), list) and item["examples"]:
-                text += " " + t("card_advice_unk_words", words=" · ".join(str(w) for w in item["examples"]))
+                text = sentences(text, t("card_advice_unk_words", words=" · ".join(str(w) for w in item["examples"])))
             if code == "overfit" and isinstance(item.get("kept"), int):
-                text += " " + t("card_advice_kept", step=f"{item['kept']:,}")
+                text = sentences(text, t("card_advice_kept", step=f"{item['kept']:,}"))
         except (ValueError, TypeError):
             continue
         (st.info if code == "longer" else st.warning)(text, icon="📈" if code == "longer" else "⚠️")

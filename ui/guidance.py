@@ -64,7 +64,8 @@ def heads_hint(records: list, threshold: float, name) -> None:
     previous = sorted({r.layer for r in records if "previous_token" in r.labels and r.kind == "dec_self"})
     pair = ""
     if induction and previous and previous[0] < induction[-1]:
-        pair = t("look_heads_pair", ind=", ".join(map(str, induction)), prev=", ".join(map(str, previous)))
+        sep = t("list_sep")
+        pair = t("look_heads_pair", ind=sep.join(map(str, induction)), prev=sep.join(map(str, previous)))
     look_for("heads", heads=heads, pair=pair)
 
 

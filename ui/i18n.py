@@ -46,6 +46,12 @@ class _Keep(dict):
         return "{" + key + "}"
 
 
+def sentences(*parts: str) -> str:
+    """Sentences of the current language one after another: a space between English ones, none after a Chinese
+    full stop ("奈特。 在 B 之后" read as a stray space)."""
+    return ("" if lang() == "zh" else " ").join(p for p in parts if p)
+
+
 def t(key: str, **fmt) -> str:
     """The string for key in the current language, formatted with fmt; never the raw key (a test keeps every
     key used in the code present in both languages; should one slip through, the learner reads a neutral word)."""

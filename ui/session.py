@@ -48,7 +48,7 @@ def page_context(layer: int | None = None, masks: dict | None = None) -> PageCon
     ss = st.session_state
     key, model, meta, device = load_selected_model()
     if ss.get("_url_asked"):  # a link's layer 99 is said (and dropped from it) on any page, not only the Attention's
-        keep_view_in_model(model.cfg.n_layers, model.cfg.n_heads)
+        keep_view_in_model(model.cfg.n_layers, model.cfg.n_heads, model.cfg.d_ffn)
     layer = min(int(ss.get("layer", 0)) if layer is None else layer, model.cfg.n_layers - 1)
     masks = {**DEFAULT_MASKS, **(masks or {})}
     try:

@@ -69,7 +69,7 @@ def _init_state() -> None:
         if param not in ("model", "text", "tgt", "lang") and values[param] is not None:
             ss[key] = list(values[param]) if param == "gen" else values[param]
     ss.gen_ids = list(values["gen"] or ())
-    ss._url_asked = {name: values[name] for name in ("layer", "head") if values[name] is not None}
+    ss._url_asked = {name: values[name] for name in ("layer", "head", "nlayer", "neuron") if values[name] is not None}
     ss.gen_for = _fingerprint() if ss.gen_ids else None
     if notices:
         ss._url_notice = urlstate.summary(notices, ss.lang)
@@ -166,17 +166,24 @@ def on_text_change() -> None:
     resend_choices()  # labels that name the text's tokens (a position, an answer) are the new text's
 
 
-def keep_view_in_model(n_layers: int, n_heads: int) -> None:
+def keep_view_in_model(n_layers: int, n_heads: int, d_ffn: int | None = None) -> None:
     """Layer and head inside the model shown. A value out of range that the link asked for falls back to the
     first layer / head with one notice in the sidebar (and leaves the URL); any other (an earlier model's) quietly."""
     ss = st.session_state
     asked = ss.pop("_url_asked", {})
     values = {name: ss.get(name) for name in ("layer", "head")}
     values = {k: v if isinstance(v, int) else 0 for k, v in values.items()}
-    fixed, notices = urlstate.clamp(values, n_layers, n_heads)
+    # the FFN page's neuron, as the link named it (nlayer, neuron): one out of range is said, then dropped
+    values |= {name: ss[URL_STATE[name]] for name in ("nlayer", "neuron") if isinstance(ss.get(URL_STATE[name]), int)}
+    fixed, notices = urlstate.clamp(values, n_layers, n_heads, d_ffn=d_ffn)
+    if any(name in values and fixed[name] is None for name in ("nlayer", "neuron")):
+        fixed |= {"nlayer": None, "neuron": None}  # a neuron is its layer and its number: both go
     for name, v in fixed.items():
-        if ss.get(name) != v:
-            ss[name] = v
+        key = URL_STATE[name]
+        if v is None:
+            ss.pop(key, None)
+        elif ss.get(key) != v:
+            ss[key] = v
     notices = [n for n in notices if asked.get(n.params.get("name")) == n.params.get("value")]
     if notices:
         st.sidebar.caption(f"🔗 {urlstate.summary(notices, ss.lang)}")
@@ -188,6 +195,9 @@ def sync_url() -> None:
     ss = st.session_state
     values = {param: ss.get(key) for param, key in URL_STATE.items()}
     values["gen"] = tuple(generated())
+    entry = catalog.entry(ss.get("model") or "", viewer())
+    if entry is not None and entry.arch != "encoder_decoder":
+        values["tgt"] = None  # a model that reads no target: an earlier model's stays out of the link
     page_defaults = {"model": catalog.default_key(), "text": _example(ss.get("model"), "example_src", DEFAULT_TEXT),
                      "tgt": _example(ss.get("model"), "example_tgt", DEFAULT_TARGET), "lang": browser_lang()}
     params = urlstate.encode(values, page_defaults)

@@ -538,6 +538,8 @@ def test_whole_model_picture_encoder_decoder_and_a_click_opens_the_block(app, ta
     assert urlparse(tab.url).path == "/attention"
     assert shown_layer(tab) == "1"
     assert combobox_value(tab, s("att_block")) == s("block_cross")
+    box = tab.locator(MAIN).get_by_role("combobox", name=s("att_block"), exact=True)
+    assert box.evaluate("e => e.scrollWidth <= e.clientWidth + 1")  # whole ("cross-attention (queries: decode")
     assert_clean(tab, app, "attention opened from the picture")
     check_scales(tab, "en", layer=1)
 

@@ -132,7 +132,9 @@ def check_name_movers(model, card, text: str, lang: str) -> demos.Reading:
         hook.remove()
     assert r.numbers["change"] == pytest.approx(changed - diff, abs=1e-4)
     top = demos.circuit_head(card, lang, model.cfg.n_layers, model.cfg.n_heads)
-    assert r.lines[1] == ("card" if top else "sweep" if r.numbers["change"] < 0 else "none")
+    which = "card" if top else "sweep" if r.numbers["change"] < 0 else "none"
+    same = (r.numbers["largest_layer"], r.numbers["largest_head"]) == (layer, head)  # (a model of one block kind)
+    assert r.lines[1] == (f"{which}_same" if same and which != "none" else which)  # the same head said once
     if top:
         assert (layer, head) == top
     assert r.views[0].page == "intervene" and r.views[0].values == {"text": text}
@@ -153,7 +155,7 @@ def test_name_movers_reads_the_cards_top_head_for_the_language(everyday):
     model, _ = everyday
     card = {"circuit": {"by_language": {"zh": {"heads": {"top": [2, 5]}}, "en": {"heads": {"top": [99, 0]}}}}}
     r = check_name_movers(model, card, demos.IOI_TEXTS["zh"], "zh")
-    assert (r.numbers["layer"], r.numbers["head"], r.lines[1]) == (2, 5, "card")
+    assert (r.numbers["layer"], r.numbers["head"]) == (2, 5) and r.lines[1].startswith("card")
     assert (r.tokens["right"], r.tokens["repeated"]) == ("张伟", "李娜")
     assert demos.circuit_head(card, "en", model.cfg.n_layers, model.cfg.n_heads) is None
 
@@ -163,7 +165,7 @@ def test_name_movers_model_prefers_the_name_said_once_and_its_card_head_moves_it
     model, card = name_movers
     r = check_name_movers(model, card, demos.IOI_TEXTS[lang], lang)
     assert r.lines[0] == "wins", r.numbers  # the demo's premise, on a held-out sentence
-    assert r.lines[1] == "card" and r.numbers["change"] < 0  # its top name mover carries part of the difference
+    assert r.lines[1].startswith("card") and r.numbers["change"] < 0  # its top name mover carries part of it
 
 
 def test_name_movers_on_gpt2_small_when_it_is_downloaded():
@@ -171,7 +173,7 @@ def test_name_movers_on_gpt2_small_when_it_is_downloaded():
         pytest.skip("GPT-2 small is not downloaded here")
     model, card = load_model("gpt2:small")
     r = check_name_movers(model, card, demos.IOI_TEXTS["en"], "en")
-    assert r.lines[0] == "wins" and r.lines[1] == "sweep"
+    assert r.lines[0] == "wins" and r.lines[1].startswith("sweep")
 
 
 def test_translator_alignment_matches_the_rule_and_the_traced_cross_attention():

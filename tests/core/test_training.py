@@ -226,3 +226,13 @@ def test_windows_never_cross_two_blocks_and_the_shortest_text_fits_a_window_in_e
             assert torch.searchsorted(ends, s, right=True) == torch.searchsorted(ends, s + context, right=True)
     with pytest.raises(TrainingError, match="too short"):
         TextData(" ".join(["x"] * 3), context, val_fraction=fraction)
+
+
+def test_a_text_of_one_token_is_said_in_the_singular():
+    """"The text is too short: it has 1 tokens": a count of one gets its own sentence (err.<code>_one)."""
+    from transformer_core.errors import message
+
+    one = message("train_text_too_short", "en", n=1, context=16, val=0.2, need=40)
+    assert one.startswith("The text is too short: it has 1 token, and") and "{" not in one
+    assert "it has 5 tokens," in message("train_text_too_short", "en", n=5, context=16, val=0.2, need=40)
+    assert "只有 1 个词元" in message("train_text_too_short", "zh", n=1, context=16, val=0.2, need=40)

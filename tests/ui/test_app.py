@@ -318,6 +318,10 @@ def test_chinese_strings_use_one_word_for_each_unit_and_part():
     assert not [k for k, s in zh.items() if "逻辑透镜" in s]
     assert not [k for k, s in zh.items() if "前归一化" in s]  # pre-norm is 前置归一化 everywhere
     assert not [k for k, s in zh.items() if re.search(r"(?<![A-Za-z_])(decoder|encoder)(?![A-Za-z_])", s)]
+    # attention's three parts are 查询, 键, 值 in a sentence; the English word only in brackets after one of them
+    # ("每个 query 与每个 key 比较" beside "查询词元（query）" on one page)
+    english = r"(?<![A-Za-z_（(])(query|queries|key|keys|value|values)(?![A-Za-z_])"
+    assert not [k for k, s in zh.items() if re.search(english, re.sub(r"%\{[^}]*\}|\{[^}]*\}", "", s))]
 
 
 def test_formulas_name_their_words_in_the_learners_language():

@@ -254,3 +254,16 @@ def test_tokens_that_are_markdown_are_shown_as_they_are():
     assert "‘\\$’" in line, line  # the token ‘$’, escaped
     for mark in ("$", "*", "[", "`"):  # none left for markdown (or its LaTeX) to read as markup
         assert not re.search(r"(?<!\\)" + re.escape(mark), line), (mark, line)
+
+
+def test_chinese_sentences_follow_each_other_with_no_space_and_lists_use_the_chinese_comma():
+    """"差 10.242 奈特。 在 B 之后" (a space after the full stop) and "‘李’（A 中 2 次，B 中 1 次）, ‘娜’" (an English
+    comma): sentences joined in the learner's language (ui.i18n.sentences, list_sep)."""
+    with harness_language("zh"):
+        at = open_app(PAGE, model="shipped:name-movers", text="张伟和李娜到了聚会上，李娜把礼物递给了", lang="zh")
+        at.text_area(key="cmp_text_b").set_value("张伟和李娜到了聚会上，张伟把礼物递给了").run()
+    assert_clean(at)
+    shown = [m.value for m in at.markdown] + [c.value for c in at.caption]
+    assert not [s for s in shown if "。 " in s or "） " in s], shown
+    more = [s for s in shown if "次）" in s]
+    assert more and not [s for s in more if "）, " in s], more

@@ -301,3 +301,21 @@ def test_the_sweep_names_the_head_the_answer_needs_when_the_largest_move_is_a_ri
     said = next(m.value for m in at.markdown if m.value.startswith("Intact, logit(A) − logit(B) is"))
     assert EN["he_summary_needed"].format(block=EN["hd_kind_gpt_self"], layer=layer, head=head, change=change) in said
     assert res.largest()[:3] != (kind, layer, head)
+
+
+@pytest.mark.parametrize("lang, text, several", [
+    ("zh", "张伟和李娜到了聚会上，李娜把礼物递给了", True),
+    ("en", "When Tom and Anna arrived at the party, Anna handed the gift to", False)])
+def test_the_metric_is_named_log_p_when_an_answer_takes_several_tokens(lang, text, several):
+    """In 中文 the name-mover sentence's answers are two tokens each (张 | 伟): the metric's radio said
+    "logit(A) − logit(B)" above a number that is log p(A) − log p(B). It names the one it measures."""
+    from ui.i18n import strings
+
+    words = {k: v[lang] for k, v in strings().items()}
+    with harness_language(lang):
+        at = open_app(PAGE, model="shipped:name-movers", text=text, lang=lang)
+        assert_clean(at)
+        options = at.radio(key="he_metric").options
+    named = words["he_metric_logit_diff_multi" if several else "he_metric_logit_diff"]
+    assert options[0] == named, options
+    assert at.radio(key="he_metric").value == "logit_diff"

@@ -60,6 +60,26 @@ def test_a_layer_beyond_the_model_is_said_and_dropped_on_every_page(page):
     assert at.session_state["layer"] == 0 and "layer" not in at.query_params
 
 
+@pytest.mark.parametrize("params, said", [({"nlayer": "99", "neuron": "3"}, "nlayer 99"),
+                                          ({"nlayer": "1", "neuron": "999999"}, "neuron 999999")])
+def test_a_neuron_beyond_the_model_is_said_and_dropped(params, said):
+    """/ffn?nlayer=99&neuron=999999 was ignored in silence and stayed in the link (layer=99 is said): a neuron the
+    model does not have is said too, and the FFN page reads its first neuron."""
+    at = open_app("ffn", model="shipped:everyday-gpt", lang="en", **params)
+    assert not at.exception and not at.error
+    notes = [c.value for c in at.sidebar.caption if c.value.startswith("🔗")]
+    assert len(notes) == 1 and said in notes[0], notes
+    assert "nlayer" not in at.query_params and "neuron" not in at.query_params
+    assert "nr_layer" not in at.session_state and "nr_neuron" not in at.session_state
+
+
+def test_a_neuron_inside_the_model_opens_from_a_link():
+    at = open_app("ffn", model="shipped:everyday-gpt", lang="en", nlayer="2", neuron="17")
+    assert not at.exception and not at.error
+    assert not [c.value for c in at.sidebar.caption if c.value.startswith("🔗")]
+    assert (at.query_params["nlayer"], at.query_params["neuron"]) == ("2", "17")
+
+
 def test_links_carry_opaque_ids_and_stay_short():
     values = urlstate.defaults() | {"model": "user:m-0123456789abcdef", "text": "x" * 3000, "layer": 1}
     encoded = urlstate.encode(values)
@@ -78,3 +98,12 @@ def test_a_link_opens_a_model_named_by_its_plain_name(name, key):
     assert at.session_state["model"] == key and at.query_params["model"] == key
     shown = " ".join(c.value for c in at.sidebar.caption)
     assert EN["err.url_model_unknown"] not in shown and "🔗" not in shown.replace(EN["share_link"], "")
+
+
+def test_a_model_that_reads_no_target_leaves_the_last_target_out_of_the_link():
+    """After the date translator, a decoder-only model's link still carried tgt=六万一千零一十六."""
+    at = open_app("attention", model="shipped:dates-zh", text="June 3, 2004", tgt="二〇〇四年六月三日", lang="en")
+    assert not at.exception and at.query_params["tgt"] == "二〇〇四年六月三日"
+    at.sidebar.selectbox(key="model").set_value("shipped:everyday-gpt").run()
+    assert not at.exception and at.session_state["model"] == "shipped:everyday-gpt"
+    assert "tgt" not in at.query_params, dict(at.query_params)

@@ -138,12 +138,15 @@ def name_movers(model: Transformer, text: str, card: dict | None = None, lang: s
     prep, _ = _ids(model, text)
     a, b = score_answers(model, prep, [next_word(n) for n in (right, repeated)])
     fx = head_effects(model, prep, "logit_diff", next_word(right), next_word(repeated), mode=IOI_MODE)
-    grid = fx.heads["dec_self"] if "dec_self" in fx.heads else next(iter(fx.heads.values()))  # (L, H)
+    grid_kind = "dec_self" if "dec_self" in fx.heads else next(iter(fx.heads))
+    grid = fx.heads[grid_kind]  # (L, H)
     found = circuit_head(card, lang, *grid.shape)
     layer, head = found if found is not None else np.unravel_index(int(np.argmin(grid)), grid.shape)
     change = float(grid[layer, head])
     kind, big_layer, big_head, big_change = fx.largest()
     which = "card" if found is not None else "sweep" if change < 0 else "none"
+    if which != "none" and (kind, big_layer, big_head) == (grid_kind, layer, head):
+        which += "_same"  # the head named is also the one that moves the difference most: said once
     return Reading("ioi", ("wins" if fx.intact > 0 else "loses", which),
                    {"p_right": a.prob, "p_repeated": b.prob, "lp_right": a.total, "lp_repeated": b.total,
                     "diff": fx.intact, "layer": int(layer), "head": int(head), "change": change,
