@@ -228,6 +228,23 @@ def test_the_controls_keep_their_picks_in_the_other_language(app, tab):
     assert_clean(tab, app, "intervene, after the language switch")
 
 
+def test_the_metric_renamed_by_a_longer_answer_keeps_its_pick(app, tab):
+    """An answer of several tokens typed on the Ablation page renames the metric "logit(A) − logit(B)" to
+    "log p(A) − log p(B)": the radio still shows it picked, and keeps it after the next action (a relabelled option
+    is sent again with its new name, ui.state.resend_choices)."""
+    go(tab, app, "intervene", model="shipped:name-movers",
+       text="When Tom and Anna arrived at the party, Anna handed the gift to")
+    radio(tab, s("iv_mode"), s("iv_mode_mean"))
+    assert radio_value(tab, s("he_metric")) == s("he_metric_logit_diff")
+    box = tab.locator(MAIN).get_by_role("textbox", name=s("ans_text"), exact=True).first
+    type_into(tab, box, "张伟", "Enter", charts=True)  # two tokens for this model
+    assert radio_value(tab, s("he_metric")) == s("he_metric_logit_diff_multi")
+    radio(tab, s("pt_align"), s("pt_align_start"))
+    assert (radio_value(tab, s("he_metric")), radio_value(tab, s("iv_mode"))) == (
+        s("he_metric_logit_diff_multi"), s("iv_mode_mean"))
+    assert_clean(tab, app, "intervene, after a longer answer")
+
+
 def metric(page, label: str) -> str:
     return page.locator(MAIN).locator("[data-testid='stMetric']").filter(has_text=label).first.locator(
         "[data-testid='stMetricValue']").inner_text()
