@@ -21,6 +21,8 @@ MASK_COLOUR = "rgba(120,120,120,0.35)"
 _BREAKS = {"\t": "⇥", "\n": "⏎", "\r": "␍"}  # tab, newline, carriage return
 LINE_BREAKS, WHITESPACE = str.maketrans(_BREAKS), str.maketrans({" ": "␣", **_BREAKS})
 MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")  # characters markdown (or its LaTeX) would read as markup
+RTL = "\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufefe\U00010800-\U00010fff\U0001e800-\U0001efff"  # Hebrew, Arabic, Syriac...
+RTL_RUN = re.compile(f"[{RTL}]+(?:[ ␣]+[{RTL}]+)*")  # right-to-left words with the spaces between them
 # characters that draw nothing: controls, the soft hyphen, zero-width spaces and joiners, direction marks and
 # isolates, the byte-order mark (a token of them alone showed as "" or " 1/3")
 INVISIBLE = re.compile("[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e"
@@ -30,11 +32,12 @@ INVISIBLE = re.compile("[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f\u00ad\u061c\u180e\
 def visible(token: str, spaces: bool = True) -> str:
     """A token's text with its whitespace made visible (space ␣, tab ⇥, newline ⏎, carriage return ␍; spaces=False
     leaves spaces as they are: running text in one line) and each character that draws nothing named by its code
-    point (⟨U+200B⟩); right-to-left text (Arabic, Hebrew) in a bidi isolate, so a label's position number and quotes
-    stay where they are."""
+    point (⟨U+200B⟩); each run of right-to-left words (Arabic, Hebrew) in a bidi isolate of its own, so a label's
+    position number, its quotes and a piece's "2/2" stay where they are (one isolate round the whole label drew
+    "ا 2/2" as "2/2 ا")."""
     text = str(token).translate(WHITESPACE if spaces else LINE_BREAKS)
     text = INVISIBLE.sub(lambda m: f"⟨U+{ord(m.group()):04X}⟩", text)
-    return f"\u2068{text}\u2069" if any(unicodedata.bidirectional(c) in ("R", "AL") for c in text) else text
+    return RTL_RUN.sub(lambda m: f"\u2067{m.group()}\u2069", text)
 
 
 def quoted(token: str) -> str:

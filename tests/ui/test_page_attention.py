@@ -453,12 +453,14 @@ def test_right_to_left_tokens_are_isolated_so_labels_keep_their_order():
 
     assert visible("hello world") == "hello␣world"  # left-to-right text unchanged
     label = axis_labels(["مرحبا", " the"])
-    assert label[0] == "0 ‘\u2068مرحبا\u2069’" and label[1] == "1 ‘␣the’"
+    assert label[0] == "0 ‘\u2067مرحبا\u2069’" and label[1] == "1 ‘␣the’"
+    # each right-to-left run isolated alone: a piece's "2/2" stays after its letter ("ا 2/2" was drawn "2/2 ا")
+    assert visible("ا 2/2") == "\u2067ا\u2069␣2/2" and visible(" שלום עולם!") == "␣\u2067שלום␣עולם\u2069!"
     at = open_app("attention", model="shipped:everyday-gpt", text="مرحبا بالعالم، كيف حالك اليوم؟")
     assert not at.exception, at.exception
     ticks = figure(at, "att_main")["layout"]["yaxis"]["ticktext"]
     assert all(re.fullmatch(r"\d+ ‘.*’", t) for t in ticks)
-    assert any("\u2068" in t and t.index("\u2068") < t.index("\u2069") for t in ticks)
+    assert any("\u2067" in t and t.index("\u2067") < t.index("\u2069") for t in ticks)
 
 
 def expected_look(records) -> str:
