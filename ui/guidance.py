@@ -70,17 +70,18 @@ def heads_hint(records: list, threshold: float, name) -> None:
 
 
 def ffn_hint(steps: list, names: list[str], mean, pre_norm: bool) -> None:
-    """The step of the residual stream that changes most; in a pre-norm model, how its mean length (`mean`, the
+    """The sub-layer that writes the most into the residual stream (the largest mean ‖added‖); in a pre-norm model, how its mean length (`mean`, the
     page's chart: one value per step) moved (it mostly grows, but a sub-layer may shrink it: the hint says which)."""
     biggest = max((i for i, s in enumerate(steps) if s.added is not None), key=lambda i: float(steps[i].added.mean()),
                   default=None)
     if biggest is None:
         return
+    added = f"{float(steps[biggest].added.mean()):.1f}"  # the bar chart's value: what the hint names is a write
     if not pre_norm:
-        look_for("ffn", step=names[biggest])
+        look_for("ffn", step=names[biggest], added=added)
         return
     falls = int(sum(b < a for a, b in zip(mean, mean[1:])))
-    look_for("ffn_pre_falls" if falls else "ffn_pre", step=names[biggest], first=f"{mean[0]:.1f}",
+    look_for("ffn_pre_falls" if falls else "ffn_pre", step=names[biggest], added=added, first=f"{mean[0]:.1f}",
              last=f"{mean[-1]:.1f}", n=falls, m=len(mean) - 1)
 
 

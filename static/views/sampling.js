@@ -185,9 +185,25 @@ function saveChart(root) {  // the bars as the other charts' camera saves them: 
               Number(svg.getAttribute("height")), d.chart);
 }
 
+// A title's lines for a width in pixels: words (a CJK character is a word of its own, twice as wide as a letter)
+// filled greedily, about 8 px a letter at the title's 15 px (a phone's 380 px cut one line mid-word)
+function titleLines(title, width) {
+  const words = title.match(/[\u2e80-\u9fff\uff00-\uffef]|[^\s\u2e80-\u9fff\uff00-\uffef]+\s*|\s+/g) || [title];
+  const units = (w) => [...w].reduce((n, c) => n + (/[\u2e80-\u9fff\uff00-\uffef]/.test(c) ? 2 : 1), 0);
+  const lines = [""];
+  for (const w of words) {
+    const last = lines[lines.length - 1];
+    if (last && 8 * units(last + w.trimEnd()) > width) lines.push(w.trimStart());
+    else lines[lines.length - 1] = last + w;
+  }
+  return lines.map((l) => l.trim()).filter(Boolean);
+}
+
 function drawBars(box, top, probs, raw, text) {
-  const NS = "http://www.w3.org/2000/svg", row = 26, width = 720;
-  const left = Math.min(320, 24 + 8 * Math.max(4, ...top.map((t) => t.rank.length))), plot = width - left - 70;
+  // as wide as the page gives (a phone: about 380 px, where 720 ran the top bar and its value off the edge)
+  const NS = "http://www.w3.org/2000/svg", row = 26, width = Math.max(300, Math.min(720, box.clientWidth || 720));
+  const left = Math.min(Math.round(width * 0.44), 24 + 8 * Math.max(4, ...top.map((t) => t.rank.length)));
+  const plot = width - left - 70;
   const svgEl = (tag, attrs, t) => {
     const e = document.createElementNS(NS, tag);
     for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
@@ -195,10 +211,11 @@ function drawBars(box, top, probs, raw, text) {
     return e;
   };
   const most = Math.max(1e-12, ...top.map((t) => Math.max(probs[t.index], raw[t.index])));
-  const svg = svgEl("svg", { width, height: row * top.length + 30, role: "img", "aria-label": text.chart });
-  svg.append(svgEl("text", { x: 0, y: 14, class: "title" }, text.chart));
+  const lines = titleLines(text.chart, width), below = 18 * (lines.length - 1);  // the title's extra lines
+  const svg = svgEl("svg", { width, height: row * top.length + 30 + below, role: "img", "aria-label": text.chart });
+  lines.forEach((line, i) => svg.append(svgEl("text", { x: 0, y: 14 + 18 * i, class: "title" }, line)));
   top.forEach((t, i) => {
-    const y = 24 + i * row, p = probs[t.index], q = raw[t.index];
+    const y = 24 + below + i * row, p = probs[t.index], q = raw[t.index];
     const g = svgEl("g", { "data-token": String(i) });
     g.append(svgEl("title", {}, `${t.rank}\n${text.prob}: ${fmtG(p, 4)}\n${text.raw}: ${fmtG(q, 4)}`));
     g.append(svgEl("text", { x: left - 6, y: y + row / 2 + 4, "text-anchor": "end", class: "tok" }, t.rank));

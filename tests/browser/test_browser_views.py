@@ -919,3 +919,21 @@ def test_the_parts_table_names_each_page_whole_at_1300_px(app, tab, lang):
         assert tab.evaluate(CUT_LINKS) == []
     finally:
         tab.set_viewport_size(size)
+
+
+def test_the_logits_bars_fit_a_phone(app, tab):
+    """At 420 px the Logits view drew its 720 px bars: the title ran off the edge and the top bar's value with it. The
+    bars take the width the page gives, and a long title wraps."""
+    size = tab.viewport_size
+    tab.set_viewport_size({"width": 420, "height": size["height"]})
+    try:
+        go(tab, app, "logits", "zh")
+        svg = tab.locator(f"{MAIN} .sv .bars svg").first
+        expect(svg).to_be_visible()
+        fit = svg.evaluate("""s => ({width: +s.getAttribute('width'), box: s.parentElement.clientWidth,
+            ends: [...s.querySelectorAll('text')].map(e => e.getBBox().x + e.getBBox().width),
+            titles: s.querySelectorAll('text.title').length})""")
+        assert fit["width"] <= fit["box"] and max(fit["ends"]) <= fit["width"] + 1, fit
+        assert fit["titles"] >= 2  # the title wraps at this width
+    finally:
+        tab.set_viewport_size(size)

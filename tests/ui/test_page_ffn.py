@@ -154,3 +154,8 @@ def test_what_to_look_for_says_how_the_streams_length_moved_in_the_chart_beside_
     else:
         assert f"grew at every step here ({mean[0]:.1f} → {mean[-1]:.1f})" in look
     assert model != "shipped:name-movers" or falls  # the case this test is for: a pre-norm stream that shrinks
+    # the step it names is the one that writes the most (the bar chart's longest bar), not the one where the stream's
+    # length moves most: "the step where the stream changes most (L2 FFN)" sat above a chart where L0 FFN rose most
+    table = next(d.value for d in at.dataframe if "‖added‖ (mean)" in d.value.columns)
+    top = table.loc[table["‖added‖ (mean)"].idxmax()]
+    assert f"writes the most into the stream is {top['step']} (mean ‖added‖ {top['‖added‖ (mean)']:.1f}," in look
