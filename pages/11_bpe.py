@@ -9,7 +9,7 @@ from transformer_core.analysis.bpe import HINT_WORDS, han_examples, text_merges,
 from transformer_core.text.tokenizer import character_labels, display_bytes
 from ui.errors import show_error
 from ui.figures import axis_labels, bars, md_visible, quoted, visible
-from ui.i18n import lang, t
+from ui.i18n import lang, sentences, t
 from ui.model_choice import load_selected_model
 from ui.session import through_app
 from ui.tools import export_panel
@@ -122,7 +122,7 @@ def look_for(encoding: str, language: str) -> str:
                      merges=count_text("bpe_n_merges_short", common.n_merges)))
     if rare is not None:
         out.append(t("bpe_look_rare", ch=rare.text, b=len(rare.parts)))
-    return " ".join(out)
+    return sentences(*out)
 
 
 st.title(t("nav_bpe"))

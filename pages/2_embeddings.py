@@ -2,6 +2,7 @@
 import pandas as pd
 import streamlit as st
 
+from transformer_core.analysis.architecture import vocab_parts
 from transformer_core.analysis.positions import (
     position_table,
     rope_offset_scores,
@@ -53,8 +54,8 @@ st.caption(t("emb_shapes", side=t(f"map_side_{side}"), n=n_tok, d=d, shape=f"(1,
 differ = [(row, tid) for row, tid in zip(ids.tolist(), real_ids(ctx.model, ids), strict=True) if row != tid]
 if differ:
     row, tid = differ[-1]
-    st.caption(t("emb_rows", v=cfg.vocab_size, enc=cfg.encoding, tok=md_quoted(token_labels(ctx.model, [row])[0]),
-                 tid=tid, row=row))
+    st.caption(t("emb_rows", v=cfg.vocab_size, tokens=vocab_parts(cfg).ordinary, enc=cfg.encoding,
+                 tok=md_quoted(token_labels(ctx.model, [row])[0]), tid=tid, row=row))  # ids, not all tokens
 
 lo, hi = st.slider(t("emb_dims"), 0, d - 1, (0, min(d, 64) - 1), key=f"emb_dims_{d}",
                    help=t("emb_dims_help", n=MAX_DIMS))
@@ -177,4 +178,5 @@ if not rotary:
 st.subheader(t("emb_small"))
 st.markdown(t("emb_small_text"))
 small = sinusoid_table(6, 4).double().numpy()  # rounded in float64, as torch prints it (0.9999, not 1.0)
-table(tensor_frame(small, pd.Index(range(6), name="pos"), SMALL_COLUMNS).reset_index(), "pe_small")
+table(tensor_frame(small, pd.Index(range(6), name="pos"), SMALL_COLUMNS).reset_index(), "pe_small",
+      formats=dict.fromkeys(SMALL_COLUMNS, "%.4f"))  # 0.0100 as the course prints it (and the caption), not 0.01

@@ -70,8 +70,9 @@ def heads_hint(records: list, threshold: float, name) -> None:
 
 
 def ffn_hint(steps: list, names: list[str], mean, pre_norm: bool) -> None:
-    """The sub-layer that writes the most into the residual stream (the largest mean ‖added‖); in a pre-norm model, how its mean length (`mean`, the
-    page's chart: one value per step) moved (it mostly grows, but a sub-layer may shrink it: the hint says which)."""
+    """The sub-layer that writes the most into the residual stream (the largest mean ‖added‖); in a pre-norm model,
+    how the stream's mean length (`mean`, the page's chart: one value per step) moved (it mostly grows, but a
+    sub-layer may shrink it: the hint says which)."""
     biggest = max((i for i, s in enumerate(steps) if s.added is not None), key=lambda i: float(steps[i].added.mean()),
                   default=None)
     if biggest is None:

@@ -315,11 +315,17 @@ def test_chinese_strings_use_one_word_for_each_unit_and_part():
     解码器 (never the English word in a Chinese sentence), the logit lens Logit 透镜 (not 逻辑透镜, "logic lens")."""
     zh = {key: entry["zh"] for key, entry in strings().items()}
     assert not [k for k, s in zh.items() if "纳特" in s or re.search(r"(?<![A-Za-z_])nats?(?![A-Za-z_])", s)]
-    assert not [k for k, s in zh.items() if "逻辑透镜" in s]
+    assert not [k for k, s in zh.items() if "逻辑透镜" in s or re.search(r"(?<![A-Za-z])logit 透镜", s)]
     assert not [k for k, s in zh.items() if "前归一化" in s]  # pre-norm is 前置归一化 everywhere
     assert not [k for k, s in zh.items() if re.search(r"(?<![A-Za-z_])(decoder|encoder)(?![A-Za-z_])", s)]
     # attention's three parts are 查询, 键, 值 in a sentence; the English word only in brackets after one of them
     # ("每个 query 与每个 key 比较" beside "查询词元（query）" on one page)
+    # a page named in a sentence is named as the sidebar names it ("“注意力头”页" beside the menu's 注意力头目录)
+    pages = {entry["zh"] for key, entry in strings().items() if key.startswith("nav_")}
+    assert not [(k, m) for k, s in zh.items() for m in re.findall(r"“([^”{}]+)”\s*页", s) if m not in pages]
+    assert not [k for k, s in zh.items() if "分词页面" in s]
+    # "第 0 层" with spaces round the number, as everywhere else ("第0层" on the FFN page); short chips excepted
+    assert not [k for k, s in zh.items() if re.search(r"第\{\w+\}层", s) and not k.endswith("_short")]
     english = r"(?<![A-Za-z_（(])(query|queries|key|keys|value|values)(?![A-Za-z_])"
     assert not [k for k, s in zh.items() if re.search(english, re.sub(r"%\{[^}]*\}|\{[^}]*\}", "", s))]
 

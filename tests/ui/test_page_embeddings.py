@@ -127,6 +127,13 @@ def test_a_compacted_vocabulary_says_which_row_a_token_id_selects(lang, said):
     assert not at.exception, at.exception
     tid, row = next(tuple(map(int, m.groups())) for c in at.caption if (m := re.search(said, c.value)))
     model = catalog.load("shipped:everyday-gpt", "cpu")[0]
+    # ids, not tokens: "keeps 12,293 tokens of cl100k_words" where the home page counts 12,288 tokens + 5 special
+    from transformer_core.analysis.architecture import vocab_parts
+
+    ids_tokens = (f"{model.cfg.vocab_size:,}", f"{vocab_parts(model.cfg).ordinary:,}")
+    assert ids_tokens[0] != ids_tokens[1]
+    caption = next(c.value for c in at.caption if re.search(said, c.value))
+    assert all(n in caption for n in ids_tokens), (ids_tokens, caption)
     trace = trace_text(model, text)[1]
     ids = trace.src_ids[0].tolist()
     assert row in ids and real_ids(model, [row]) == [tid] and tid != row and row < model.cfg.vocab_size
@@ -147,3 +154,13 @@ def test_the_balance_sentence_says_would_only_for_a_model_that_does_not_scale(mo
     would = [m for m in shown if m.startswith("With √d_model scaling")]
     runs = [m for m in shown if m.startswith("Scaled, the token embedding's mean |value| is")]
     assert (len(would), len(runs)) == ((0, 1) if scales else (1, 0)), shown
+
+
+def test_the_course_s_small_table_shows_four_decimals_as_the_course_prints_them():
+    """The caption quotes row 1 as "0.8415, 0.5403, 0.0100, 0.9999"; the table showed 0.01 and -0.99."""
+    import json
+
+    at = open_app(PAGE, model=SMALL, text=SENT_1)
+    df = next(d for d in at.dataframe if "sin i=0" in d.value.columns)
+    shown = {c: v["type_config"]["format"] for c, v in json.loads(df.proto.columns).items()}
+    assert shown == dict.fromkeys(["sin i=0", "cos i=0", "sin i=1", "cos i=1"], "%.4f")
