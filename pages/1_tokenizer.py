@@ -45,10 +45,11 @@ c2.metric(t("tok_bytes"), tok.n_bytes)
 c3.metric(t("tok_tokens"),
           f"{len(tok.tokens)} / {tok.n_tokens_before_truncation}+" if tok.truncated else len(tok.tokens))
 partial = sum(x.partial for x in tok.tokens)
+spaced = "" if any(" " in x.text for x in tok.tokens) else "_nospace"  # "a space belongs to the word after it"
 if partial:
-    look_for("tokens", n=partial, total=len(tok.tokens))
+    look_for(f"tokens{spaced}", n=partial, total=len(tok.tokens))
 else:
-    look_for("tokens_plain")
+    look_for(f"tokens_plain{spaced}")
 st.subheader(f"{t('tok_chips')} · {encoding}")
 linked_token_view(tok, unknown=missing)
 st.caption(t("tok_hover_link"))

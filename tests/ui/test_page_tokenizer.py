@@ -117,3 +117,15 @@ def test_why_they_differ_says_what_the_counts_above_it_show(text):
     else:
         assert f"({ours} tokens against {base} in cl100k_base)" in said and "both use" not in said
         assert (f"{whole} character" in said) == bool(whole)
+
+
+@pytest.mark.parametrize("lang, text, spaced", [("zh", "我们明天早上去公园散步。", False),
+                                                ("zh", "The weather was nice today.", True),
+                                                ("en", "我们明天早上去公园散步。", False)])
+def test_what_to_look_for_speaks_of_spaces_only_when_the_text_has_them(lang, text, spaced):
+    """"空格属于它后面的词（␣）" above a Chinese sentence that has no space."""
+    with harness_language(lang):
+        at = open_app("tokenizer", model="shipped:everyday-gpt", text=text, lang=lang)
+    assert not at.exception
+    look = next(i.value for i in at.info if i.value.startswith(("What to look for", "看点")))
+    assert ("␣" in look) is spaced, look
