@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import re
+import unicodedata
 
 import streamlit as st
 
@@ -66,12 +67,36 @@ def chart(fig, key: str, *, on_select: bool = False):
     that says what it is. With on_select, clicks select points and the selection event is returned."""
     fmt, stem = picture_download(key)
     config = {"displaylogo": False, "toImageButtonOptions": {"format": fmt, "scale": 2, "filename": stem}}
+    phone_title(fig, key)
     fig = sendable(fig, st.context.theme.type)  # the look written into the chart (ui.chart_theme): drawn once
     if on_select:
         return st.plotly_chart(fig, key=key, config=config, width="stretch", theme=None, on_select="rerun",
                                selection_mode="points")
     st.plotly_chart(fig, key=key, config=config, width="stretch", theme=None)
     return None
+
+
+# a chart title's line wider than this many ems is cut on a phone: 16 px type in a 388 px chart; Source Sans's
+# latin letters about 0.45 em on average (59 of them took 405 px), a Chinese character 1 em
+PHONE_TITLE_EMS = 23
+PLOTLY_TAGS = re.compile(r"</?(?:b|i|em|sub|sup|span)[^>]*>|<br\s*/?>", re.IGNORECASE)
+
+
+def phone_title(fig, key: str) -> None:
+    """A long chart title written again above the chart, shown instead of the chart's own on a narrow window: a
+    plotly title is one line of SVG text and never wraps, so on a phone it was cut at the chart's edge. Wide windows
+    see the chart's title alone (the copy's element is hidden, gap included), and a downloaded picture keeps it."""
+    title = (fig._layout or {}).get("title") or {}
+    text = title if isinstance(title, str) else title.get("text") or ""
+    ems = (sum(1.0 if unicodedata.east_asian_width(c) in "WF" else 0.45 for c in line)
+           for line in re.split(r"<br\s*/?>", text))
+    if max(ems, default=0) <= PHONE_TITLE_EMS:
+        return
+    name = "st-key-" + re.sub(r"[^a-zA-Z0-9_-]", "-", key.strip())  # Streamlit's class for a keyed element
+    words = html.escape(re.sub(r"\s+", " ", PLOTLY_TAGS.sub(" ", text)).strip())
+    st.html("<style>@media (min-width:641px){.stMain .stElementContainer:has(>div>.phone-title,>.phone-title)"
+            f"{{display:none}}}}@media (max-width:640px){{.stMain .{name} .gtitle{{display:none}}}}</style>"
+            f"<p class='phone-title' style='font-weight:600;margin:0 0 -0.5rem'>{words}</p>")
 
 
 def clicked(fig, key: str, trace_name: str | None = None):

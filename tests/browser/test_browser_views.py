@@ -937,3 +937,34 @@ def test_the_logits_bars_fit_a_phone(app, tab):
         assert fit["titles"] >= 2  # the title wraps at this width
     finally:
         tab.set_viewport_size(size)
+
+
+CUT_TITLES = """() => [...document.querySelectorAll("[data-testid='stMain'] [data-testid='stPlotlyChart']")].map(c => {
+    const t = c.querySelector('.gtitle');
+    if (!t || !t.getClientRects().length) return null;
+    return t.getBoundingClientRect().right > c.getBoundingClientRect().right + 1 ? t.textContent : null;
+}).filter(x => x)"""
+
+
+def test_a_long_chart_title_wraps_on_a_phone(app, tab):
+    """A plotly title is one line of SVG text: at 420 px the Logit lens page cut "Probability of the model's final
+    answer, read after each layer (…)" at the chart's edge, and six titles of other pages likewise. On a narrow window
+    a long title is written above its chart, where it wraps; a wide window shows the chart's own title alone."""
+    size = tab.viewport_size
+    copies = f"{MAIN} .phone-title"
+    try:
+        tab.set_viewport_size({"width": 420, "height": size["height"]})
+        go(tab, app, "lens", "zh", model=REPEAT)
+        expect(tab.locator(copies).first).to_be_visible()
+        assert tab.evaluate(CUT_TITLES) == []
+        title = tab.locator(copies).first.inner_text()
+        assert title.startswith(s("lens_heat_title", "zh").split("{")[0][:8]), title
+        assert tab.locator(copies).first.evaluate("e => e.getBoundingClientRect().height") > 30  # two lines or more
+        tab.set_viewport_size({"width": 1300, "height": size["height"]})
+        expect(tab.locator(copies).first).to_be_hidden()
+        assert tab.evaluate(CUT_TITLES) == []
+        shown = tab.evaluate(f"""() => [...document.querySelectorAll("{MAIN} .gtitle")]
+            .filter(t => t.getClientRects().length).map(t => t.textContent)""")
+        assert title in shown, (title, shown)
+    finally:
+        tab.set_viewport_size(size)
