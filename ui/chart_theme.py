@@ -58,7 +58,9 @@ def _looks(kind: str) -> tuple[dict, dict, str]:
         "colorscale": {"sequential": _scale(seq), "sequentialminus": _scale(seq), "diverging": _scale(DIVERGING)},
         "margin": {"pad": 8, "r": 0, "l": 0},
         "hoverlabel": {"bgcolor": bg, "bordercolor": hover, "font": {"color": text, "family": FONT, "size": 12}},
-        "xaxis": {**axis, "showgrid": False, "zeroline": False,
+        # labels that do not fit level turn 45° or 90°: plotly's own first choice, 30°, let long names overlap (the FFN
+        # page's step names on a phone)
+        "xaxis": {**axis, "showgrid": False, "zeroline": False, "autotickangles": [0, -45, -90],
                   "title": {"font": {"color": text, "size": 14}, "standoff": 20}},
         "yaxis": {**axis, "ticklabelposition": "outside",
                   "title": {"font": {"color": text, "size": 14}, "standoff": 24}},

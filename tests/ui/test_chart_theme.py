@@ -34,6 +34,8 @@ def test_the_look_is_written_into_the_chart_and_the_template_is_gone(kind):
     assert layout["yaxis"]["gridcolor"] == grid and "gridcolor" not in layout["yaxis2"]
     assert "gridcolor" not in layout["xaxis"] and layout["xaxis3"]["gridcolor"] == grid
     assert layout["yaxis3"]["tickcolor"] == grid and "tickcolor" not in layout["yaxis"]  # ticks only where drawn
+    # x labels that do not fit level turn 45° (plotly's first choice, 30°, overlapped the FFN page's on a phone)
+    assert all(layout[a]["autotickangles"] == [0, -45, -90] for a in ("xaxis", "xaxis2", "xaxis3"))
     assert before == spec(title={"text": "attention"}, font={"size": 14})  # what was given is left as it was
 
 
