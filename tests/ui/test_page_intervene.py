@@ -319,3 +319,12 @@ def test_the_metric_is_named_log_p_when_an_answer_takes_several_tokens(lang, tex
     named = words["he_metric_logit_diff_multi" if several else "he_metric_logit_diff"]
     assert options[0] == named, options
     assert at.radio(key="he_metric").value == "logit_diff"
+
+
+def test_the_name_mover_model_opens_on_its_prompt_with_its_two_names_as_answers():
+    """The name-mover card's example ended with the answer ("… gave a drink to Mary."): opened with no text, every page
+    measured the token after "Mary." and the two names were never the answers. It opens on the prompt now."""
+    at = open_app(PAGE, model="shipped:name-movers", lang="en")
+    assert_clean(at)
+    assert at.session_state["text"] == "When Mary and John went to the store, John gave a drink to"
+    assert EN["ans_ioi_default"].format(io="Mary", s="John", a="A", b="B") in shown_texts(at)
