@@ -12,6 +12,7 @@ from transformer_core import trace_text
 from transformer_core.analysis.heads import default_length, induction_parts
 from transformer_core.text.inputs import sequence_labels
 from transformer_core.train.snapshots import default_view, load_snapshot, load_steps, phases
+from transformer_core.train.task import LETTERS
 from ui import cache
 from ui.errors import show_error
 from ui.figures import axis_labels, token_heatmap
@@ -123,7 +124,9 @@ st.subheader(t("learn_text_title", step=step))
 m = data["measures"][str(step)]
 n_layers, n_heads = len(m["induction"]), len(m["induction"][0])
 c5, c6, c7 = st.columns([4, 1, 1])
-text = c5.text_input(t("learn_text"), DEFAULT_TEXT, key="learn_text", max_chars=200, help=t("learn_text_help"))
+letters = dict(first=LETTERS[0], last=LETTERS[-1], n=len(LETTERS))  # the repeat task's alphabet
+text = c5.text_input(t("learn_text", **letters), DEFAULT_TEXT, key="learn_text", max_chars=200,
+                     help=t("learn_text_help", **letters))
 layer = c6.selectbox(t("att_layer"), range(n_layers), index=view_layer, key="learn_layer")
 head = c7.selectbox(t("att_head"), range(n_heads), index=view_head, key="learn_head")
 try:

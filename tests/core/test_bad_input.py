@@ -120,8 +120,10 @@ def test_compacted_vocabulary_rejects_unknown_tokens_with_input_error():
     model = build_model(cfg, "cpu")
     prep = prepare(model, "hello world!")
     assert prep.src_ids.tolist() == [[1, 2, 0]]
-    with pytest.raises(InputError, match="not among them"):
-        prepare(model, "同志们")
+    with pytest.raises(InputError, match="not among them") as refused:
+        prepare(model, "同志们 鬱")
+    # each character once and whole, never its byte pieces ('<0xE5><0x90>') or its space
+    assert str(refused.value).endswith(": '同', '志', '们', '鬱'."), str(refused.value)
 
 
 # --- generation ----------------------------------------------------------------------------------------------

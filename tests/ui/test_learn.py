@@ -90,6 +90,10 @@ def test_learn_page_moves_through_training(lang):
         assert "layer 1" in heat["layout"]["title"]["text"] or "第 1 层" in heat["layout"]["title"]["text"]
         at.text_input(key="learn_text").input("<script>alert(1)</script> 😀").run()
         assert not at.exception
+        label = at.text_input(key="learn_text").label  # the alphabet the model knows: a–p, it said a–z
+        assert "a–p" in label and "z" not in label
+        at.text_input(key="learn_text").input("小 明 小 明").run()
+        assert "'小', '明'" in at.warning[0].value or "'小', '明'" in at.error[0].value
 
 
 def test_learn_page_states_the_phases_it_reads_off_the_curves(data):

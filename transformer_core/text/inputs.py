@@ -87,7 +87,10 @@ def to_model_ids(tok: Tokenized, model: Transformer) -> tuple[list[int], list[in
     index, unk = vocab_index(cfg.vocab_map), unknown_id(model)
     missing = missing_positions(tok, model)
     if missing and unk is None:
-        shown = ", ".join(repr(tok.tokens[p].text) for p in missing[:8])
+        # each missing character once, whole ('小'), not its byte pieces ('<0x20><0xE5><0xB0>', '<0x8F>')
+        whole = {m: chars for chars, members in tok.groups for m in members}
+        words = (whole.get(p, tok.tokens[p].text) for p in missing)
+        shown = ", ".join(repr(x) for x in list(dict.fromkeys(w.strip() or w for w in words))[:8])
         raise InputError("tokens_not_in_vocab", n=cfg.vocab_size, tokens=shown)
     return [index.get(i, unk) for i in tok.ids], missing
 

@@ -25,7 +25,7 @@ def task_card(name: str, result: TrainResult, n: int = ACCURACY_N) -> dict:
     task = TASKS[name]
     card = {
         "task": name, "arch": task.arch, "description": {"en": task.description, "zh": task.description_zh},
-        # a prompt task (name movers) opens on its prompt, so the pages read the answer it must give, not the token after it
+        # a prompt task (name movers) opens on its prompt: the pages read the answer it must give, not what follows it
         "example_src": getattr(task.example, "prompt", "") or task.example.src, "example_tgt": task.example.tgt,
         "accuracy": round(task.accuracy(result.model, n=n, seed=ACCURACY_SEED), 4),
         "accuracy_metric": task.metric, "accuracy_examples": n, "accuracy_seed": ACCURACY_SEED,
