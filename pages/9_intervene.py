@@ -26,7 +26,7 @@ from transformer_core.model.transformer import param_counts
 from transformer_core.text.inputs import sequence_labels, token_labels
 from ui.answers import Picked, answer_picker, names_note, preset_names, several_tokens, spelled
 from ui.errors import show_error
-from ui.figures import axis_labels, bars, quoted, ranked_labels, signed_format, token_heatmap, visible
+from ui.figures import Readable, axis_labels, bars, quoted, ranked_labels, signed_format, token_heatmap, visible
 from ui.guidance import try_these
 from ui.head_grid import head_grid
 from ui.i18n import sentences, t
@@ -313,7 +313,8 @@ def effects(ctx) -> Choice:
     ticks = [t("hd_row", block=kind_name(k, model), layer=layer) for k, layer in rows]
     at = [(h, i) for i in range(len(rows)) for h in range(cfg.n_heads)]  # each head's (column, row), row by row
     cells = [[kind_name(rows[i][0], model), rows[i][1], h, rows[i][0]] for h, i in at]
-    fig = head_grid(z, ticks, columns, at, customdata=cells, marker_text=[f"{z[i, h]:+.4f}" for h, i in at],
+    fig = head_grid(z, ticks, columns, at, customdata=cells,
+                    marker_text=[format(float(z[i, h]), signed_format(span)) for h, i in at],
                     hovertemplate=t("he_hover") + "<extra></extra>", colorscale="RdBu", zmin=-span, zmax=span, zmid=0,
                     texttemplate=f"%{{z:{signed_format(span)}}}" if len(columns) <= 17 else None,
                     colorbar=t("he_change"), x_title=t("hd_col_head"), marker_px=22, row_px=40)
@@ -322,13 +323,14 @@ def effects(ctx) -> Choice:
         open_head(str(picked[3]), int(picked[1]), int(picked[2]))
     kind, layer, head, change = res.largest()
     ffn = int(np.abs(res.ffn).argmax())
-    said = t("he_summary", metric=choice.label, intact=res.intact, block=kind_name(kind, model), layer=layer,
-             head=head, change=change, ffn=ffn, fchange=float(res.ffn[ffn]))
+    said = t("he_summary", metric=choice.label, intact=Readable(res.intact), block=kind_name(kind, model),
+             layer=layer, head=head, change=Readable(change), ffn=ffn, fchange=Readable(res.ffn[ffn]))
     needed = res.most_needed()
     if needed is not None and needed[:3] != (kind, layer, head):  # the head that moves it most works against it
         n_kind, n_layer, n_head, n_change = needed
         said = sentences(said, t("he_summary_needed_loss" if metric == "loss" else "he_summary_needed",
-                                 block=kind_name(n_kind, model), layer=n_layer, head=n_head, change=n_change))
+                                 block=kind_name(n_kind, model), layer=n_layer, head=n_head,
+                                 change=Readable(n_change)))
     st.markdown(said)
     st.caption(t("he_click"))
     export_panel(res, "head_effects", ctx, metric=metric, token_a=choice.spec("a"), token_b=choice.spec("b"),
@@ -480,7 +482,8 @@ def _scale(res, choice: Choice) -> tuple[np.ndarray, bool]:
     """What a patching grid shows: the normalised effect, or (clean ≈ corrupted) the raw change, after a note."""
     norm = res.normalised()
     if norm is None:
-        st.info(t("rp_norm_none", metric=choice.label, clean=res.source, corrupted=res.intact), icon="⚖️")
+        st.info(t("rp_norm_none", metric=choice.label, clean=Readable(res.source), corrupted=Readable(res.intact)),
+                icon="⚖️")
         return res.grid, False
     return norm, True
 
@@ -490,7 +493,7 @@ def _grid_figure(z, rows, cols, res, normed: bool, hover_key: str):
     span = max(1.0, float(np.abs(z).max())) if normed else (float(np.abs(z).max()) or 1.0)
     custom = np.stack([res.patched, res.patched - res.intact], axis=-1).astype(np.float32)
     value = t("rp_value_norm" if normed else "rp_value_raw")
-    hover = t(hover_key, value=value, corrupted=f"{res.intact:.4f}", clean=f"{res.source:.4f}")
+    hover = t(hover_key, value=value, corrupted=f"{Readable(res.intact):.4f}", clean=f"{Readable(res.source):.4f}")
     return token_heatmap(z, rows, cols, colorscale="RdBu", zmin=-span, zmax=span, zmid=0, px_per_token=30,
                          min_height=200, customdata=custom.tolist(), hovertemplate=hover + "<extra></extra>",
                          colorbar={"title": {"text": value, "side": "right"}})
@@ -508,8 +511,9 @@ def residual_view(ctx, res, text_b: str, choice: Choice) -> None:
     rows = [t("lens_row_embed")] + [t("lens_row_layer", layer=layer) for layer in range(model.cfg.n_layers)]
     chart(_grid_figure(z, rows, cols, res, normed, "rp_hover"), "rp_grid")
     r, p = np.unravel_index(np.abs(z).argmax(), z.shape)
-    st.markdown(t("rp_summary", metric=choice.label, clean=res.source, corrupted=res.intact, row=rows[r],
-                  pos=cols[p], value=float(z[r, p]), what=t("rp_value_norm" if normed else "rp_value_raw")))
+    st.markdown(t("rp_summary", metric=choice.label, clean=Readable(res.source), corrupted=Readable(res.intact),
+                  row=rows[r], pos=cols[p], value=Readable(z[r, p]),
+                  what=t("rp_value_norm" if normed else "rp_value_raw")))
     if choice.multi:
         st.caption(t("rp_multi_note"))
     export_panel(res, "residual_patch", ctx, text=text_b, text_b=ss.get("text", ""), target_b=None,
@@ -524,7 +528,7 @@ def heads_view(ctx, res, text_b: str, choice: Choice) -> None:
     cols = [t("hp_head", h=h) for h in range(model.cfg.n_heads)]
     chart(_grid_figure(z, rows, cols, res, normed, "hp_hover"), "hp_grid")
     layer, head = np.unravel_index(np.abs(z).argmax(), z.shape)
-    st.markdown(t("hp_summary", layer=int(layer), head=int(head), value=float(z[layer, head]),
+    st.markdown(t("hp_summary", layer=int(layer), head=int(head), value=Readable(z[layer, head]),
                   what=t("rp_value_norm" if normed else "rp_value_raw")))
     export_panel(res, "head_patch", ctx, text=text_b, text_b=ss.get("text", ""), target_b=None,
                  metric=choice.metric, token_a=choice.spec("a"), token_b=choice.spec("b"))

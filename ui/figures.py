@@ -72,11 +72,24 @@ def ranked_labels(tokens: list[str]) -> list[str]:
 
 
 def signed_format(span: float) -> str:
-    """A d3 format that writes the largest of some changes (|x| ≤ span) with two significant digits, at least two
-    decimals ("+0.0046", not "+0.00": a probability's changes are often that small)."""
+    """A d3 format (Python's too) that writes the largest of some changes (|x| ≤ span) with two significant digits, at
+    least two decimals ("+0.0046", not "+0.00": a probability's changes are often that small); changes below 1e-5 (the
+    probability of an answer the model does not expect) in powers of ten ("+4.3e-7", not "+0.000000")."""
     span = abs(float(span))
+    if 0 < span < 1e-5:
+        return "+.1e"
     digits = int(min(6, max(2, 1 - np.floor(np.log10(span))))) if span > 0 else 2
     return f"+.{digits}f"
+
+
+class Readable(float):
+    """A number that a sentence's fixed format ("{p:.4f}") writes in powers of ten when it would read as zeros
+    (4.3e-07, not 0.0000): a string keeps one format for the usual sizes and still says a tiny value."""
+
+    def __format__(self, spec: str) -> str:
+        if spec.endswith("f") and self != 0 and abs(self) < 5e-5:
+            return format(float(self), spec.split(".")[0] + ".1e")
+        return format(float(self), spec)
 
 
 def prob_text(p: float) -> str:

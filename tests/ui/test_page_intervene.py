@@ -1,6 +1,7 @@
 """Ablation and patching page through the real app: the loss change and the moved tokens equal ablate() and patch()
 called directly, the shared model is left as it was, text B's bad input gives messages, and the page speaks Chinese."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -328,3 +329,16 @@ def test_the_name_mover_model_opens_on_its_prompt_with_its_two_names_as_answers(
     assert_clean(at)
     assert at.session_state["text"] == "When Mary and John went to the store, John gave a drink to"
     assert EN["ans_ioi_default"].format(io="Mary", s="John", a="A", b="B") in shown_texts(at)
+
+
+def test_the_probability_of_an_answer_the_model_does_not_expect_reads_in_powers_of_ten():
+    """p(A) of an unexpected answer is about 1e-7: the sweep's cells, its summary and the hover read "+0.000000" and
+    "0.0000" everywhere. They say the numbers now (4.3e-07)."""
+    at = open_app(PAGE, model=GPT, text="The weather was nice, so we walked to the park after", lang="en")
+    at.radio(key="he_metric").set_value("prob").run()
+    type_answer(at, "a", " photosynthesis")
+    assert_clean(at)
+    said = next(m.value for m in at.markdown if m.value.startswith(EN["he_summary"].split("{")[0]))
+    assert "0.0000" not in said and re.search(r"\d\.\de-\d\d", said), said
+    cells = next(tr for tr in figure(at, "he_grid_0")["data"] if tr.get("name") == "heads")
+    assert not any(set(x) <= set("+-0.") for x in cells["text"]), cells["text"][:5]
