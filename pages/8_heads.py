@@ -174,7 +174,7 @@ def sinks(ctx) -> None:
         return
     cut_note(weights, ctx)
     every = weights[0]
-    sinks_hint(every, lambda s: head_name(s.kind, s.layer, s.head, model), thr)
+    sinks_hint(every, lambda s: head_name(s.kind, s.layer, s.head, model), thr, KL_SMALL)
     found = [s for s in every if s.first_weight > thr]
     if found:
         st.markdown(count_text("sk_found", len(found), thr=thr))

@@ -64,9 +64,15 @@ def heads_hint(records: list, threshold: float, name) -> None:
     previous = sorted({r.layer for r in records if "previous_token" in r.labels and r.kind == "dec_self"})
     pair = ""
     if induction and previous and previous[0] < induction[-1]:
-        sep = t("list_sep")
-        pair = t("look_heads_pair", ind=sep.join(map(str, induction)), prev=sep.join(map(str, previous)))
+        pair = t("look_heads_pair", ind=layers_phrase(induction), prev=layers_phrase(previous))
     look_for("heads", heads=heads, pair=pair)
+
+
+def layers_phrase(layers: list[int]) -> str:
+    """"layer 1", "layers 0 and 1", "layers 0, 1 and 2" (第 0、1 和 2 层)."""
+    if len(layers) == 1:
+        return t("layers_one", n=layers[0])
+    return t("layers_many", first=t("layers_sep").join(map(str, layers[:-1])), last=layers[-1])
 
 
 def ffn_hint(steps: list, names: list[str], mean, pre_norm: bool) -> None:
@@ -86,11 +92,12 @@ def ffn_hint(steps: list, names: list[str], mean, pre_norm: bool) -> None:
              last=f"{mean[-1]:.1f}", n=falls, m=len(mean) - 1)
 
 
-def sinks_hint(every: list, name, threshold: float) -> None:
+def sinks_hint(every: list, name, threshold: float, small: float) -> None:
     """Which head parks the most weight on the first token here, and how to tell parked from used weight; nothing
-    when no head passes the threshold (the page then says that no head is a sink, and why)."""
+    when no head passes the threshold (the page then says that no head is a sink, and why). `small`: the KL and loss
+    change below which the page's verdict calls the weight parked."""
     if every and every[0].first_weight > threshold:
-        look_for("sinks", head=name(every[0]), weight=every[0].first_weight)
+        look_for("sinks", head=name(every[0]), weight=every[0].first_weight, small=f"{small:g}")
 
 
 def try_these(key: str, *examples: dict) -> None:

@@ -185,7 +185,7 @@ def test_what_to_look_for_names_this_models_clearest_heads_and_its_induction_pai
         assert EN["look_named_head"].format(head=name, kind=label, score=best[SCORE]) in look
     ind = sorted(set(df[df[LABEL] == EN["hd_pat_induction"]][EN["hd_col_layer"]]))
     prev = sorted(set(df[df[LABEL] == EN["hd_pat_previous_token"]][EN["hd_col_layer"]]))
-    pair = EN["look_heads_pair"].format(ind="1", prev="0")
+    pair = EN["look_heads_pair"].format(ind="layer 1", prev="layer 0")
     if key == "kjv-tang-gpt":  # measured: previous-token heads in layer 0, induction heads in layer 1
         assert ind == [1] and prev == [0] and pair in look
     else:  # repeat has induction heads but no previous-token head above the threshold on this text: no pair
@@ -193,7 +193,7 @@ def test_what_to_look_for_names_this_models_clearest_heads_and_its_induction_pai
     model, _ = load_model(key)
     every = find_sinks(model, prepare(model, text), threshold=0.0)
     first = EN["hd_head_name"].format(block=block, layer=every[0].layer, head=every[0].head)
-    look = EN["look_sinks"].format(head=first, weight=every[0].first_weight)
+    look = EN["look_sinks"].format(head=first, weight=every[0].first_weight, small="0.01")
     assert (look in messages(at)) == (every[0].first_weight > 0.5)  # a head named as parking weight only past 0.5
 
 
@@ -276,3 +276,14 @@ def test_the_head_grid_tiles_its_cells_and_an_unlabelled_head_shows_its_best_pat
             assert 0.0 <= z <= 1.0
     unlabelled = df[df[LABEL] == EN["hd_pat_none"]]
     assert (unlabelled[EN["hd_col_best_text"]] != "—").all()  # the best pattern and its score, not a lone 0.000
+
+
+def test_layers_are_named_as_a_phrase_in_either_language():
+    """"a previous-token head in layer 0, 1" read as broken grammar; "第 0，1 层" likewise."""
+    from ui.guidance import layers_phrase
+
+    lists = ([1], [0, 1], [0, 1, 2])
+    with harness_language("en"):
+        assert [layers_phrase(x) for x in lists] == ["layer 1", "layers 0 and 1", "layers 0, 1 and 2"]
+    with harness_language("zh"):
+        assert [layers_phrase(x) for x in lists] == ["第 1 层", "第 0 和 1 层", "第 0、1 和 2 层"]
