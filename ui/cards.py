@@ -45,7 +45,11 @@ def show_card(card: dict, key: str) -> None:
         if "heldout_loss" in figures and "bigram_loss" in figures:
             gain = 1 - figures["heldout_loss"] / figures["bigram_loss"]
             above = "card_above_bigram_fact" if isinstance(card.get("advice"), list) else "card_above_bigram"
-            st.caption(t("card_vs_bigram", pct=gain * 100) if gain > 0 else t(above, pct=-gain * 100))
+            said = t("card_vs_bigram", pct=gain * 100) if gain > 0 else t(above, pct=-gain * 100)
+            unigram = figures.get("unigram_loss")
+            if gain > 0 and unigram and unigram < figures["bigram_loss"]:  # the weaker baseline alone would flatter
+                said = sentences(said, t("card_vs_unigram_too", pct=(1 - figures["heldout_loss"] / unigram) * 100))
+            st.caption(said)
         by_corpus = card.get("by_corpus")
         first = next(iter(by_corpus.items()), None) if isinstance(by_corpus, dict) and len(by_corpus) > 1 else None
         if first and isinstance(first[1], dict) and first[1].get("heldout_loss") == figures.get("heldout_loss"):
