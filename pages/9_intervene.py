@@ -224,7 +224,7 @@ def ablation(ctx) -> None:
     mode = st.radio(t("iv_mode"), ABLATION_MODES, key="iv_mode", horizontal=True,
                     format_func=lambda m: t(f"iv_mode_{m}"))
     if not picked_heads and not picked_ffns:
-        st.info(t("iv_pick"), icon="👆")
+        st.info(t("iv_pick_first"), icon="👆")
         return
     head_list = tuple((k, int(layer), int(h)) for k, layer, h in (o.split(":") for o in picked_heads))
     ffn_list = tuple((s, int(layer)) for s, layer in (o.split(":") for o in picked_ffns))

@@ -170,7 +170,7 @@ def test_ablating_a_head_changes_the_loss(app, tab, tmp_path):
     """Nothing switched off: a hint; head 1.0 switched off: a non-zero loss change, the summary and a moved-tokens
     chart appear; the .npz."""
     go(tab, app, "intervene", model=REPEAT, text=TEXT)
-    expect(tab.locator(MAIN).get_by_text(s("iv_pick"))).to_be_visible()
+    expect(tab.locator(MAIN).get_by_text(s("iv_pick_first"))).to_be_visible()
     before = [p["title"] for p in plots(tab)]
     head = s("iv_head_short", kind="", layer=1, head=0)
     box = tab.locator(MAIN).locator("[data-testid='stMultiSelect']").filter(

@@ -45,7 +45,7 @@ def top_tables(at) -> list:
 def test_ablating_all_layer_1_cross_heads_of_reverse_equals_ablate():
     at = open_app(PAGE, model="shipped:reverse", text="d a c b", tgt="= b c a", lang="en")
     assert_clean(at)
-    assert EN["iv_pick"] in messages(at)  # nothing switched off yet
+    assert EN["iv_pick_first"] in messages(at)  # nothing switched off yet
     at.multiselect(key="iv_heads_shipped:reverse").set_value(CROSS_1).run()
     assert_clean(at)
     model, _ = load_model("reverse")
