@@ -94,8 +94,7 @@ class Readable(float):
 
 def prob_text(p: float) -> str:
     """A probability as a learner reads it: 4 decimals, or 2 significant digits when that would show 0.0000."""
-    p = float(p)
-    return f"{p:.4f}" if p == 0 or p >= 5e-5 else f"{p:.1e}"
+    return f"{Readable(p):.4f}"
 
 
 def as_f32(a) -> np.ndarray:
@@ -200,9 +199,10 @@ def label_font(n: int) -> int:
     return 12 if n <= 30 else 10 if n <= 64 else 9
 
 
-def text_px(text: str) -> float:
-    """A label's width in ems: CJK and other wide characters one em, the rest about 0.6 (no font at hand here)."""
-    return sum(1.0 if unicodedata.east_asian_width(c) in "WF" else 0.62 for c in text)
+def text_px(text: str, narrow: float = 0.62) -> float:
+    """A label's width in ems: CJK and other wide characters one em, the rest `narrow` (no font at hand here: 0.62
+    holds tick labels with room to spare; Source Sans's latin letters average about 0.45)."""
+    return sum(1.0 if unicodedata.east_asian_width(c) in "WF" else narrow for c in text)
 
 
 def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL, zmin=None, zmax=None, zmid=None,

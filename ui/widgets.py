@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import html
 import re
-import unicodedata
 
 import streamlit as st
 
-from .figures import visible
+from .figures import text_px, visible
 from .i18n import strings, t
 from .plain_figures import sendable
 
@@ -88,9 +87,7 @@ def phone_title(fig, key: str) -> None:
     see the chart's title alone (the copy's element is hidden, gap included), and a downloaded picture keeps it."""
     title = (fig._layout or {}).get("title") or {}
     text = title if isinstance(title, str) else title.get("text") or ""
-    ems = (sum(1.0 if unicodedata.east_asian_width(c) in "WF" else 0.45 for c in line)
-           for line in re.split(r"<br\s*/?>", text))
-    if max(ems, default=0) <= PHONE_TITLE_EMS:
+    if max((text_px(line, narrow=0.45) for line in re.split(r"<br\s*/?>", text)), default=0) <= PHONE_TITLE_EMS:
         return
     name = "st-key-" + re.sub(r"[^a-zA-Z0-9_-]", "-", key.strip())  # Streamlit's class for a keyed element
     words = html.escape(re.sub(r"\s+", " ", PLOTLY_TAGS.sub(" ", text)).strip())
