@@ -1,5 +1,6 @@
 """The per-page context (the selected model and the cached trace of the sidebar's text, with clear errors), the
-dates model's answer, and the guard that runs a page through app.py."""
+dates model's answer, the name-mover model's note on a text unlike its sentences, and the guard that runs a page
+through app.py."""
 from __future__ import annotations
 
 import runpy
@@ -17,8 +18,9 @@ from transformer_core.text.inputs import Prepared
 
 from . import cache
 from .errors import show_error
+from .figures import md_quoted, plain
 from .i18n import t
-from .model_choice import cannot_take_text, load_selected_model, try_example
+from .model_choice import cannot_take_text, load_selected_model, try_example, use_example
 from .state import clear_generated, generated, keep_target, keep_view_in_model
 
 
@@ -70,6 +72,8 @@ def page_context(layer: int | None = None, masks: dict | None = None) -> PageCon
         st.caption(t("note_unknown", n=len(prep.src_unknown) + len(prep.tgt_unknown)))
     if meta.get("task") == "dates":
         dates_answer(key, device, str(ss.get("text", "")))
+    if meta.get("task") == "ioi":
+        names_outside(str(ss.get("text", "")), model.cfg.encoding)
     if prep.src.truncated:
         st.info(t("note_truncated", n_chars=prep.src.n_chars, n_tokens=len(prep.src.tokens)), icon="✂️")
     if prep.src.cleaned or (prep.tgt is not None and prep.tgt.cleaned):
@@ -150,6 +154,19 @@ def out_of_domain(model_key: str) -> None:
     st.warning(t("dates_out_of_domain"), icon="🧭")
     st.button(t("dates_try", text=DATES_EXAMPLE[0]), key="dates_try", on_click=try_example,
               args=(model_key, *DATES_EXAMPLE))
+
+
+def names_outside(text: str, encoding: str) -> None:
+    """The name-mover model was given a text unlike the sentences it learned: say why and offer its example (the
+    pages still show what it does with the text)."""
+    from transformer_core.train.ioi import outside  # (only for this model: off the cold start)
+
+    why = outside(text, encoding)
+    if why is None:
+        return
+    pieces = " + ".join(md_quoted(p) for p in why.pieces)
+    st.warning(f"{t('ioi_' + why.reason, name=plain(why.name), pieces=pieces)} {t('ioi_outside')}", icon="🧭")
+    st.button(t("use_example"), key="ioi_example", on_click=use_example, icon=":material/edit_note:")
 
 
 APP_PATH = Path(__file__).resolve().parents[1] / "app.py"

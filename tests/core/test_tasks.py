@@ -146,3 +146,29 @@ def test_greedy_answers_with_as_many_tokens_as_the_input(name):
     assert isinstance(task.solve(model, "d a c b"), str)
     with pytest.raises(TaskError, match="(?i)type 1 to 31 letters"):
         task.solve(model, " ".join("a" * 40))
+
+
+def test_the_name_mover_sentences_fit_and_the_texts_it_answers_badly_are_named_with_why():
+    """The name-mover model answers nonsense on texts unlike its sentences (a name that opens the text: 'om'; a name
+    it reads in pieces; two Chinese names with one surname): outside() says which and why; none of the task's own
+    sentences, training or held out, in either language, is called outside."""
+    from transformer_core.train import ioi
+
+    rng = random.Random(0)
+    for lang in ("en", "zh"):
+        for held in (False, True):
+            pool = ioi.names(lang, held)
+            for template in rng.sample(ioi.templates(lang, held), min(40, len(ioi.templates(lang, held)))):
+                a, b = rng.sample(pool, 2)
+                assert ioi.outside(ioi.prompt(template, a, b, rng.choice((a, b)))) is None, template
+    cases = {
+        "Tom and Anna went to the store, Anna gave a drink to": ("bare", "Tom", ("T", "om")),
+        "When Mary and John went to the store,\nJohn gave a drink to": ("bare", "John", ("\n", "J", "ohn")),
+        "When Xavier and Quinn went to the store, Quinn gave a drink to": ("pieces", "Quinn", (" Qu", "in", "n")),
+        "龘伟和李娜去了商店，李娜把一瓶水给了": ("pieces", "龘伟", ("龘\u00a01/2", "龘\u00a02/2")),
+        "小明和小红去了商店，小红把一瓶水给了": ("same_start", "小明, 小红", ("小",)),
+        "The cat sat on the mat. The cat sat on the": ("no_pair", "", ()),
+        "When Tom and Anna went to the store, they gave a drink to": ("no_pair", "", ()),
+    }
+    for text, (reason, name, pieces) in cases.items():
+        assert ioi.outside(text) == ioi.Outside(reason, name, pieces), text

@@ -450,3 +450,25 @@ def test_the_position_caption_quotes_its_token_as_every_label_does():
     assert not at.exception
     caption = next(c.value for c in at.caption if c.value.startswith("Position "))
     assert "‘⏎’" in caption and "'\\n'" not in caption
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_name_mover_model_says_when_a_text_is_unlike_its_sentences_and_offers_its_example(lang):
+    """"Tom and Anna went to the store, Anna gave a drink to" opens with a bare "Tom" (tokens 'T' 'om', not the ' Tom'
+    it learned): the model answers 'om' and no page said why. The page says so and its button sets the example, on
+    which nothing is said."""
+    from ui.i18n import strings
+
+    words = {k: v[lang] for k, v in strings().items()}
+    text = "Tom and Anna went to the store, Anna gave a drink to"
+    with harness_language(lang):
+        at = open_app("logits", model="shipped:name-movers", text=text, lang=lang)
+        assert not at.exception and not at.error
+        said = words["ioi_bare"].format(name="Tom", pieces="‘T’ + ‘om’") + " " + words["ioi_outside"]
+        assert said in messages(at), messages(at)
+        top = next(d.value for d in at.dataframe if words["col_prob_raw"] in d.value.columns)
+        assert top[words["col_token"]].iloc[0] == "om"  # what the note is for
+        at.button(key="ioi_example").click().run()
+        assert at.session_state["text"] == "When Mary and John went to the store, John gave a drink to"
+        assert not [m for m in messages(at) if words["ioi_outside"] in m]
+        assert lang == "en" or not [s for s in shown_texts(at) if s in ENGLISH_ONLY]

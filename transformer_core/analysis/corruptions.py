@@ -77,7 +77,8 @@ def _pattern(word: str) -> str:
     return re.escape(word) if CJK.search(word) else rf"(?<!\w){re.escape(word)}(?!\w)"
 
 
-def _mentions(text: str, word: str) -> list[re.Match]:
+def mentions(text: str, word: str) -> list[re.Match]:
+    """Every mention of a word in the text (a whole word; Chinese as it is)."""
     return list(re.finditer(_pattern(word), text))
 
 
@@ -87,7 +88,7 @@ def replace_word(text: str, old: str, new: str, *, every: bool = False) -> str:
     old, new = old.strip(), new.strip()
     if not old or not new or old == new:
         raise InputError("corrupt_same")
-    found = _mentions(text, old)
+    found = mentions(text, old)
     if not found:
         raise InputError("corrupt_no_words")
     if every:
