@@ -66,15 +66,23 @@ def score_lines(data: dict, what: str, title: str, step: int, grey_first: bool =
                       step, title, t("learn_score"), range=[0, 1])
 
 
+EVEN = 0.03  # scores this close to even attention's: the head has not learned where to look yet
+
+
 def layer0_note(m: dict, step: int) -> None:
     """Why layer 0's induction curves are grey, and what the highest of them is made of at this step (looking a
-    few tokens back, avoiding its own token), measured on the snapshot."""
+    few tokens back, avoiding its own token), measured on the snapshot; in the first steps, that it is about what
+    attention spread evenly gets (nothing learned yet)."""
     ind = m["induction"][0]
     head = int(np.argmax(ind))
     try:
         found = {name: v[0][head] for name, v in parts(int(step)).items()}
     except Exception as exc:  # noqa: BLE001 - the note is extra
         show_error(exc)
+        return
+    if max(abs(v - found["even"]) for v in (ind[head], found["control"], found["own_copy"])) < EVEN:
+        st.caption(t("learn_ind_l0_even", step=step, head=head, score=ind[head], even=found["even"],
+                     control=found["control"]))
         return
     st.caption(t("learn_ind_l0", step=step, head=head, score=ind[head], off=default_length(snapshot(int(step))) - 1,
                  control=found["control"], own=found["own_copy"], own_control=found["own_copy_control"]))

@@ -172,3 +172,28 @@ def test_layer_0_induction_is_greyed_and_what_its_score_is_made_of_is_measured(d
     assert cells["own"][head] < cells["own_control"][head]  # it avoids its own token
     assert cells["control"][head] > 1.5 / (2 * L)  # and looks a few tokens back more than a uniform head would
     assert "no induction in layer 0" in EN["learn_heat_title_l0"]
+
+
+def test_at_the_first_step_layer_0_is_said_to_have_learned_nothing_yet(data):
+    """At step 1 the note called a layer-0 head's 0.18 "two things a layer-0 head can do" (looking back, avoiding its
+    own token), yet it is what attention spread evenly gets: the untrained head does neither. Recomputed here."""
+    from harness.apptest import EN
+    from transformer_core.analysis.heads import unrepeated_batch
+
+    step = data["steps"][0]
+    with no_pages_dir_mode():
+        at = open_app("learn", lang="en")
+        at.select_slider(key="learn_step_v").set_value(step).run()
+    assert not at.exception
+    model = load_snapshot(catalog.load("shipped:induction-steps", "cpu")[0], FOLDER, step)
+    L = default_length(model)
+    even = float(np.mean([1 / (L + j + 1) for j in range(L - 1)]))  # query L + j shares its weight among L + j + 1
+    plain = weights_by_hooks(model, unrepeated_batch(vocab_ids(model), L, 16, 0))[0][0]
+    q = L + torch.arange(L - 1)
+    head = int(np.argmax(data["measures"][str(step)]["induction"][0]))
+    score = data["measures"][str(step)]["induction"][0][head]
+    control = float(plain[:, :, q, q - L + 1].mean((0, 2))[head])
+    assert abs(score - even) < 0.03 and abs(control - even) < 0.03
+    note = EN["learn_ind_l0_even"].format(step=step, head=head, score=score, even=even, control=control)
+    assert note in [c.value for c in at.caption]
+    assert not [c for c in at.caption if c.value.startswith(EN["learn_ind_l0"][:40]) and "two things" in c.value]

@@ -202,12 +202,16 @@ def induction_parts(model: Transformer, length: int | None = None, count: int = 
     "control": the induction cells (query L + j on key j + 1) on random tokens that repeat nothing, the weight
     given by position alone; "own_copy": on the probe, the weight on the earlier copy of the query's own token;
     "own_copy_control": the same cells when nothing repeats (a head that avoids its own token puts less on the
-    copy, and so more on its neighbours, the induction cell among them)."""
+    copy, and so more on its neighbours, the induction cell among them); "even": the induction cells of attention
+    spread evenly over every earlier token, what a head that has learned nothing gets (an untrained model's)."""
     length = default_length(model) if length is None else length
     probe = block_weights(model, induction_batch(vocab_ids(model), length, count, seed), None)
     plain = block_weights(model, unrepeated_batch(vocab_ids(model), length, count, seed), None)
     self_blocks = [where for where in probe if where[0] != "cross"]
-    return {"control": {k: induction(plain[k], length) for k in self_blocks},
+    causal = torch.tril(torch.ones(2 * length, 2 * length))
+    even = induction((causal / causal.sum(-1, keepdim=True))[None, None], length)  # (1,)
+    return {"even": {k: even.expand(probe[k].size(1)) for k in self_blocks},
+            "control": {k: induction(plain[k], length) for k in self_blocks},
             "own_copy": {k: own_copy(probe[k], length) for k in self_blocks},
             "own_copy_control": {k: own_copy(plain[k], length) for k in self_blocks}}
 
