@@ -95,7 +95,8 @@ def draw(edges, labels: list[str], n_layers: int, position: int, threshold: floa
 
 
 st.title(t("nav_flow"))
-explain("flow_intro", r"\text{share}(p) = \frac{\max\big(0,\ \lVert y\rVert_1 - \lVert y - p\rVert_1\big)}"
+explain("flow_intro", rf"\text{{{t('flow_share_sym')}}}(p) = "
+                      r"\frac{\max\big(0,\ \lVert y\rVert_1 - \lVert y - p\rVert_1\big)}"
                       r"{\sum_{p'} \max\big(0,\ \lVert y\rVert_1 - \lVert y - p'\rVert_1\big)},\qquad "
                       r"y = x + \sum_j \sum_h A_h[i,j]\, W_O^h v_h[j]\ (+\, b_O)")
 try_these("flow", dict(model="shipped:everyday-gpt", text="The cat sat on the mat. The cat sat on the"),

@@ -8,6 +8,7 @@ Models are named in every URL (shipped reverse / repeat / copy, the course-base 
 server is the one the browser modules share (a second, fresh one only for the shared-link test). With SCREENSHOTS=1,
 screenshots go to screenshots/ (git-ignored).
 """
+import io
 import json
 import re
 import time
@@ -946,10 +947,21 @@ CUT_TITLES = """() => [...document.querySelectorAll("[data-testid='stMain'] [dat
 }).filter(x => x)"""
 
 
+def edge_shades(element) -> tuple[bool, bool]:
+    """Whether the first and the last column of an element's picture are shaded: grey over most of their height (a
+    glyph at the edge darkens a few rows only)."""
+    from PIL import Image
+
+    im = Image.open(io.BytesIO(element.screenshot())).convert("L")
+    w, h = im.size
+    return tuple(sorted(im.getpixel((x, y)) for y in range(h))[h // 2] < 230 for x in (0, w - 1))
+
+
 def test_a_long_chart_title_wraps_on_a_phone(app, tab):
     """A plotly title is one line of SVG text: at 420 px the Logit lens page cut "Probability of the model's final
     answer, read after each layer (…)" at the chart's edge, and six titles of other pages likewise. On a narrow window
-    a long title is written above its chart, where it wraps; a wide window shows the chart's own title alone."""
+    a long title is written above its chart, where it wraps; a wide window shows the chart's own title alone. A
+    formula wider than a phone scrolls, and a shadow on the side where more of it lies says so."""
     size = tab.viewport_size
     copies = f"{MAIN} .phone-title"
     try:
@@ -960,9 +972,15 @@ def test_a_long_chart_title_wraps_on_a_phone(app, tab):
         title = tab.locator(copies).first.inner_text()
         assert title.startswith(s("lens_heat_title", "zh").split("{")[0][:8]), title
         assert tab.locator(copies).first.evaluate("e => e.getBoundingClientRect().height") > 30  # two lines or more
+        formula = tab.locator(f"{MAIN} .katex-display").nth(1)  # the lens formula: wider than a phone
+        assert formula.evaluate("e => e.scrollWidth > e.clientWidth + 20")
+        assert edge_shades(formula) == (False, True)  # a shadow on the right: more of it lies there
+        formula.evaluate("e => { e.scrollLeft = e.scrollWidth }")
+        assert edge_shades(formula) == (True, False)
         tab.set_viewport_size({"width": 1300, "height": size["height"]})
         expect(tab.locator(copies).first).to_be_hidden()
         assert tab.evaluate(CUT_TITLES) == []
+        assert edge_shades(formula) == (False, False)  # it fits: no shadow
         shown = tab.evaluate(f"""() => [...document.querySelectorAll("{MAIN} .gtitle")]
             .filter(t => t.getClientRects().length).map(t => t.textContent)""")
         assert title in shown, (title, shown)

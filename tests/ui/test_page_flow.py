@@ -44,6 +44,7 @@ def test_chinese_page_shows_no_english_and_an_encoder_decoder_gets_a_message():
         assert_clean(at)
         left = [s for s in shown_texts(at) if s in ENGLISH_ONLY]
         assert not left, left
+        assert [r"\text{份额}(p) =" in f.value for f in at.latex] == [True]  # the prose's word, not "share"
     at = open_app(PAGE, model="shipped:reverse", text="d a c b", tgt="= b c a", lang="en")
     assert_clean(at)
     assert EN["err.flow_decoder_only"] in messages(at)
