@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import re
 
+import numpy as np
 import streamlit as st
 
 from .chart_theme import PALETTES
@@ -79,6 +80,7 @@ def chart(fig, key: str, *, on_select: bool = False):
     fmt, stem = picture_download(key)
     config = {"displaylogo": False, "toImageButtonOptions": {"format": fmt, "scale": 2, "filename": stem}}
     phone_title(fig, key)
+    phone_cells(fig, key)
     fig = sendable(fig, st.context.theme.type)  # the look written into the chart (ui.chart_theme): drawn once
     if on_select:
         return st.plotly_chart(fig, key=key, config=config, width="stretch", theme=None, on_select="rerun",
@@ -90,6 +92,7 @@ def chart(fig, key: str, *, on_select: bool = False):
 # a chart title's line wider than this many ems is cut on a phone: 16 px type in a 388 px chart; Source Sans's
 # latin letters about 0.45 em on average (59 of them took 405 px), a Chinese character 1 em
 PHONE_TITLE_EMS = 23
+PHONE_CHART_PX = 388
 PLOTLY_TAGS = re.compile(r"</?(?:b|i|em|sub|sup|span)[^>]*>|<br\s*/?>", re.IGNORECASE)
 
 
@@ -106,6 +109,41 @@ def phone_title(fig, key: str) -> None:
     st.html("<style>@media (min-width:641px){.stMain .stElementContainer:has(>div>.phone-title,>.phone-title)"
             f"{{display:none}}}}@media (max-width:640px){{.stMain .{name} .gtitle{{display:none}}}}</style>"
             f"<p class='phone-title' style='font-weight:600;margin:0 0 -0.5rem'>{words}</p>")
+
+
+# a chart's plot area on a phone: the chart's 388 px less its left labels, its right margin and a colour bar's
+PHONE_BAR_PX = 70
+
+
+def crowded_cells(fig) -> bool:
+    """Whether the words a heatmap writes in its cells (texttemplate "%{text}") would run into each other in a 420 px
+    window: plotly writes a cell's text whatever the cell's width (the Logit lens's tokens and the Heads grid's kinds
+    overlapped there)."""
+    layout = fig._layout or {}
+    for tr in fig._data:
+        if tr.get("type") != "heatmap" or tr.get("texttemplate") != "%{text}" or tr.get("text") is None:
+            continue
+        size = (tr.get("textfont") or {}).get("size") or 12
+        words = np.asarray(tr["text"], dtype=object).ravel()
+        widest = max((text_px(str(w), narrow=0.55) for w in words), default=0.0) * size + 4
+        ticks = (layout.get("yaxis") or {}).get("ticktext") or [y for y in tr.get("y") or () if isinstance(y, str)]
+        left = max((text_px(str(y), narrow=0.55) for y in ticks), default=2.0) * 12 + 10
+        plot = PHONE_CHART_PX - left - (layout.get("margin") or {}).get("r", 10) - PHONE_BAR_PX
+        if np.shape(tr.get("z"))[-1] * widest > plot:
+            return True
+    return False
+
+
+def phone_cells(fig, key: str) -> None:
+    """On a narrow window, a heatmap's cell words that would run into each other are left out, and a line above the
+    chart says a tap on a cell reads it; wide windows and downloads keep them."""
+    if not crowded_cells(fig):
+        return
+    name = "st-key-" + re.sub(r"[^a-zA-Z0-9_-]", "-", key.strip())
+    st.html("<style>@media (min-width:641px){.stMain .stElementContainer:has(>div>.phone-cells,>.phone-cells)"
+            f"{{display:none}}}}@media (max-width:640px){{.stMain .{name} .heatmap-label{{display:none}}}}</style>"
+            f"<p class='phone-cells' style='font-size:0.875rem;opacity:0.7;margin:0 0 -0.5rem'>"
+            f"{html.escape(t('phone_cells'), quote=False)}</p>")
 
 
 def clicked(fig, key: str, trace_name: str | None = None):

@@ -18,7 +18,7 @@ from harness.apptest import (
     shown_texts,
 )
 from transformer_core import act_name, load_model, prepare, run, run_with_trace, token_labels
-from ui.figures import visible
+from ui.figures import token_heatmap, visible
 
 PAGE = "lens"
 
@@ -267,3 +267,23 @@ def test_a_long_text_reads_the_window_it_draws_and_every_position_when_the_table
     at.selectbox(key=f"lens_pos_{T}").set_value(3).run()  # near the start: the window is the first 48
     assert_clean(at)
     np.testing.assert_allclose(array(heat(at)["z"]), whole[:, :48], atol=1e-6)
+
+
+def test_cell_words_that_would_overlap_on_a_phone_are_left_out_there_with_a_line_that_says_so():
+    """At 420 px the lens wrote thirteen tokens into cells 17 px wide, each over the next. Where the words would run
+    into each other on a phone, the page hides them there (CSS for the chart's element, narrow windows only) and says
+    a tap reads a cell; a short text's words fit and stay, with no such line."""
+    from ui.widgets import crowded_cells
+
+    long = "The weather was nice, so we walked to the park after lunch."
+    for text, crowded in ((long, True), ("The cat sat", False)):
+        at = open_app(PAGE, model="shipped:everyday-gpt", text=text, lang="en")
+        assert not at.exception
+        rule = ".stMain .st-key-lens_heat .heatmap-label{display:none}"
+        assert any(rule in h.value for h in at.html) == crowded, text
+        assert any(EN["phone_cells"] in h.value for h in at.html) == crowded
+    fig = token_heatmap(np.zeros((2, 13)), ["row 0", "row 1"], [f"t{i}" for i in range(13)])
+    fig.update_traces(text=[["␣walked"] * 13] * 2, texttemplate="%{text}", textfont={"size": 11})
+    assert crowded_cells(fig)  # 13 × 54 px against about 280
+    fig.update_traces(text=[["a"] * 13] * 2)
+    assert not crowded_cells(fig)  # 13 × 10 px fits
