@@ -17,7 +17,7 @@ from ui.i18n import lang, t
 from ui.nav import link
 from ui.session import through_app
 from ui.state import on_model_change, session_id, viewer
-from ui.widgets import chart, explain, table
+from ui.widgets import chart, explain, file_box, table
 
 through_app()
 
@@ -59,7 +59,7 @@ def training_text() -> str | None:
     # or one over 1 MB, in English and beside the last file it took ("application/zip files are not allowed", "File
     # must be 1.0MB or smaller") while training went on from the box; the server's checks say it in the learner's
     # language (the server's own upload limit stays, .streamlit/config.toml)
-    up = st.file_uploader(t("tr_txt_upload"), key="tr_txt_file", help=t("tr_txt_upload_help"))
+    up = file_box(t("tr_txt_upload"), "tr_txt_file", help=t("tr_txt_upload_help"))
     body = st.text_area(t("tr_txt_body"), TEXT, key="tr_txt_body", height=160,
                         max_chars=uploads.MAX_TEXT_UPLOAD_BYTES)
     if up is None:
@@ -236,8 +236,7 @@ def your_models() -> None:
 
 def upload_model() -> None:
     st.markdown(t("tr_ckpt_intro"))
-    up = st.file_uploader(t("tr_ckpt_files"), key="tr_ckpt_up",
-                          max_upload_size=uploads.MAX_MODEL_UPLOAD_BYTES >> 20)
+    up = file_box(t("tr_ckpt_files"), "tr_ckpt_up", max_mb=uploads.MAX_MODEL_UPLOAD_BYTES >> 20)
     name = st.text_input(t("tr_name"), "uploaded", key="tr_ckpt_name", max_chars=jobs.NAME_CHARS)
     if not st.button(t("tr_ckpt_import"), key="tr_ckpt_import"):
         return

@@ -17,7 +17,7 @@ from ui.figures import DIVERGING, SEQUENTIAL, axis_labels, bars, lines, md_quote
 from ui.guidance import look_for
 from ui.i18n import t
 from ui.session import page_context, through_app
-from ui.widgets import chart, explain, table, tensor_frame
+from ui.widgets import chart, explain, pick_many, table, tensor_frame
 
 through_app()
 
@@ -138,7 +138,7 @@ else:
 
     st.subheader(t("emb_pe_curves"))
     default_dims = sorted({i for i in (0, 1, 4, 5, d // 2, d - 2) if i < d})
-    chosen = st.multiselect(t("emb_pe_dims"), list(range(d)), default=default_dims, max_selections=8,
+    chosen = pick_many(st, t("emb_pe_dims"), list(range(d)), default=default_dims, max_selections=8,
                             placeholder=t("iv_pick"),
                             key=f"emb_curve_dims_{d}", format_func=lambda i: dim_name(i, sinusoidal))
     if chosen:

@@ -25,7 +25,7 @@ from ui.i18n import sentences, t
 from ui.nav import open_head
 from ui.session import page_context, through_app
 from ui.tools import cut_note, export_panel, inputs, kind_name, prep_for, probe_length, reserve
-from ui.widgets import chart, clicked, count_text, explain, table
+from ui.widgets import chart, clicked, count_text, explain, pick_many, table
 
 through_app()
 ss = st.session_state
@@ -123,7 +123,7 @@ def catalogue(ctx) -> None:
     st.caption(t("hd_click_hint"))
 
     options = [*patterns, NONE]
-    shown = st.multiselect(t("hd_filter"), options, default=options, key=f"hd_filter_{len(options)}",
+    shown = pick_many(st, t("hd_filter"), options, default=options, key=f"hd_filter_{len(options)}",
                            placeholder=t("iv_pick"),
                            format_func=lambda p: t(f"hd_pat_{p}"))
     keep = [r for r in records if set(r.labels or (NONE,)) & set(shown)]

@@ -226,6 +226,13 @@ def test_the_controls_keep_their_picks_in_the_other_language(app, tab):
     radio(tab, s("pt_align", "zh"), s("pt_align_start", "zh"))
     assert shown() == picks
     assert_clean(tab, app, "intervene, after the language switch")
+    heads = tab.locator(f"{MAIN} [data-testid='stMultiSelect']").filter(has_text=s("iv_heads", "zh"))
+    heads.locator("input").click()
+    tab.keyboard.press("ArrowDown")  # its list opens; the first line is 全选
+    item = tab.locator("[role='option'][data-key='__select_all__'] [data-item-hl]")
+    assert item.evaluate("e => [getComputedStyle(e).fontSize, getComputedStyle(e, '::after').content]") == [
+        "0px", '"全选"'], "the multiselect's own “Select all” shows in English"
+    tab.keyboard.press("Escape")
 
 
 def test_the_metric_renamed_by_a_longer_answer_keeps_its_pick(app, tab):

@@ -12,6 +12,7 @@ from transformer_core.train import experiment
 from transformer_core.train.checkpoint import save_checkpoint
 from transformer_core.train.loop import TrainConfig
 from transformer_core.train.tasks import TASKS
+from ui import widgets
 
 PAGE = "train"
 TINY = dict(batch_size=8, d_model=16, n_layers=1, n_heads=2, max_iters=20, eval_interval=5, eval_iters=2)
@@ -191,6 +192,13 @@ def test_page_speaks_chinese():
     assert at.button(key="tr_start").label == "开始训练"
     assert "倒序：'=' 后面的答案是把输入的字母倒过来。" in at.radio(key="tr_target").proto.captions
     assert any("这个会话还没有训练" in c.value for c in at.caption)
+    # the model file box's own words, which Streamlit writes in English ("Upload", "20MB per file"), in Chinese
+    # (tests/browser/test_browser_tools.py checks the same rules on the multiselect's "Select all" in Chromium)
+    css = "".join(h.value for h in at.html)
+    box = ".stMain .st-key-tr_ckpt_up "
+    assert f'{box}{widgets.UPLOAD_WORDS}::after{{content:"上传";' in css
+    assert f'{box}{widgets.UPLOAD_LIMIT}::after{{content:"每个文件最多 20 MB";' in css
+    assert "content:" not in "".join(h.value for h in open_app(PAGE, lang="en").html)  # English: Streamlit's own
 
 
 def test_an_impossible_setting_is_named_as_its_box_in_chinese():
