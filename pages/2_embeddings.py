@@ -139,8 +139,7 @@ else:
     st.subheader(t("emb_pe_curves"))
     default_dims = sorted({i for i in (0, 1, 4, 5, d // 2, d - 2) if i < d})
     chosen = pick_many(st, t("emb_pe_dims"), list(range(d)), default=default_dims, max_selections=8,
-                            placeholder=t("iv_pick"),
-                            key=f"emb_curve_dims_{d}", format_func=lambda i: dim_name(i, sinusoidal))
+                       key=f"emb_curve_dims_{d}", format_func=lambda i: dim_name(i, sinusoidal))
     if chosen:
         series = {dim_name(i, sinusoidal): table_pe[:, i].tolist() for i in chosen}
         chart(lines(range(n_pos), series, x_title=t("col_position"), y_title="PE"), "emb_curves")

@@ -124,8 +124,7 @@ def catalogue(ctx) -> None:
 
     options = [*patterns, NONE]
     shown = pick_many(st, t("hd_filter"), options, default=options, key=f"hd_filter_{len(options)}",
-                           placeholder=t("iv_pick"),
-                           format_func=lambda p: t(f"hd_pat_{p}"))
+                      format_func=lambda p: t(f"hd_pat_{p}"))
     keep = [r for r in records if set(r.labels or (NONE,)) & set(shown)]
     present = [p for p in patterns if any(r.scores.get(p) is not None for r in records)]
     df = pd.DataFrame({

@@ -216,10 +216,10 @@ def ablation(ctx) -> None:
     heads = [f"{k}:{layer}:{h}" for k in kinds(model) for layer in range(cfg.n_layers) for h in range(cfg.n_heads)]
     ffns = [f"{s}:{layer}" for s in sides(model) for layer in range(cfg.n_layers)]
     c1, c2 = st.columns(2)
-    picked_heads = pick_many(c1, t("iv_heads"), heads, key=heads_key(ctx.key), placeholder=t("iv_pick"),
-                                  format_func=lambda o: head_option(o, model))
-    picked_ffns = pick_many(c2, t("iv_ffns"), ffns, key=f"iv_ffns_{ctx.key}", placeholder=t("iv_pick"),
-                                 format_func=lambda o: ffn_option(o, model))
+    picked_heads = pick_many(c1, t("iv_heads"), heads, key=heads_key(ctx.key),
+                             format_func=lambda o: head_option(o, model))
+    picked_ffns = pick_many(c2, t("iv_ffns"), ffns, key=f"iv_ffns_{ctx.key}",
+                            format_func=lambda o: ffn_option(o, model))
     c1.caption(t("iv_short_note", kinds=t("iv_short_kinds") if model.is_encoder_decoder else ""))
     mode = st.radio(t("iv_mode"), ABLATION_MODES, key="iv_mode", horizontal=True,
                     format_func=lambda m: t(f"iv_mode_{m}"))

@@ -178,8 +178,8 @@ def file_box(label: str, key: str, *, max_mb: int | None = None, help: str | Non
 
 
 def pick_many(where, label: str, options, **kwargs) -> list:
-    """where.multiselect (st or a column) with its "Select all" in the page's language."""
-    picked = where.multiselect(label, options, **kwargs)
+    """where.multiselect (st or a column) with its placeholder and its "Select all" in the page's language."""
+    picked = where.multiselect(label, options, placeholder=t("iv_pick"), **kwargs)
     own_words([(SELECT_ALL, t("select_all"))])
     return picked
 
