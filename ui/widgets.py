@@ -96,6 +96,11 @@ PHONE_CHART_PX = 388
 PLOTLY_TAGS = re.compile(r"</?(?:b|i|em|sub|sup|span)[^>]*>|<br\s*/?>", re.IGNORECASE)
 
 
+def key_class(key: str) -> str:
+    """Streamlit's CSS class for the element of a keyed widget or chart (st-key-…), for a style aimed at it alone."""
+    return "st-key-" + re.sub(r"[^a-zA-Z0-9_-]", "-", key.strip())
+
+
 def phone_title(fig, key: str) -> None:
     """A long chart title written again above the chart, shown instead of the chart's own on a narrow window: a
     plotly title is one line of SVG text and never wraps, so on a phone it was cut at the chart's edge. Wide windows
@@ -104,7 +109,7 @@ def phone_title(fig, key: str) -> None:
     text = title if isinstance(title, str) else title.get("text") or ""
     if max((text_px(line, narrow=0.45) for line in re.split(r"<br\s*/?>", text)), default=0) <= PHONE_TITLE_EMS:
         return
-    name = "st-key-" + re.sub(r"[^a-zA-Z0-9_-]", "-", key.strip())  # Streamlit's class for a keyed element
+    name = key_class(key)
     words = html.escape(re.sub(r"\s+", " ", PLOTLY_TAGS.sub(" ", text)).strip())
     st.html("<style>@media (min-width:641px){.stMain .stElementContainer:has(>div>.phone-title,>.phone-title)"
             f"{{display:none}}}}@media (max-width:640px){{.stMain .{name} .gtitle{{display:none}}}}</style>"
@@ -139,7 +144,7 @@ def phone_cells(fig, key: str) -> None:
     chart says a tap on a cell reads it; wide windows and downloads keep them."""
     if not crowded_cells(fig):
         return
-    name = "st-key-" + re.sub(r"[^a-zA-Z0-9_-]", "-", key.strip())
+    name = key_class(key)
     st.html("<style>@media (min-width:641px){.stMain .stElementContainer:has(>div>.phone-cells,>.phone-cells)"
             f"{{display:none}}}}@media (max-width:640px){{.stMain .{name} .heatmap-label{{display:none}}}}</style>"
             f"<p class='phone-cells' style='font-size:0.875rem;opacity:0.7;margin:0 0 -0.5rem'>"
@@ -171,7 +176,7 @@ def css_string(text: str) -> str:
 def file_box(label: str, key: str, *, max_mb: int | None = None, help: str | None = None):
     """st.file_uploader with its button and size line in the page's language."""
     up = st.file_uploader(label, key=key, help=help, max_upload_size=max_mb)
-    box = ".stMain .st-key-" + re.sub(r"[^a-zA-Z0-9_-]", "-", key)
+    box = ".stMain ." + key_class(key)
     mb = max_mb or st.get_option("server.maxUploadSize")
     own_words([(f"{box} {UPLOAD_WORDS}", t("upload_button")), (f"{box} {UPLOAD_LIMIT}", t("upload_limit", mb=mb))])
     return up
