@@ -15,9 +15,10 @@ from ui.errors import show_error
 from ui.figures import lines
 from ui.i18n import lang, t
 from ui.nav import link
+from ui.own_words import file_box
 from ui.session import through_app
 from ui.state import on_model_change, session_id, viewer
-from ui.widgets import chart, explain, file_box, table
+from ui.widgets import chart, explain, table
 
 through_app()
 

@@ -16,8 +16,9 @@ from ui.errors import show_error
 from ui.figures import DIVERGING, SEQUENTIAL, axis_labels, bars, lines, md_quoted, token_heatmap
 from ui.guidance import look_for
 from ui.i18n import t
+from ui.own_words import pick_many
 from ui.session import page_context, through_app
-from ui.widgets import chart, explain, pick_many, table, tensor_frame
+from ui.widgets import chart, explain, table, tensor_frame
 
 through_app()
 

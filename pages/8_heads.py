@@ -23,9 +23,10 @@ from ui.guidance import heads_hint, sinks_hint
 from ui.head_grid import head_grid
 from ui.i18n import sentences, t
 from ui.nav import open_head
+from ui.own_words import pick_many
 from ui.session import page_context, through_app
 from ui.tools import cut_note, export_panel, inputs, kind_name, prep_for, probe_length, reserve
-from ui.widgets import chart, clicked, count_text, explain, pick_many, table
+from ui.widgets import chart, clicked, count_text, explain, table
 
 through_app()
 ss = st.session_state

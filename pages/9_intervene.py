@@ -31,6 +31,7 @@ from ui.guidance import try_these
 from ui.head_grid import head_grid
 from ui.i18n import sentences, t
 from ui.nav import open_head
+from ui.own_words import pick_many
 from ui.session import page_context, through_app
 from ui.tools import (
     TEXT_B_MAX,
@@ -44,7 +45,7 @@ from ui.tools import (
     reserve,
     text_b,
 )
-from ui.widgets import chart, clicked, count_text, delta, explain, pick_many, table
+from ui.widgets import chart, clicked, count_text, delta, explain, table
 
 through_app()
 ss = st.session_state

@@ -12,7 +12,7 @@ from transformer_core.train import experiment
 from transformer_core.train.checkpoint import save_checkpoint
 from transformer_core.train.loop import TrainConfig
 from transformer_core.train.tasks import TASKS
-from ui import widgets
+from ui import own_words
 
 PAGE = "train"
 TINY = dict(batch_size=8, d_model=16, n_layers=1, n_heads=2, max_iters=20, eval_interval=5, eval_iters=2)
@@ -196,8 +196,8 @@ def test_page_speaks_chinese():
     # (tests/browser/test_browser_tools.py checks the same rules on the multiselect's "Select all" in Chromium)
     css = "".join(h.value for h in at.html)
     box = ".stMain .st-key-tr_ckpt_up "
-    assert f'{box}{widgets.UPLOAD_WORDS}::after{{content:"上传";' in css
-    assert f'{box}{widgets.UPLOAD_LIMIT}::after{{content:"每个文件最多 20 MB";' in css
+    assert f'{box}{own_words.UPLOAD_WORDS}::after{{content:"上传";' in css
+    assert f'{box}{own_words.UPLOAD_LIMIT}::after{{content:"每个文件最多 20 MB";' in css
     assert "content:" not in "".join(h.value for h in open_app(PAGE, lang="en").html)  # English: Streamlit's own
 
 

@@ -1,0 +1,44 @@
+"""Streamlit's own words in the learner's language: it writes some in English whatever the page's language (its file
+box's button and size line, its multiselect's "Select all", a list drawn outside the page's main area) and has no
+setting for them, so outside English CSS writes ours in their place."""
+from __future__ import annotations
+
+import streamlit as st
+
+from .i18n import lang, t
+from .widgets import key_class
+
+UPLOAD_WORDS = "[data-testid='stBaseButton-secondary'] [data-testid='stMarkdownContainer'] p"
+UPLOAD_LIMIT = "[data-testid='stFileUploaderDropzoneInstructions'] span"
+SELECT_ALL = "[role='option'][data-key='__select_all__'] [data-item-hl]"
+
+
+def own_words(rules: list[tuple[str, str]]) -> None:
+    """Outside English, CSS writes our words in place of Streamlit's own at these (selector, words); it has no
+    setting for them."""
+    if lang() == "en":
+        return
+    css = "".join(f"{where}{{font-size:0}}{where}::after{{content:{css_string(words)};font-size:0.875rem}}"
+                  for where, words in rules)
+    st.html(f"<style>{css}</style>")
+
+
+def css_string(text: str) -> str:
+    """A text as a CSS string (content: "…"): quotes, backslashes and angle brackets escaped."""
+    return '"' + "".join(c if c.isalnum() or c in " ，。、（）·-" else f"\\{ord(c):x} " for c in text) + '"'
+
+
+def file_box(label: str, key: str, *, max_mb: int | None = None, help: str | None = None):
+    """st.file_uploader with its button and size line in the page's language."""
+    up = st.file_uploader(label, key=key, help=help, max_upload_size=max_mb)
+    box = ".stMain ." + key_class(key)
+    mb = max_mb or st.get_option("server.maxUploadSize")
+    own_words([(f"{box} {UPLOAD_WORDS}", t("upload_button")), (f"{box} {UPLOAD_LIMIT}", t("upload_limit", mb=mb))])
+    return up
+
+
+def pick_many(where, label: str, options, **kwargs) -> list:
+    """where.multiselect (st or a column) with its placeholder and its "Select all" in the page's language."""
+    picked = where.multiselect(label, options, placeholder=t("iv_pick"), **kwargs)
+    own_words([(SELECT_ALL, t("select_all"))])
+    return picked
