@@ -26,6 +26,9 @@ def in_rows(items, per_row: int):
         yield from zip(st.columns(per_row), items[first:first + per_row])
 
 
+PHONE_MAX_PX = 640  # a phone's window is at most this wide: formulas, titles and cell words change below it
+
+
 def wide_formula() -> str:
     """A formula wider than its column (a phone: the attention formula needs 430 px) scrolls sideways instead of being
     cut, and a soft shadow on the side where more of it lies says so: the shadows stay at the box's edges, and two
@@ -38,7 +41,7 @@ def wide_formula() -> str:
             f"linear-gradient(270deg,{bg} 70%,{bg}00) 100% 0/1.2em 100% no-repeat local,"
             f"linear-gradient(90deg,{shade},transparent) 0 0/.8em 100% no-repeat scroll,"
             f"linear-gradient(270deg,{shade},transparent) 100% 0/.8em 100% no-repeat scroll"
-            "}@media (max-width:640px){.stMain .katex-display{font-size:.9em}}</style>")
+            f"}}@media (max-width:{PHONE_MAX_PX}px){{.stMain .katex-display{{font-size:.9em}}}}</style>")
 
 
 def explain(key: str, latex: str | None = None) -> None:
@@ -109,11 +112,17 @@ def phone_title(fig, key: str) -> None:
     text = title if isinstance(title, str) else title.get("text") or ""
     if max((text_px(line, narrow=0.45) for line in re.split(r"<br\s*/?>", text)), default=0) <= PHONE_TITLE_EMS:
         return
-    name = key_class(key)
     words = html.escape(re.sub(r"\s+", " ", PLOTLY_TAGS.sub(" ", text)).strip())
-    st.html("<style>@media (min-width:641px){.stMain .stElementContainer:has(>div>.phone-title,>.phone-title)"
-            f"{{display:none}}}}@media (max-width:640px){{.stMain .{name} .gtitle{{display:none}}}}</style>"
-            f"<p class='phone-title' style='font-weight:600;margin:0 0 -0.5rem'>{words}</p>")
+    phone_line(key, ".gtitle", "phone-title", "font-weight:600", words)
+
+
+def phone_line(key: str, hidden: str, cls: str, style: str, words: str) -> None:
+    """A line (HTML) above the chart drawn next under `key`, shown on a phone's window only, where the chart's part
+    `hidden` (a CSS selector inside its element) is hidden instead; wider windows see the chart as drawn and not the
+    line (its element hidden, gap included)."""
+    st.html(f"<style>@media (min-width:{PHONE_MAX_PX + 1}px){{.stMain .stElementContainer:has(>div>.{cls},>.{cls})"
+            f"{{display:none}}}}@media (max-width:{PHONE_MAX_PX}px){{.stMain .{key_class(key)} {hidden}"
+            f"{{display:none}}}}</style><p class='{cls}' style='{style};margin:0 0 -0.5rem'>{words}</p>")
 
 
 # a chart's plot area on a phone: the chart's 388 px less its left labels, its right margin and a colour bar's
@@ -144,11 +153,8 @@ def phone_cells(fig, key: str) -> None:
     chart says a tap on a cell reads it; wide windows and downloads keep them."""
     if not crowded_cells(fig):
         return
-    name = key_class(key)
-    st.html("<style>@media (min-width:641px){.stMain .stElementContainer:has(>div>.phone-cells,>.phone-cells)"
-            f"{{display:none}}}}@media (max-width:640px){{.stMain .{name} .heatmap-label{{display:none}}}}</style>"
-            f"<p class='phone-cells' style='font-size:0.875rem;opacity:0.7;margin:0 0 -0.5rem'>"
-            f"{html.escape(t('phone_cells'), quote=False)}</p>")
+    phone_line(key, ".heatmap-label", "phone-cells", "font-size:0.875rem;opacity:0.7",
+               html.escape(t("phone_cells"), quote=False))
 
 
 def clicked(fig, key: str, trace_name: str | None = None):

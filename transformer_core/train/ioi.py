@@ -11,7 +11,6 @@ the task's metric, as in the literature.
 from __future__ import annotations
 
 import random
-import re
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -110,7 +109,6 @@ HELD_ZH = (
     "{A}和{B}坐在海边，{S}把一个苹果递给了",
     "旅行的时候{A}和{B}迷路了，{S}把地图交给了",
 )
-WORD_AT_START = re.compile(r"\w+")
 HELD_NAMES = 0.2  # the last fifth of each name list is held out
 # Half the training sentences put two other words in the names' places (" Table and River went to the store, River
 # gave a drink to" → " Table"): with only names, it learned each training name (right 82% of the time on held-out
@@ -290,14 +288,14 @@ def outside(text: str, encoding: str = VOCAB) -> Outside | None:
     the text, or follows no space, is another token than the " Tom" it learned), the two names starting with
     different tokens (same_start: 小明 and 小红 both start with 小, and the answer is one token). On such texts the
     model answers nonsense ("Tom and Anna went to the store, Anna gave a drink to" → 'om'), so the pages say so."""
-    from ..analysis.corruptions import CJK, mentions, repeated_name
+    from ..analysis.corruptions import CJK, WORD, mentions, repeated_name
     from ..text.tokenizer import display_bytes, label_pieces
 
     pair = repeated_name(text)
     enc = load_encoding(encoding)
     if pair is None:  # a name that opens the text is taken for a sentence's first word: is it one?
         opened = repeated_name("So " + text)
-        first = WORD_AT_START.match(text)
+        first = WORD.match(text)
         if opened is None or first is None or first.group() not in opened:
             return Outside("no_pair")
         pair = opened
@@ -319,7 +317,7 @@ def outside(text: str, encoding: str = VOCAB) -> Outside | None:
                     return Outside("bare", name, read(text[max(0, m.start() - 1):m.end()].lstrip(" "))[1])
         firsts.append(ids[0])
     if firsts[0] == firsts[1]:
-        return Outside("same_start", f"{pair[1]}, {pair[0]}", tuple(read(pair[0][0])[1]))
+        return Outside("same_start", f"{pair[1]}, {pair[0]}", read(pair[0][0])[1])
     return None
 
 
