@@ -1,5 +1,5 @@
 """Streamlit's own words in the learner's language: it writes some in English whatever the page's language (its file
-box's button and size line, its multiselect's "Select all", a list drawn outside the page's main area) and has no
+box's button and size line; a list's "Select all" and "No results", drawn outside the page's main area) and has no
 setting for them, so outside English CSS writes ours in their place."""
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from .widgets import key_class
 UPLOAD_WORDS = "[data-testid='stBaseButton-secondary'] [data-testid='stMarkdownContainer'] p"
 UPLOAD_LIMIT = "[data-testid='stFileUploaderDropzoneInstructions'] span"
 SELECT_ALL = "[role='option'][data-key='__select_all__'] [data-item-hl]"
+NO_RESULTS = "[role='listbox'][data-empty='true'] [role='option'] span"  # a list filtered by typing down to nothing
 
 
 def own_words(rules: list[tuple[str, str]]) -> None:
@@ -38,7 +39,11 @@ def file_box(label: str, key: str, *, max_mb: int | None = None, help: str | Non
 
 
 def pick_many(where, label: str, options, **kwargs) -> list:
-    """where.multiselect (st or a column) with its placeholder and its "Select all" in the page's language."""
-    picked = where.multiselect(label, options, placeholder=t("iv_pick"), **kwargs)
-    own_words([(SELECT_ALL, t("select_all"))])
-    return picked
+    """where.multiselect (st or a column) with its placeholder in the page's language (its list: list_words)."""
+    return where.multiselect(label, options, placeholder=t("iv_pick"), **kwargs)
+
+
+def list_words() -> None:
+    """Every select box's and multiselect's list, on every page (the sidebar's model box is one): its "Select all"
+    and "No results" in the page's language."""
+    own_words([(SELECT_ALL, t("select_all")), (NO_RESULTS, t("no_results"))])

@@ -212,7 +212,8 @@ def test_a_new_text_starts_the_answers_on_its_own_top_tokens_in_the_browser(app,
 def test_the_controls_keep_their_picks_in_the_other_language(app, tab):
     """A radio and a select box picked in English, the sidebar switched to 中文: they show the same picks in Chinese
     (the radio showed none and the box its English label: the browser holds an option's label), and they keep them
-    after the next action (the old label it sent back set them to their defaults)."""
+    after the next action (the old label it sent back set them to their defaults). A multiselect's list says "Select
+    all" and, filtered down to nothing, "No results" in Chinese too (Streamlit writes both in English)."""
     go(tab, app, "intervene", model=REPEAT, text=TEXT)
     radio(tab, s("iv_mode"), s("iv_mode_mean"))
     radio(tab, s("language"), "中文", where=SIDEBAR)
@@ -232,6 +233,10 @@ def test_the_controls_keep_their_picks_in_the_other_language(app, tab):
     item = tab.locator("[role='option'][data-key='__select_all__'] [data-item-hl]")
     assert item.evaluate("e => [getComputedStyle(e).fontSize, getComputedStyle(e, '::after').content]") == [
         "0px", '"全选"'], "the multiselect's own “Select all” shows in English"
+    tab.keyboard.type("zzqx")  # a filter that matches nothing: Streamlit's "No results", in the learner's language
+    empty = tab.locator("[role='listbox'][data-empty='true'] [role='option'] span")
+    assert empty.evaluate("e => [getComputedStyle(e).fontSize, getComputedStyle(e, '::after').content]") == [
+        "0px", f'"{s("no_results", "zh")}"'], "an empty list says “No results” in English"
     tab.keyboard.press("Escape")
 
 

@@ -198,6 +198,9 @@ def test_page_speaks_chinese():
     box = ".stMain .st-key-tr_ckpt_up "
     assert f'{box}{own_words.UPLOAD_WORDS}::after{{content:"上传";' in css
     assert f'{box}{own_words.UPLOAD_LIMIT}::after{{content:"每个文件最多 20 MB";' in css
+    # every page's lists (the sidebar's model box is one), whether or not the page has a multiselect
+    assert f'{own_words.NO_RESULTS}{{font-size:0}}{own_words.NO_RESULTS}::after{{content:"没有匹配的选项";' in css
+    assert f'{own_words.SELECT_ALL}::after{{content:"全选";' in css
     assert "content:" not in "".join(h.value for h in open_app(PAGE, lang="en").html)  # English: Streamlit's own
 
 
