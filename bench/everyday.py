@@ -1,8 +1,9 @@
 """How the default model reads everyday text (written for this project, in no training text): unknown tokens, bits
 per UTF-8 byte and top-1 next-token accuracy per group, beside an interpolated Kneser-Ney trigram over cl100k_base
 built from the same training text; how whole its tokens are (English words, Chinese characters); how well it copies
-a sentence or a list it has just read; the detected heads; greedy continuations in English and Chinese; and the
-name-mover demo's figures on held-out names and templates. Prints every target with PASS / MISS.
+a sentence or a list it has just read, and a word of its vocabulary put in a short sentence written twice; the
+detected heads; greedy continuations in English and Chinese; and the name-mover demo's figures on held-out names
+and templates. Prints every target with PASS / MISS.
 
     python bench/everyday.py [--model NAME] [--cache DIR] [--write-card] [--no-names]
 
@@ -33,7 +34,7 @@ def main() -> None:
     from transformer_core.train.checkpoint import load_checkpoint
     from transformer_core.train.corpora import CorpusError, load_corpus
     from transformer_core.train.corpus_data import DEFAULT_CACHE
-    from transformer_core.train.everyday import BASELINE_CORPORA, TARGETS, report, vocabulary_shares
+    from transformer_core.train.everyday import BASELINE_CORPORA, TARGETS, report, slot_copy, vocabulary_shares
 
     name = args.model or DEFAULT_MODEL
     model, card = load_checkpoint(OUT / name)
@@ -63,6 +64,11 @@ def main() -> None:
     print("\ncopying a text it has just read (the words of the second copy):")
     print_table(("texts", "words", "top-1", "median p"), [(g, f["words"], f"{f['top1']:.1%}", f"{f['median_p']:.3f}")
                                                        for g, f in copy.items() if g != "cat"])
+    slots = slot_copy(model)
+    print("\na word of the vocabulary put in a frame written twice (no target: a learner's own short sentence):")
+    print_table(("frame", "words", "top-1", "median p"), [(repr(f["frame"].replace("{}", "___")), f["words"],
+                                                         f"{f['top1']:.1%}", f"{f['median_p']:.3f}")
+                                                        for f in slots.values()])
     cat = copy["cat"]
     from transformer_core.text.tokenizer import load_encoding
 

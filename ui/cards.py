@@ -195,6 +195,14 @@ def show_everyday(card: dict, key: str) -> None:
         cat = copy.get("cat")
         if isinstance(cat, dict):
             st.caption(cat_caption(cat, card.get("encoding") or (card.get("train_config") or {}).get("encoding")))
+    slots = [f for f in ev["slots"].values() if isinstance(f, dict)] if isinstance(ev.get("slots"), dict) else []
+    if slots:  # a word in a short text written twice (train/everyday.py: slot_copy)
+        st.markdown(f"**{t('card_slots')}**", help=t("card_slots_help", n=slots[0].get("words", "—")))
+        rows = [{t("card_slots_frame"): str(f.get("frame", "")).replace("{}", "___"),
+                 t("card_copy_words"): f.get("words"), t("card_col_top1"): f"{f.get('top1', 0):.0%}",
+                 t("card_copy_median"): f.get("median_p")}
+                for f in slots]
+        table(pd.DataFrame(rows), f"slots_{key}", formats={t("card_copy_median"): "%.2f"})
 
 
 def device_label(device: str) -> str:

@@ -10,14 +10,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from transformer_core.text.compare import compare_counts
-from transformer_core.text.inputs import UNK, prepare
+from transformer_core.text.inputs import UNK, model_text, prepare
 from transformer_core.text.subset import is_merge_closed, merge_parts, splits_a_character, subset_meta
 from transformer_core.text.tokenizer import BUNDLED, decode, load_encoding, tokenize
 from transformer_core.train.build import DEFAULT_MODEL
 from transformer_core.train.checkpoint import load_checkpoint
 from transformer_core.train.corpora import brown_words, parse_peoples_daily
 from transformer_core.train.defaults import SHIPPED_LMS, described
-from transformer_core.train.everyday import GROUPS, read_groups
+from transformer_core.train.everyday import GROUPS, SLOT_FRAMES, read_groups, slot_copy, slot_words
 from transformer_core.train.kneser_ney import KneserNeyTrigram
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "models"
@@ -126,6 +126,34 @@ def test_the_card_everyday_figures_are_what_the_shipped_weights_give(default):
         assert got[group]["unknown"] == 0
         assert got[group]["bits_per_byte"] == pytest.approx(figures["bits_per_byte"], abs=2e-3), group
         assert got[group]["top1"] == pytest.approx(figures["top1"], abs=1e-3), group
+    slots = slot_copy(model)
+    for frame, figures in card["everyday"]["slots"].items():
+        assert slots[frame]["top1"] == pytest.approx(figures["top1"], abs=0.01), frame
+        assert slots[frame]["median_p"] == pytest.approx(figures["median_p"], abs=2e-3), frame
+
+
+def test_a_word_put_in_a_short_sentence_written_twice_is_copied_as_the_bench_says(default):
+    """bench/everyday.py's frames, recomputed one text at a time through the Logits page's own path (the words are
+    lower-case English words of the vocabulary, one token each)."""
+    import torch
+
+    from transformer_core import run
+
+    model, _ = default
+    got, ids = slot_copy(model, n=8, seed=3), slot_words(model, 8, 3)
+    words = [model_text(model, [i]) for i in ids]
+    assert all(w[:1] == " " and w[1:].isalpha() and w[1:].islower() for w in words), words
+    for name, (frame, again) in SLOT_FRAMES.items():
+        probs, hits = [], 0
+        for i, w in zip(ids, words, strict=True):
+            src = prepare(model, f"{frame.format(w[1:])} {again}").src_ids
+            assert prepare(model, frame.format(w[1:])).src_ids[0].tolist().count(i) == 1  # the word is one token
+            p = torch.softmax(run(model, src)[0, -1], -1)
+            probs.append(float(p[i]))
+            hits += int(p.argmax()) == i
+        assert got[name]["top1"] == pytest.approx(hits / len(ids), abs=1e-4), name
+        assert got[name]["median_p"] == pytest.approx(float(torch.tensor(probs).median()), abs=1e-4), name
+    assert got["list"]["top1"] > got["sentence"]["top1"]  # a frame that favours other words holds the copy back
 
 
 @pytest.mark.parametrize("name", sorted(SHIPPED_LMS))
@@ -153,6 +181,8 @@ def test_the_one_line_summary_quotes_the_card_s_own_figures(name):
                     f"{copy['chinese sentences']['top1']:.0%}", f"{shares['english_words_one_token']:.0%}",
                     f"{shares['chinese_characters_whole']:.1%}", copy["cat"]["answer"]]
         assert copy["cat"]["rank"] == 1  # the summary says the cat sentence's first guess is its answer
+    if "slots" in card["everyday"]:  # a word in a short sentence written twice, and in a list
+        figures += [f"{card['everyday']['slots'][k]['top1']:.0%}" for k in ("sentence", "list")]
     for lang, line in card["summary"].items():
         for figure in figures:
             assert figure in line, (lang, figure)

@@ -254,6 +254,27 @@ def test_the_default_s_card_gives_each_figure_once_and_names_the_token_it_measur
     assert f"its first token ‘␣m’ is rank {cat['rank']}, p {cat['p']:.2f}" in shown
 
 
+def test_the_default_s_card_says_how_often_it_copies_a_word_into_a_short_sentence_of_a_learner_s_own():
+    """The everyday sentences written twice are copied 85% of the time, but a word put in "The dog sat on the ___."
+    written twice only 17%: the card's table of such texts (its words count, top-1 and median p) and why it matters
+    in its help."""
+    from streamlit.testing.v1 import AppTest
+
+    from transformer_core.train.build import DEFAULT_MODEL, OUT
+
+    card = json.loads((OUT / DEFAULT_MODEL / "card.json").read_text(encoding="utf-8"))
+    slots = card["everyday"]["slots"]
+    at = AppTest.from_function(_card_of_the_default, default_timeout=30).run()
+    assert not at.exception
+    heading = next(m for m in at.markdown if m.value == f"**{EN['card_slots']}**")
+    assert "Try it on the Logits page" in heading.help and f"{slots['sentence']['words']} lower-case" in heading.help
+    table = next(d.value for d in at.dataframe if EN["card_slots_frame"] in d.value.columns)
+    assert list(table[EN["card_slots_frame"]]) == [f["frame"].replace("{}", "___") for f in slots.values()]
+    assert list(table[EN["card_col_top1"]]) == [f"{f['top1']:.0%}" for f in slots.values()]
+    assert list(table[EN["card_copy_median"]]) == [f["median_p"] for f in slots.values()]
+    assert slots["sentence"]["top1"] < 0.5 < slots["list"]["top1"]
+
+
 def _every_shipped_card():
     import json
 

@@ -165,23 +165,27 @@ SHIPPED_LMS = {
         "order": 0, "example": "The weather was nice, so we walked to the park after lunch.",
         "summary": {  # one honest line, measured (see the card's everyday figures)
             "en": "Good at: reading any text with no ⟨unk⟩, in whole words and characters (96% of everyday English "
-                  "words are one token, 99.8% of Chinese characters whole); everyday English and Chinese, better than "
-                  "a trigram of its own corpora (English 1.43 bits per byte, the trigram 1.60; Chinese 1.72, right "
-                  "first guess 28% of the time); copying what it has just read: in a sentence written twice it "
-                  "guesses the next word of the second copy 85% of the time in English (median probability 0.72) "
-                  "and 98% in Chinese, and after “The cat sat on the mat. The cat sat on the” its first guess is "
-                  "“ mat”; its heads: previous-token heads (0.90) and induction heads (0.92). Bad at: guessing a "
-                  "whole English word first (right 23% of the time), code and emoji, and writing: greedy text reads "
-                  "like English but makes little sense (“After dinner we sat in the garden and” → “ the dining "
-                  "room.”), and greedy Chinese soon repeats itself (“我们明天早上” → “，我们明天早上，我们明天”).",
+                  "words are one token, 99.8% of Chinese characters whole); everyday English and Chinese, better "
+                  "than a trigram of its own corpora (English 1.43 bits per byte, the trigram 1.60; Chinese 1.72, "
+                  "right first guess 28% of the time); copying what it has just read: in a sentence written twice it "
+                  "guesses the next word of the second copy 85% of the time in English (median probability 0.72) and "
+                  "98% in Chinese, and after “The cat sat on the mat. The cat sat on the” its first guess is “ mat”; "
+                  "its heads: previous-token heads (0.90) and induction heads (0.92). Bad at: guessing a whole "
+                  "English word first (right 23% of the time); copying a word that its sentence makes unlikely (a "
+                  "word put in “The dog sat on the ___.” written twice is its next guess 17% of the time, in a list "
+                  "94%); code and emoji; and writing: greedy text reads like English but makes little sense (“After "
+                  "dinner we sat in the garden and” → “ the dining room.”), and greedy Chinese soon repeats itself "
+                  "(“我们明天早上” → “，我们明天早上，我们明天”).",
             "zh": "擅长：读任何文本而没有 ⟨unk⟩，用整个的词和字来读（日常英文单词 96% 是一个词元，汉字 99.8% "
                   "不被拆开）；日常英文和中文，比用它自己的语料做的三元语法更好（英文每字节 1.43 比特，三元语法 "
                   "1.60；中文 1.72，第一猜测的正确率 28%）；照抄刚读过的内容：一句话写两遍，第二遍里下一个词它"
                   "猜对的比例英文 85%（概率中位数 0.72）、中文 98%，读完“The cat sat on the mat. The cat sat on "
-                  "the”后第一猜测就是“ mat”；它的注意力头：前一个词元头（0.90）和归纳头（0.92）。不擅长：第一"
-                  "猜测就猜中整个英文单词（正确率 23%）、代码和表情符号，以及写作：贪心生成读起来像英文，但意思"
-                  "不大通（“After dinner we sat in the garden and”→“ the dining room.”），中文的贪心生成很快就"
-                  "重复自己（“我们明天早上”→“，我们明天早上，我们明天”）。"},
+                  "the”后第一猜测就是“ mat”；它的注意力头：前一个词元头（0.90）和归纳头（0.92）。"
+                  "不擅长：第一猜测就猜中整个英文单词（正确率 23%）；照抄句子本身不看好的词"
+                  "（把一个词放进“The dog sat on the ___.”再写两遍，它下一个猜中这个词的比例只有 17%，"
+                  "放进列表里则是 94%）；代码和表情符号；以及写作：贪心生成读起来像英文，但意思"
+                  "不大通（“After dinner we sat in the garden and”→“ the dining room.”），"
+                  "中文的贪心生成很快就重复自己（“我们明天早上”→“，我们明天早上，我们明天”）。"},
         "description": {
             # {n_layers}, {d_model}: the recipe's own (the GPU recipe is wider than the CPU one)
             "en": "The default: a GPT of the course's decoder blocks ({n_layers} layers, d_model {d_model}, 8 heads, "

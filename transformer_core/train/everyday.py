@@ -16,6 +16,7 @@ import torch
 
 from ..analysis.blocks import logits_of
 from ..analysis.surprise import token_nats
+from ..model.trace import run
 from ..text.inputs import prepare, real_ids
 from ..text.tokenizer import encode_by_line, load_encoding
 
@@ -266,6 +267,43 @@ def copy_report(model, groups: dict[str, tuple[str, ...]] = COPY_GROUPS) -> dict
     return out
 
 
+# A teacher's own short sentence, written twice: one word of the vocabulary in a frame whose context favours other
+# words ("on the" → " floor"), against the same word in a list, where nothing favours another. The gap between them
+# is how far the model's copying gives way to what it expects; no target: what a learner's own sentence meets.
+SLOT_FRAMES = {"sentence": ("The dog sat on the {}.", "The dog sat on the"),
+               "sentence, another": ("I saw the {} yesterday.", "I saw the"),
+               "list": ("apple, river, {},", "apple, river,")}
+
+
+def slot_words(model, n: int, seed: int = 0) -> list[int]:
+    """n model ids of lower-case English words of 3 letters or more with a space before them, drawn at random."""
+    enc = load_encoding(model.cfg.encoding)
+    words = [k for k, real in enumerate(model.cfg.vocab_map) if 0 <= real < enc.n_vocab
+             and lower_word(enc.decode_single_token_bytes(real))]
+    return sorted(np.random.default_rng(seed).choice(words, size=min(n, len(words)), replace=False).tolist())
+
+
+def lower_word(raw: bytes) -> bool:
+    text = raw.decode("utf-8", "replace")
+    return text[:1] == " " and len(text) > 3 and text[1:].isascii() and text[1:].isalpha() and text[1:].islower()
+
+
+@torch.no_grad()
+def slot_copy(model, n: int = 200, seed: int = 0) -> dict:
+    """Per frame: the share of n vocabulary words that the model's top guess copies into the second copy, and the
+    median probability it gives them (the frame with the word, then the frame up to the word)."""
+    enc, ids, out = load_encoding(model.cfg.encoding), slot_words(model, n, seed), {}
+    words = [enc.decode_single_token_bytes(model.cfg.vocab_map[w]).decode()[1:] for w in ids]
+    for name, (frame, again) in SLOT_FRAMES.items():
+        # (n, T): each word is one token, so every row is as long
+        rows = torch.cat([prepare(model, f"{frame.format(w)} {again}").src_ids for w in words])
+        p = torch.softmax(run(model, rows)[:, -1].float(), -1)  # (n, V)
+        got = p[torch.arange(len(ids)), torch.tensor(ids)]  # (n,)
+        out[name] = {"frame": frame, "top1": round(float((p.argmax(-1) == torch.tensor(ids)).float().mean()), 4),
+                     "median_p": round(float(got.median()), 4), "words": len(ids)}
+    return out
+
+
 def vocabulary_shares(encoding: str) -> dict:
     """How whole the tokens are on everyday text: the share of English words (the tokenizer's own word pieces, a
     contraction like "'s" counted on its own) that are one token, and of Chinese characters that one token holds
@@ -300,6 +338,7 @@ def report(model, train_texts: dict[str, str] | None = None) -> dict:
     out = {"groups": read_groups(model), "continuation": continuation(model),
            "continuation_zh": continuation(model, PROMPTS["chinese"]), "targets": TARGETS,
            "texts": {k: len(v) for k, v in GROUPS.items()}, "copy": copy_report(model),
+           "slots": slot_copy(model),
            "copy_targets": COPY_TARGETS, "vocabulary": vocabulary_shares(model.cfg.encoding),
            "vocabulary_targets": SHARE_TARGETS}
     if train_texts:
