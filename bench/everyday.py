@@ -34,7 +34,7 @@ def main() -> None:
     from transformer_core.train.checkpoint import load_checkpoint
     from transformer_core.train.corpora import CorpusError, load_corpus
     from transformer_core.train.corpus_data import DEFAULT_CACHE
-    from transformer_core.train.everyday import BASELINE_CORPORA, TARGETS, report, slot_copy, vocabulary_shares
+    from transformer_core.train.everyday import BASELINE_CORPORA, TARGETS, report, vocabulary_shares
 
     name = args.model or DEFAULT_MODEL
     model, card = load_checkpoint(OUT / name)
@@ -64,7 +64,7 @@ def main() -> None:
     print("\ncopying a text it has just read (the words of the second copy):")
     print_table(("texts", "words", "top-1", "median p"), [(g, f["words"], f"{f['top1']:.1%}", f"{f['median_p']:.3f}")
                                                        for g, f in copy.items() if g != "cat"])
-    slots = slot_copy(model)
+    slots = rep["slots"]  # (report measured them)
     print("\na word of the vocabulary put in a frame written twice (no target: a learner's own short sentence):")
     print_table(("frame", "words", "top-1", "median p"), [(repr(f["frame"].replace("{}", "___")), f["words"],
                                                          f"{f['top1']:.1%}", f"{f['median_p']:.3f}")
