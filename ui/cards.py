@@ -79,7 +79,7 @@ def corpus_line(c: dict) -> str:
     """One corpus of a card: a package's name, version, licence and hash, or what a program wrote the examples from."""
     if not c.get("generated"):
         return t("card_corpus", package=c.get("package", "—"), version=c.get("version", "—"),
-                 licence=c.get("licence", "—"), sha=str(c.get("sha256", "—"))[:16])
+                 licence=c.get(f"licence_{lang()}") or c.get("licence", "—"), sha=str(c.get("sha256", "—"))[:16])
     line = t("card_corpus_generated")
     if isinstance(c.get("templates"), list) and isinstance(c.get("names"), list):  # the name-mover demo's sentences
         try:

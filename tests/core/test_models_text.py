@@ -60,6 +60,10 @@ def test_card_has_every_field_and_names_its_source(shipped, name):
     for c in corpora:  # a downloaded corpus names its package; a generated one says so (nothing to name)
         assert c == {"generated": True} if name == "dates-zh" else {"package", "version", "licence", "sha256"} <= set(c)
         assert c.get("generated") or c["package"]
+        if not c.get("generated"):  # its licence in 中文 too, naming the same licences and years
+            assert re.search(r"[\u4e00-\u9fff]", c["licence_zh"]), c["licence_zh"]
+            ids = r"MIT|GPL-\d\+?|Apache-\d\.\d|CC BY-SA \d\.\d|\d{4}"
+            assert set(re.findall(ids, c["licence"])) == set(re.findall(ids, c["licence_zh"])), c["licence_zh"]
     assert card["steps"] > 0 and card["tokens_seen"] > 0 and card["train_seconds"] > 0 and card["device"]
     # README, Models: a GPU build's command names the recipe and any trial option it ran with (build.TRIAL_OPTIONS)
     on_gpu = card["device"].startswith("cuda")

@@ -172,6 +172,7 @@ def build_lm(name: str, out: Path, cache: str, gpu: bool = False, **changes) -> 
             "example_src": recipe["example"],
             "example_tgt": "", "order": recipe["order"], **run_fields(result),
             "corpus": [{"package": p["package"], "version": p["version"], "licence": p["licence"],
+                        **({"licence_zh": p["licence_zh"]} if "licence_zh" in p else {}),  # (none if packed before)
                         "sha256": p["train_sha256"], "registry": p["registry"]} for p in data.provenance]}
     by_corpus = {  # each language measured on its own held-out text, against baselines from its own training text
         corpus: text_card(model, train_ids, held_ids, tc.context, unk_id=data.vocab.unk)

