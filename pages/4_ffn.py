@@ -23,7 +23,7 @@ from transformer_core.text.inputs import real_ids, sequence_labels, token_labels
 from transformer_core.text.tokenizer import load_encoding, piece_of, token_bytes
 from ui import cache
 from ui.errors import show_error
-from ui.figures import axis_labels, bars, token_heatmap, visible
+from ui.figures import axis_labels, bars, md_quoted, plain, token_heatmap, visible
 from ui.guidance import ffn_hint
 from ui.i18n import t
 from ui.parts import parts_table
@@ -152,8 +152,8 @@ def byte_pieces(ids: list[int], names: list[str]) -> list[str]:
     for real, name in zip(real_ids(model, ids), names, strict=True):
         piece = piece_of(token_bytes(enc, real) or b"")
         if piece is not None:
-            out.append(t("nr_piece_begins", tok=visible(name), n=f"{int(piece[3]):,}", first=piece[1], last=piece[2])
-                       if piece[0] == "begins" else t("nr_piece_ends", tok=visible(name)))
+            out.append(t("nr_piece_begins", tok=md_quoted(name), n=f"{int(piece[3]):,}", first=piece[1], last=piece[2])
+                       if piece[0] == "begins" else t("nr_piece_ends", tok=md_quoted(name)))
     return list(dict.fromkeys(out))
 
 
@@ -197,17 +197,17 @@ def find_neurons(index) -> None:
         show_error(exc)
         return
     if len(found.pieces) > 1:
-        st.caption(t("nr_find_pieces", text=found.text.strip(), n=len(found.pieces),
-                     pieces=" · ".join(f"`{visible(p)}`" for p in found.pieces)))
+        st.caption(t("nr_find_pieces", text=plain(found.text.strip()), n=len(found.pieces),
+                     pieces=" · ".join(md_quoted(p) for p in found.pieces)))
     choices = found.choices
     chosen = choices[0]
     if len(choices) > 1:
         chosen = choices[st.radio(
             t("nr_find_token"), range(len(choices)), horizontal=True,
             key="nr_find_token_" + "_".join(str(c.token) for c in choices),
-            format_func=lambda i: t("nr_find_choice", token=visible(choices[i].label), n=f"{choices[i].count:,}"))]
+            format_func=lambda i: t("nr_find_choice", token=md_quoted(choices[i].label), n=f"{choices[i].count:,}"))]
     hits = neurons_for_token(model, index, chosen.token, by, k=SEARCH_TOP)
-    st.markdown(t("nr_find_result", token=visible(chosen.label), n=f"{chosen.count:,}", by=t(f"nr_by_{by}")))
+    st.markdown(t("nr_find_result", token=md_quoted(chosen.label), n=f"{chosen.count:,}", by=t(f"nr_by_{by}")))
     for col, (i, (layer_, neuron_, value)) in in_rows(enumerate(hits), 5):  # strongest first, also on a phone
         col.button(t("nr_pick", layer=layer_, neuron=neuron_, value=f"{value:.2f}"), key=f"nr_pick_{i}",
                    on_click=pick, args=(layer_, neuron_), width="stretch")
@@ -305,9 +305,9 @@ def read_a_neuron(default: int | None) -> None:
         up, down = reading.up, reading.down
         names = token_labels(model, [i for i, _ in up + down])
         c_up, c_down = st.columns(2)
-        c_up.markdown(t("nr_up") + "  \n" + " · ".join(f"`{visible(n)}` {v:+.2f}" for n, (_, v) in
+        c_up.markdown(t("nr_up") + "  \n" + " · ".join(f"{md_quoted(n)} {v:+.2f}" for n, (_, v) in
                                                          zip(names[:len(up)], up, strict=True)))
-        c_down.markdown(t("nr_down") + "  \n" + " · ".join(f"`{visible(n)}` {v:+.2f}" for n, (_, v) in
+        c_down.markdown(t("nr_down") + "  \n" + " · ".join(f"{md_quoted(n)} {v:+.2f}" for n, (_, v) in
                                                              zip(names[len(up):], down, strict=True)))
         pieces = byte_pieces([i for i, _ in up + down], names)
         if pieces:  # "‹E7 A1›" explained once: what a piece of a character is, and which characters it can be of

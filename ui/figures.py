@@ -20,7 +20,7 @@ SEQUENTIAL = "Blues"
 MASK_COLOUR = "rgba(120,120,120,0.35)"
 _BREAKS = {"\t": "⇥", "\n": "⏎", "\r": "␍"}  # tab, newline, carriage return
 LINE_BREAKS, WHITESPACE = str.maketrans(_BREAKS), str.maketrans({" ": "␣", **_BREAKS})
-MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")  # characters markdown (or its LaTeX) would read as markup
+MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")  # what markdown, its LaTeX or a directive (:red[…]) reads
 RTL = "\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufefe\U00010800-\U00010fff\U0001e800-\U0001efff"  # Hebrew, Arabic, Syriac...
 RTL_RUN = re.compile(f"[{RTL}]+(?:[ ␣]+[{RTL}]+)*")  # right-to-left words with the spaces between them
 # characters that draw nothing: controls, the soft hyphen, zero-width spaces and joiners, direction marks and

@@ -286,7 +286,7 @@ def test_the_tokens_a_neuron_writes_towards_and_against_explain_their_byte_piece
     from transformer_core.analysis.neurons import output_tokens
     from transformer_core.text.inputs import real_ids, token_labels
     from transformer_core.text.tokenizer import load_encoding, token_bytes
-    from ui.figures import visible
+    from ui.figures import md_quoted
 
     model, _ = load_model("everyday-gpt")
     enc = load_encoding(model.cfg.encoding)
@@ -313,12 +313,12 @@ def test_the_tokens_a_neuron_writes_towards_and_against_explain_their_byte_piece
             pass
         lead = max((k for k, b in enumerate(raw) if b & 0xC0 != 0x80), default=None)
         if lead is None:
-            assert f"`{visible(label)}` is the end of a character" in note
+            assert f"{md_quoted(label)} is the end of a character" in note
         else:  # every character whose UTF-8 starts with the piece's last bytes
             tail = raw[lead:]
             chars = [chr(c) for c in range(0x80, 0x110000) if not 0xD800 <= c < 0xE000
                      and chr(c).encode("utf-8").startswith(tail)]
-            assert f"`{visible(label)}` begins one of {len(chars):,} characters, {chars[0]} to {chars[-1]}" in note
+            assert f"{md_quoted(label)} begins one of {len(chars):,} characters, {chars[0]} to {chars[-1]}" in note
         checked += 1
     assert checked >= 2
 

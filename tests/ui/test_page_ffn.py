@@ -21,6 +21,7 @@ from transformer_core.analysis.neurons import (
     top_snippets,
 )
 from transformer_core.errors import message
+from ui.figures import md_quoted, plain
 from ui.i18n import strings
 
 MODEL = "shipped:modern-gpt"
@@ -117,6 +118,21 @@ def test_a_word_of_several_tokens_offers_its_pieces():
     assert any(c.value.startswith("“Transformers” is ") for c in at.caption)
     radio = next(r for r in at.radio if r.key and r.key.startswith("nr_find_token_"))
     assert len(radio.options) > 1
+
+
+def test_a_search_that_looks_like_markdown_is_written_as_typed():
+    """A search of several tokens is named in a caption: "**x** $x$ [a](…)" drew x bold, a formula and a link, and
+    "$\\rule{900px}{300px}$" a grey block over the page; each piece and the word itself are now text."""
+    at = open_app("ffn", timeout=WAIT, model=MODEL, text=TEXT)
+    for typed in ("**x** $x$ [a](javascript:alert(1)) `", "ab :red[hi] :smile: at 10:30"):
+        at.text_input(key="nr_find").set_value(typed).run()
+        assert not at.exception
+        found = token_search(catalog.load(MODEL, "cpu")[0], shipped_index("modern-gpt"), typed)
+        said = next(c.value for c in at.caption if c.value.startswith("“"))
+        assert said == S["nr_find_pieces"]["en"].format(text=plain(typed), n=len(found.pieces),
+                                                        pieces=" · ".join(md_quoted(p) for p in found.pieces))
+        unescaped = re.sub(r"\\.", "", said)  # what markdown reads as markup: no star, dollar, bracket, colon
+        assert not re.search(r"[*$\[\]`]|:\w", unescaped), said
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
