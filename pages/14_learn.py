@@ -19,7 +19,7 @@ from ui.figures import axis_labels, token_heatmap
 from ui.i18n import t
 from ui.plain_figures import figure
 from ui.session import through_app
-from ui.widgets import chart, download, explain
+from ui.widgets import chart, download, explain, within
 
 through_app()
 ss = st.session_state
@@ -133,22 +133,25 @@ m = data["measures"][str(step)]
 n_layers, n_heads = len(m["induction"]), len(m["induction"][0])
 c5, c6, c7 = st.columns([4, 1, 1])
 letters = dict(first=LETTERS[0], last=LETTERS[-1], n=len(LETTERS))  # the repeat task's alphabet
-text = c5.text_input(t("learn_text", **letters), DEFAULT_TEXT, key="learn_text", max_chars=200,
-                     help=t("learn_text_help", **letters))
+text = within(c5.text_input(t("learn_text", **letters), DEFAULT_TEXT, key="learn_text",
+                            help=t("learn_text_help", **letters)), 200)
 layer = c6.selectbox(t("att_layer"), range(n_layers), index=view_layer, key="learn_layer")
 head = c7.selectbox(t("att_head"), range(n_heads), index=view_head, key="learn_head")
-try:
-    model = snapshot(int(step))
-    prep, trace = trace_text(model, text)
-    w = trace.attention("dec_self", layer).head("weights", head).numpy()
-    labels = axis_labels(sequence_labels(model, trace.decoder_ids))
-    title = t("learn_heat_title" if layer else "learn_heat_title_l0", step=step, layer=layer, head=head,
-              prev=m["previous_token"][layer][head], ind=m["induction"][layer][head])
-    heat = token_heatmap(np.where(np.tril(np.ones_like(w, dtype=bool)), w, np.nan), labels, labels, zmin=0.0,
-                         zmax=1.0, title=title)
-    chart(heat, "learn_heat")
-    st.caption(t("learn_heat_hint"))
-except Exception as exc:  # noqa: BLE001 - an unknown character, an empty text: a message, never a traceback
-    show_error(exc)
+if not text.strip():  # this box, not the sidebar's text (the shared message for an empty text points there)
+    st.warning(t("learn_text_empty", **letters), icon="✍️")
+else:
+    try:
+        model = snapshot(int(step))
+        prep, trace = trace_text(model, text)
+        w = trace.attention("dec_self", layer).head("weights", head).numpy()
+        labels = axis_labels(sequence_labels(model, trace.decoder_ids))
+        title = t("learn_heat_title" if layer else "learn_heat_title_l0", step=step, layer=layer, head=head,
+                  prev=m["previous_token"][layer][head], ind=m["induction"][layer][head])
+        heat = token_heatmap(np.where(np.tril(np.ones_like(w, dtype=bool)), w, np.nan), labels, labels, zmin=0.0,
+                             zmax=1.0, title=title)
+        chart(heat, "learn_heat")
+        st.caption(t("learn_heat_hint"))
+    except Exception as exc:  # noqa: BLE001 - an unknown character: a message, never a traceback
+        show_error(exc)
 download(t("learn_download"), lambda: json.dumps(data).encode("utf-8"), "induction-steps.json", "application/json",
          icon=":material/download:", key="learn_download")

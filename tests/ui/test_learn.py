@@ -10,6 +10,7 @@ from harness.apptest import array, figure, harness_language, no_pages_dir_mode, 
 from service import catalog
 from transformer_core.analysis.heads import default_length, induction_batch, vocab_ids
 from transformer_core.train.snapshots import N_SNAPSHOTS, load_snapshot, load_steps, phases
+from ui.i18n import strings
 
 FOLDER = Path(__file__).resolve().parents[2] / "assets" / "models" / "induction-steps"
 
@@ -94,6 +95,11 @@ def test_learn_page_moves_through_training(lang):
         assert "a–p" in label and "z" not in label
         at.text_input(key="learn_text").input("小 明 小 明").run()
         assert "'小', '明'" in at.warning[0].value or "'小', '明'" in at.error[0].value
+        for empty in ("", "   "):  # this box is empty, not the sidebar's text (the message said "in the sidebar")
+            at.text_input(key="learn_text").input(empty).run()
+            assert not at.exception and not at.error
+            assert [w.value for w in at.warning] == [strings()["learn_text_empty"][lang].format(
+                first="a", last="p")], [w.value for w in at.warning]
 
 
 def test_learn_page_states_the_phases_it_reads_off_the_curves(data):
