@@ -155,8 +155,8 @@ DEFAULT_SHOWN = SHIPPED_SHOWN[0]
 ERROR_BOX = "[data-testid='stAlertContentError']"
 WARNING_BOX = "[data-testid='stAlertContentWarning']"
 # React tracks a text box's value through its prototype setter: set it there, then say it changed (a paste)
-SET_TEXTAREA_JS = """(el, value) => {
-    Object.getOwnPropertyDescriptor(HTMLTextAreaElement.prototype, 'value').set.call(el, value);
+SET_TEXTAREA_JS = """(el, value) => {  // a text area or a one-line box: the setter of its own kind
+    Object.getOwnPropertyDescriptor(Object.getPrototypeOf(el), 'value').set.call(el, value);
     el.dispatchEvent(new Event('input', {bubbles: true}));
 }"""
 

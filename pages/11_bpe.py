@@ -13,7 +13,7 @@ from ui.i18n import lang, sentences, t
 from ui.model_choice import load_selected_model
 from ui.session import through_app
 from ui.tools import export_panel
-from ui.widgets import CHIP_COLOURS, chart, count_text, explain, table
+from ui.widgets import CHIP_COLOURS, chart, count_text, explain, table, within
 
 through_app()
 ss = st.session_state
@@ -136,12 +136,9 @@ except Exception as exc:  # noqa: BLE001 - an encoding that cannot load offline:
 source = st.radio(t("bpe_source"), ["text", "word"], key="bpe_source", horizontal=True,
                   format_func=lambda s: t(f"bpe_src_{s}"))
 if source == "word":
-    text = st.text_input(t("bpe_word"), key="bpe_word", max_chars=WORD_CAP, placeholder=t("bpe_word_hint"))
+    text = within(st.text_input(t("bpe_word"), key="bpe_word", placeholder=t("bpe_word_hint")), WORD_CAP)
 else:
-    text = ss.get("text", "") or ""
-    if len(text) > TEXT_CAP:
-        st.info(t("bpe_cut", n=f"{TEXT_CAP:,}"), icon="✂️")
-        text = text[:TEXT_CAP]
+    text = within(ss.get("text", "") or "", TEXT_CAP, "bpe_cut")
 if not text.strip():
     st.warning(t("bpe_empty_word" if source == "word" else "bpe_empty"), icon="✍️")
     st.stop()

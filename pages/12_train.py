@@ -18,7 +18,7 @@ from ui.nav import link
 from ui.own_words import file_box
 from ui.session import through_app
 from ui.state import on_model_change, session_id, viewer
-from ui.widgets import chart, explain, table
+from ui.widgets import chart, explain, table, within
 
 through_app()
 
@@ -60,9 +60,9 @@ def training_text() -> str | None:
     # or one over 1 MB, in English and beside the last file it took ("application/zip files are not allowed", "File
     # must be 1.0MB or smaller") while training went on from the box; the server's checks say it in the learner's
     # language (the server's own upload limit stays, .streamlit/config.toml)
-    up = file_box(t("tr_txt_upload"), "tr_txt_file", help=t("tr_txt_upload_help"))
-    body = st.text_area(t("tr_txt_body"), TEXT, key="tr_txt_body", height=160,
-                        max_chars=uploads.MAX_TEXT_UPLOAD_BYTES)
+    up = file_box(t("tr_txt_upload"), "tr_txt_file", checked_mb=uploads.MAX_TEXT_UPLOAD_BYTES >> 20,
+                  help=t("tr_txt_upload_help"))
+    body = within(st.text_area(t("tr_txt_body"), TEXT, key="tr_txt_body", height=160), uploads.MAX_TEXT_UPLOAD_BYTES)
     if up is None:
         return body
     try:
@@ -106,8 +106,8 @@ def train_tab(device: str) -> None:
     text = training_text() if target == "text" else ""
     st.markdown(f"**{t('tr_hparams')}** · {t('tr_hparams_' + ('text' if target == 'text' else 'task'))}")
     tc = settings(target, device)
-    name = st.text_input(t("tr_name"), f"my-{target}", key=f"tr_{target}_name", max_chars=jobs.NAME_CHARS,
-                         help=t("tr_name_help"))
+    name = within(st.text_input(t("tr_name"), f"my-{target}", key=f"tr_{target}_name", help=t("tr_name_help")),
+                  jobs.NAME_CHARS)
     st.caption(t("tr_private_note"))
     if st.button(t("tr_start"), key="tr_start", type="primary") and text is not None:
         try:
@@ -238,7 +238,7 @@ def your_models() -> None:
 def upload_model() -> None:
     st.markdown(t("tr_ckpt_intro"))
     up = file_box(t("tr_ckpt_files"), "tr_ckpt_up", max_mb=uploads.MAX_MODEL_UPLOAD_BYTES >> 20)
-    name = st.text_input(t("tr_name"), "uploaded", key="tr_ckpt_name", max_chars=jobs.NAME_CHARS)
+    name = within(st.text_input(t("tr_name"), "uploaded", key="tr_ckpt_name"), jobs.NAME_CHARS)
     if not st.button(t("tr_ckpt_import"), key="tr_ckpt_import"):
         return
     if up is None:

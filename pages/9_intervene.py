@@ -45,7 +45,7 @@ from ui.tools import (
     reserve,
     text_b,
 )
-from ui.widgets import chart, clicked, count_text, delta, explain, table
+from ui.widgets import chart, clicked, count_text, delta, explain, table, within
 
 through_app()
 ss = st.session_state
@@ -363,7 +363,7 @@ def second_text(ctx) -> tuple[str, str | None, str | None]:
             c1, c2, c3 = st.columns([2, 2, 2])
             x = c1.selectbox(t("cb_swap_x"), found, index=found.index(names[0]) if names else 0, key=f"iv_b_x_{tag}")
             other = names[1] if names else next((w for w in found if w != x), "")
-            y = c2.text_input(t("cb_swap_y"), value=other, key=f"iv_b_y_{tag}", max_chars=60)
+            y = within(c2.text_input(t("cb_swap_y"), value=other, key=f"iv_b_y_{tag}"), 60)
             every = c3.toggle(t("cb_swap_every"), key=f"iv_b_every_{tag}", help=t("cb_swap_every_help"))
             made, swapped = replace_word(clean, x, y, every=every), (x, y.strip())
             if names and (x, y.strip()) == names and not every:

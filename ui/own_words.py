@@ -14,10 +14,10 @@ SELECT_ALL = "[role='option'][data-key='__select_all__'] [data-item-hl]"
 NO_RESULTS = "[role='listbox'][data-empty='true'] [role='option'] span"  # a list filtered by typing down to nothing
 
 
-def own_words(rules: list[tuple[str, str]]) -> None:
-    """Outside English, CSS writes our words in place of Streamlit's own at these (selector, words); it has no
-    setting for them."""
-    if lang() == "en":
+def own_words(rules: list[tuple[str, str]], english_too: bool = False) -> None:
+    """Outside English (in English too if asked), CSS writes our words in place of Streamlit's own at these
+    (selector, words); it has no setting for them."""
+    if lang() == "en" and not english_too:
         return
     css = "".join(f"{where}{{font-size:0}}{where}::after{{content:{css_string(words)};font-size:0.875rem}}"
                   for where, words in rules)
@@ -29,12 +29,16 @@ def css_string(text: str) -> str:
     return '"' + "".join(c if c.isalnum() or c in " ，。、（）·-" else f"\\{ord(c):x} " for c in text) + '"'
 
 
-def file_box(label: str, key: str, *, max_mb: int | None = None, help: str | None = None):
-    """st.file_uploader with its button and size line in the page's language."""
+def file_box(label: str, key: str, *, max_mb: int | None = None, checked_mb: int | None = None,
+             help: str | None = None):
+    """st.file_uploader with its button and size line in the page's language. checked_mb: a limit the page checks
+    itself (the browser takes files up to the server's, so that a larger one is refused in the learner's language):
+    the size line says it, in English too (it said the server's "20MB per file" under "at most 1 MB")."""
     up = st.file_uploader(label, key=key, help=help, max_upload_size=max_mb)
     box = ".stMain ." + key_class(key)
-    mb = max_mb or st.get_option("server.maxUploadSize")
-    own_words([(f"{box} {UPLOAD_WORDS}", t("upload_button")), (f"{box} {UPLOAD_LIMIT}", t("upload_limit", mb=mb))])
+    mb = checked_mb or max_mb or st.get_option("server.maxUploadSize")
+    own_words([(f"{box} {UPLOAD_WORDS}", t("upload_button"))])
+    own_words([(f"{box} {UPLOAD_LIMIT}", t("upload_limit", mb=mb))], english_too=checked_mb is not None)
     return up
 
 

@@ -26,6 +26,15 @@ def in_rows(items, per_row: int):
         yield from zip(st.columns(per_row), items[first:first + per_row])
 
 
+def within(text: str, cap: int, words: str = "box_cut") -> str:
+    """A box's text cut to its first `cap` characters, with a line saying so. A box's own max_chars would drop a
+    longer paste whole and keep its old text, with no word (a pasted training text, a word of 201 characters)."""
+    if len(text) <= cap:
+        return text
+    st.info(t(words, n=f"{len(text):,}", cap=f"{cap:,}"), icon="✂️")
+    return text[:cap]
+
+
 PHONE_MAX_PX = 640  # a phone's window is at most this wide: formulas, titles and cell words change below it
 
 

@@ -116,6 +116,24 @@ def test_html_payload_in_every_train_page_field_is_literal_and_never_runs(server
     assert_safe(tab, server, "/train, payload in the uploaded checkpoint's name")
 
 
+def test_a_paste_longer_than_a_page_s_box_holds_is_cut_with_a_line_saying_so(server, tab):
+    """A box's own character limit dropped a longer paste whole, with no word: the BPE page's word box (200 characters)
+    stayed empty and said "Type a word…", the Train page's text kept its old text. The box takes the paste; the page
+    uses its first 200 characters and says so."""
+    tab.goto(f"{server.url}/bpe")
+    wait_rendered(tab)
+    main = tab.locator(MAIN)
+    word = main.locator("[data-testid='stRadio']").get_by_text(strings()["bpe_src_word"]["en"], exact=True)
+    run_after(tab, word.click)
+    box = main.get_by_role("textbox", name=strings()["bpe_word"]["en"], exact=True)
+    type_into(tab, box, "transformer" * 25, paste=True)  # 275 characters
+    cut = strings()["box_cut"]["en"].format(n="275", cap="200")
+    sync_api.expect(main.locator("[data-testid='stAlert']").filter(has_text=cut)).to_be_visible()
+    assert box.evaluate("el => el.value.length") == 275
+    assert strings()["bpe_empty_word"]["en"] not in main.inner_text()
+    assert_safe(tab, server, "/bpe, a word longer than the box holds")
+
+
 def test_a_1mb_paste_is_truncated_and_the_app_stays_responsive(server, tab):
     tab.goto(f"{server.url}/tokenizer")  # the app's default model, as a learner who has just arrived
     wait_rendered(tab, timeout=FIRST_RUN_MS)

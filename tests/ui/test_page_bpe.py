@@ -104,7 +104,7 @@ def test_bad_inputs_give_messages_not_tracebacks():
     assert "<script" not in body and "<img" not in body and "&lt;script" in body
     at.sidebar.text_area(key="text").set_value("同志们!我踩着地雷了 " * 10_000).run()
     assert_clean(at)
-    assert EN["bpe_cut"].format(n="5,000") in messages(at)
+    assert EN["bpe_cut"].format(cap="5,000") in messages(at)
     assert len(array(figure(at, "bpe_merges")["data"][0]["x"])) == 120
     at.radio(key="bpe_source").set_value("word").run()
     assert not at.exception and EN["bpe_empty_word"] in messages(at)

@@ -129,6 +129,19 @@ def test_short_text_and_bad_upload_show_messages():
     assert any("not UTF-8 text" in e.value for e in at.error) and not at.exception
 
 
+def test_a_text_or_a_name_longer_than_its_box_holds_is_cut_and_said():
+    """A box's own character limit dropped a longer paste whole in the browser and trained on the old text."""
+    from service.uploads import MAX_TEXT_UPLOAD_BYTES as cap
+
+    at = choose(open_app(PAGE), "text")
+    at.text_area(key="tr_txt_body").set_value("ab " * (cap // 3 + 5)).run()
+    at.text_input(key="tr_text_name").set_value("n" * 50).run()
+    assert not at.exception
+    said = [i.value for i in at.info]
+    assert EN["box_cut"].format(n=f"{3 * (cap // 3 + 5):,}", cap=f"{cap:,}") in said, said
+    assert EN["box_cut"].format(n="50", cap=f"{jobs.NAME_CHARS:,}") in said, said
+
+
 def test_second_start_and_server_limit_show_messages(server_env):
     at = choose(open_app(PAGE), "copy", **{**TINY, "max_iters": 100_000, "eval_interval": 0})
     at.button(key="tr_start").click().run()
@@ -230,6 +243,10 @@ def test_a_text_file_too_large_or_empty_is_refused_by_the_page_and_nothing_train
             at = choose(open_app(PAGE, lang=lang), "text")
             # the browser takes any file up to the server's limit (20 MB): the page says what is wrong with it
             assert at.file_uploader(key="tr_txt_file").proto.max_upload_size_mb == 20
+            # ... and its size line says the page's limit, as its label does (it said "20MB per file")
+            line = own_words.css_string(words["upload_limit"][lang].format(mb=1))
+            css = "".join(h.value for h in at.html)
+            assert f".stMain .st-key-tr_txt_file {own_words.UPLOAD_LIMIT}::after{{content:{line};" in css
             at.file_uploader(key="tr_txt_file").set_value((name, raw, "text/plain")).run()
             assert not at.exception
             said = words[code][lang].format(mb=1)
