@@ -34,16 +34,16 @@ PART_LOOKS = ({"color": "#9e9e9e"}, {"color": "#616161", "pattern": {"shape": "/
 def attribution_section(pos: int, token: int) -> None:
     """Direct logit attribution: which heads and FFNs wrote the answer's (first) token's logit at this position."""
     st.subheader(t("dla_title"))
-    norm = r"\mathrm{" + NORM_NAMES[model.cfg.norm] + "}" if model.cfg.final_norm else ""  # where the model has one
-    explain("dla_intro_norm" if model.cfg.final_norm else "dla_intro_plain",
-            r"\text{logit}_t = W_U[t]\cdot " + norm + r"\Big(x_{emb} + \sum_{\ell}\big(\sum_h W_O^{h}"
-            r" z^{h}_{\ell} + b_O + \mathrm{FFN}_\ell\big)\Big) + b_t")
-    st.caption(t("dla_answer", tok=visible(token_labels(model, [token])[0])))  # the answer picked above
-    try:
+    try:  # first: a model it cannot split (post-norm) gets the message alone, not an intro to bars never drawn
         a = direct_logit_attribution(model, ctx.trace, pos, int(token))
     except Exception as exc:  # noqa: BLE001 - shown as a message (a post-norm model), never a traceback
         show_error(exc)
         return
+    norm = r"\mathrm{" + NORM_NAMES[model.cfg.norm] + "}" if model.cfg.final_norm else ""  # where the model has one
+    explain("dla_intro_norm" if model.cfg.final_norm else "dla_intro_plain",
+            r"\text{logit}_t = W_U[t]\cdot " + norm + r"\Big(x_{emb} + \sum_{\ell}\big(\sum_h W_O^{h}"
+            r" z^{h}_{\ell} + b_O + \mathrm{FFN}_\ell\big)\Big) + b_t")
+    st.caption(t("dla_answer", tok=md_visible(token_labels(model, [token])[0])))  # the answer picked above
     layers = [t("lens_row_layer", layer=layer) for layer in range(model.cfg.n_layers)]
     # heads in colours of their own, the other parts in hatched greys: no legend entry shares a look (12 parts
     # cycled through the theme's 10 colours, and "embeddings" looked like "head 0")

@@ -18,6 +18,7 @@ from harness.apptest import (
     shown_texts,
 )
 from transformer_core import act_name, load_model, prepare, run, run_with_trace, token_labels
+from transformer_core.errors import message
 from ui.figures import token_heatmap, visible
 
 PAGE = "lens"
@@ -97,6 +98,16 @@ def test_random_init_preset_with_eight_layers_renders():
     assert_clean(at)
     assert array(heat(at)["z"]).shape == (9, 13)  # embeddings + 8 layers, the course sentence's 13 tokens
     assert heat(at)["zmin"] == 0 and heat(at)["zmax"] == 1
+
+
+def test_a_model_the_attribution_cannot_split_gets_its_message_without_an_intro_to_bars_never_drawn():
+    """On the course's post-norm encoder-decoder the section said "the chosen token's logit splits exactly into one
+    share per part. Bars above zero…" and then that direct logit attribution needs a pre-norm decoder."""
+    at = open_app(PAGE, model=SMALL, lang="en")
+    words = " ".join(m.value for m in at.markdown) + " " + " ".join(c.value for c in at.caption)
+    assert message("dla_post_norm", "en") in messages(at)
+    assert EN["dla_intro_plain"] not in words and EN["dla_intro_norm"] not in words
+    assert EN["dla_answer"].split("{", 1)[0] not in words
 
 
 def test_bad_inputs_give_messages_not_tracebacks():
