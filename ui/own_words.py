@@ -12,6 +12,8 @@ UPLOAD_WORDS = "[data-testid='stBaseButton-secondary'] [data-testid='stMarkdownC
 UPLOAD_LIMIT = "[data-testid='stFileUploaderDropzoneInstructions'] span"
 SELECT_ALL = "[role='option'][data-key='__select_all__'] [data-item-hl]"
 NO_RESULTS = "[role='listbox'][data-empty='true'] [role='option'] span"  # a list filtered by typing down to nothing
+# a box's "Press Enter to apply" while it is typed in (a text area's: "Press Ctrl+Enter to apply", ⌘ on a Mac)
+APPLY = "[data-testid='InputInstructions'] span:first-child"
 
 
 def own_words(rules: list[tuple[str, str]], english_too: bool = False) -> None:
@@ -43,11 +45,13 @@ def file_box(label: str, key: str, *, max_mb: int | None = None, checked_mb: int
 
 
 def pick_many(where, label: str, options, **kwargs) -> list:
-    """where.multiselect (st or a column) with its placeholder in the page's language (its list: list_words)."""
+    """where.multiselect (st or a column) with its placeholder in the page's language (its list: every_page_words)."""
     return where.multiselect(label, options, placeholder=t("iv_pick"), **kwargs)
 
 
-def list_words() -> None:
-    """Every select box's and multiselect's list, on every page (the sidebar's model box is one): its "Select all"
-    and "No results" in the page's language."""
-    own_words([(SELECT_ALL, t("select_all")), (NO_RESULTS, t("no_results"))])
+def every_page_words() -> None:
+    """Streamlit's words of every page's controls in the page's language: a list's "Select all" and "No results" (the
+    sidebar's model box is one) and a box's "Press Enter to apply"."""
+    own_words([(SELECT_ALL, t("select_all")), (NO_RESULTS, t("no_results")),
+               (f":is([data-testid='stTextInput'],[data-testid='stNumberInput']) {APPLY}", t("apply_enter")),
+               (f"[data-testid='stTextArea'] {APPLY}", t("apply_ctrl_enter"))])

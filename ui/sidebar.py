@@ -11,7 +11,7 @@ from transformer_core.text.tokenizer import available_encodings
 from . import cache
 from .i18n import t
 from .model_choice import model_is_encoder_decoder
-from .own_words import list_words
+from .own_words import every_page_words
 from .session import follow_source
 from .state import (
     TEXT_MAX_CHARS,
@@ -58,7 +58,7 @@ def sidebar() -> None:
     if ss.model not in entries:  # a model that went away (or a stale key) falls back to the default
         ss.model = catalog.default_key()
     with st.sidebar:
-        list_words()  # Streamlit's lists (drawn outside the sidebar too) in the learner's language
+        every_page_words()  # Streamlit's words of lists (drawn outside the sidebar too) and boxes, in 中文 too
         st.radio(t("language"), list(LANGS), format_func=LANGS.get, key="lang", horizontal=True,
                  on_change=resend_choices)
         st.selectbox(t("model"), list(entries), key="model", help=t("model_help"), on_change=_model_changed,

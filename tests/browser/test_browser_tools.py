@@ -213,7 +213,8 @@ def test_the_controls_keep_their_picks_in_the_other_language(app, tab):
     """A radio and a select box picked in English, the sidebar switched to 中文: they show the same picks in Chinese
     (the radio showed none and the box its English label: the browser holds an option's label), and they keep them
     after the next action (the old label it sent back set them to their defaults). A multiselect's list says "Select
-    all" and, filtered down to nothing, "No results" in Chinese too (Streamlit writes both in English)."""
+    all" and, filtered down to nothing, "No results" in Chinese too, and a box being typed in "Press Enter to apply"
+    (Streamlit writes them in English)."""
     go(tab, app, "intervene", model=REPEAT, text=TEXT)
     radio(tab, s("iv_mode"), s("iv_mode_mean"))
     radio(tab, s("language"), "中文", where=SIDEBAR)
@@ -238,6 +239,17 @@ def test_the_controls_keep_their_picks_in_the_other_language(app, tab):
     assert empty.evaluate("e => [getComputedStyle(e).fontSize, getComputedStyle(e, '::after').content]") == [
         "0px", f'"{s("no_results", "zh")}"'], "an empty list says “No results” in English"
     tab.keyboard.press("Escape")
+    # a box being typed in says "Press Enter to apply" (a text area: "Press Ctrl+Enter to apply") in Chinese too
+
+    def typed_in(box, words: str) -> None:
+        box.locator("textarea, input").first.press("End")
+        tab.keyboard.type("1")
+        hint = box.locator("[data-testid='InputInstructions'] span").first
+        assert hint.evaluate("e => [getComputedStyle(e).fontSize, getComputedStyle(e, '::after').content]") == [
+            "0px", f'"{words}"'], f"a box's {hint.inner_text()!r} shows in English"
+    typed_in(tab.locator(f"{SIDEBAR} [data-testid='stTextArea']").first, s("apply_ctrl_enter", "zh"))
+    go(tab, app, "learn", "zh", charts=False)  # its own one-line text box
+    typed_in(tab.locator(f"{MAIN} [data-testid='stTextInput']").first, s("apply_enter", "zh"))
 
 
 def test_the_metric_renamed_by_a_longer_answer_keeps_its_pick(app, tab):
