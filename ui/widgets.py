@@ -45,7 +45,10 @@ def wide_formula() -> str:
     that fits shows none). On a phone formulas are a tenth smaller: the attention formula fits at 420 px."""
     bg = PALETTES["dark" if st.context.theme.type == "dark" else "light"][3]
     shade = "rgba(128,128,128,.7)"
-    return ("<style>.stMain .katex-display{overflow-x:auto;overflow-y:hidden;background:"
+    # the formula's box as wide as the column (Streamlit's is as wide as the formula, rounded down: a formula that
+    # fitted overflowed by a pixel or two and showed the right shadow on a wide window)
+    return ("<style>.stMain .stMarkdown:has(.katex-display)>div,.stMain .stMarkdown:has(.katex-display)>div>div"
+            "{width:100%}.stMain .katex-display{overflow-x:auto;overflow-y:hidden;background:"
             f"linear-gradient(90deg,{bg} 70%,{bg}00) 0 0/1.2em 100% no-repeat local,"
             f"linear-gradient(270deg,{bg} 70%,{bg}00) 100% 0/1.2em 100% no-repeat local,"
             f"linear-gradient(90deg,{shade},transparent) 0 0/.8em 100% no-repeat scroll,"
