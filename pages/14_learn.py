@@ -138,7 +138,7 @@ text = within(c5.text_input(t("learn_text", **letters), DEFAULT_TEXT, key="learn
 layer = c6.selectbox(t("att_layer"), range(n_layers), index=view_layer, key="learn_layer")
 head = c7.selectbox(t("att_head"), range(n_heads), index=view_head, key="learn_head")
 if not text.strip():  # this box, not the sidebar's text (the shared message for an empty text points there)
-    st.warning(t("learn_text_empty", **letters), icon="✍️")
+    st.warning(t("learn_text_empty", example=DEFAULT_TEXT, **letters), icon="✍️")
 else:
     try:
         model = snapshot(int(step))

@@ -99,7 +99,7 @@ def test_learn_page_moves_through_training(lang):
             at.text_input(key="learn_text").input(empty).run()
             assert not at.exception and not at.error
             assert [w.value for w in at.warning] == [strings()["learn_text_empty"][lang].format(
-                first="a", last="p")], [w.value for w in at.warning]
+                first="a", last="p", example="d a c b g f d a c b g f")], [w.value for w in at.warning]
 
 
 def test_learn_page_states_the_phases_it_reads_off_the_curves(data):
