@@ -31,6 +31,17 @@ CHART = "[data-testid='stPlotlyChart']"
 CHART_SVG = "[data-testid='stPlotlyChart'] .main-svg, .sv svg, .av canvas.cells, .ap canvas.cells"
 EXCEPTION = "[data-testid='stException']"
 
+# what a page shows where a chart was awaited (a failure's message): its title, its views' state, its messages
+SHOWN_JS = """() => {
+    const text = (sel) => Array.from(document.querySelectorAll(sel), (e) => e.innerText.trim().slice(0, 160));
+    const views = Array.from(document.querySelectorAll('.av, .ap, .sv'), (v) => ({
+        view: v.className, asking: v.hasAttribute('data-asking'), title: v.querySelector('.title')?.textContent,
+        canvas: v.querySelector('canvas.cells')?.getBoundingClientRect().toJSON()}));
+    return JSON.stringify({h1: text('h1')[0], views, plotly: document.querySelectorAll('.main-svg').length,
+        messages: text("[data-testid='stAlert'], [data-testid='stException']"),
+        stale: document.querySelectorAll("[data-stale='true']").length});
+}"""
+
 
 def launch_browser(playwright, **kwargs):
     """Debian's Chromium through Playwright (Playwright cannot download its own browser here)."""
@@ -63,7 +74,9 @@ def wait_rendered(page, *, charts: bool = False, timeout: float = 120_000, chart
         try:
             page.wait_for_selector(CHART_SVG, state="visible", timeout=chart_timeout)
         except Exception as exc:  # playwright's TimeoutError
-            raise AssertionError(f"no chart drew on {page.url} within {chart_timeout / 1000:.0f} s") from exc
+            raise AssertionError(f"no chart drew on {page.url} within {chart_timeout / 1000:.0f} s; "
+                                 f"the page shows: {page.evaluate(SHOWN_JS)}") from exc
+
 
 # screenshots are for a person to look at (SCREENSHOTS=1 python3 -m pytest tests/browser): each one relays every chart
 # out at the page's full height and encodes a large PNG, CPU a test run spends on nothing it asserts

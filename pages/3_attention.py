@@ -79,8 +79,11 @@ def selectors(model) -> tuple[str, dict]:
     keep_view_in_model(cfg.n_layers, cfg.n_heads)
     kinds = ["enc_self", "dec_self", "cross"] if model.is_encoder_decoder else ["dec_self"]
     if ss.get("block") not in kinds:  # not chosen yet (or another model's): cross-attention shows most
+        # a link may name its mask without the block: the mask stays (a block of another model's takes its default)
+        from_link = ss.get("block") is None and ss.get("mask_mode") in MASK_MODES
         ss.block = kinds[-1]
-        _on_block_change()
+        if not from_link:
+            _on_block_change()
     if ss.get("mask_mode") not in MASK_MODES:
         ss.mask_mode = DEFAULT_MASKS[ss.block]
     if ss.get("att_scale") not in SCALES:

@@ -20,6 +20,20 @@ def test_an_attention_link_opens_the_same_view_in_a_fresh_session():
     assert dict(at.query_params) == params  # and the page writes the same link back
 
 
+@pytest.mark.parametrize("model, block", [("shipped:repeat", "dec_self"), ("shipped:reverse", "cross")])
+def test_an_attention_link_that_names_its_mask_without_its_block_keeps_the_mask(model, block, monkeypatch):
+    """The block then is the model's default, the mask the link's (it was reset to the block's default mask: the
+    server's charts showed another mask than the link's, and the browser's view corrected it a run later, a race with
+    a learner's next click). A block the model lacks still takes the model's block with its default mask."""
+    monkeypatch.setattr("ui.attention_view.VIEW_TOKENS", 0)  # the server's charts (a text past the browser's view)
+    at = open_app("attention", model=model, layer="1", mask="none")
+    assert not at.exception and not at.error
+    assert (at.session_state["block"], at.session_state["mask_mode"]) == (block, "none")
+    assert at.radio(key="mask_mode").value == "none"
+    at = open_app("attention", model="shipped:repeat", block="cross", mask="none")
+    assert (at.session_state["block"], at.session_state["mask_mode"]) == ("dec_self", "both")
+
+
 def test_a_logits_link_restores_sampling_settings_and_generated_tokens():
     at = open_app("logits", model=SMALL, text="hello world", T="0.7", k="5", p="0.9", seed="3", gen="11,12")
     assert not at.exception and not at.error
