@@ -25,7 +25,7 @@ from ui.i18n import sentences, t
 from ui.nav import open_head
 from ui.own_words import pick_many
 from ui.session import page_context, through_app
-from ui.tools import cut_note, export_panel, inputs, kind_name, prep_for, probe_length, reserve
+from ui.tools import cut_note, export_panel, head_rows, inputs, kind_name, prep_for, probe_length, reserve
 from ui.widgets import chart, clicked, count_text, explain, table
 
 through_app()
@@ -86,11 +86,12 @@ def labels_grid(records, model):
     hover = [f"{head_name(r.kind, r.layer, r.head, model)}<br>{t('hd_col_label')}: {label_names(r)}"
              f"<br>{t('hd_col_best')}: {t(f'hd_pat_{r.best[0]}') if r.best[0] else '—'} {r.best[1]:.3f}"
              for r in records]
-    return head_grid(z, [t("hd_row", block=kind_name(k, model), layer=layer) for k, layer in rows], None,
+    names, block = head_rows(rows, model)
+    return head_grid(z, names, None,
                      [(r.head, rows.index((r.kind, r.layer))) for r in records], customdata=list(range(len(records))),
                      hover=hover, hovertemplate="%{hovertext}<extra></extra>", text=text.tolist(),
                      texttemplate="%{text}", font_size=font, colorbar=t("hd_col_best"), x_title=t("hd_col_head"),
-                     title=t("hd_chart_title"))
+                     y_title=block, title=t("hd_chart_title"))
 
 
 def catalogue(ctx) -> None:

@@ -38,6 +38,7 @@ from ui.tools import (
     check_b,
     cut_note,
     export_panel,
+    head_rows,
     inputs,
     kind_name,
     prep_for,
@@ -311,14 +312,14 @@ def effects(ctx) -> Choice:
                  dtype=np.float32)
     span = float(np.nanmax(np.abs(z))) or 1.0
     columns = [str(h) for h in range(cfg.n_heads)] + ["FFN"]
-    ticks = [t("hd_row", block=kind_name(k, model), layer=layer) for k, layer in rows]
+    ticks, block = head_rows(rows, model)
     at = [(h, i) for i in range(len(rows)) for h in range(cfg.n_heads)]  # each head's (column, row), row by row
     cells = [[kind_name(rows[i][0], model), rows[i][1], h, rows[i][0]] for h, i in at]
     fig = head_grid(z, ticks, columns, at, customdata=cells,
                     marker_text=[format(float(z[i, h]), signed_format(span)) for h, i in at],
                     hovertemplate=t("he_hover") + "<extra></extra>", colorscale="RdBu", zmin=-span, zmax=span, zmid=0,
                     texttemplate=f"%{{z:{signed_format(span)}}}" if len(columns) <= 17 else None,
-                    colorbar=t("he_change"), x_title=t("hd_col_head"), marker_px=22, row_px=40)
+                    colorbar=t("he_change"), x_title=t("hd_col_head"), y_title=block, marker_px=22, row_px=40)
     picked = clicked(fig, "he_grid", trace_name="heads")
     if picked is not None:
         open_head(str(picked[3]), int(picked[1]), int(picked[2]))
@@ -489,7 +490,7 @@ def _scale(res, choice: Choice) -> tuple[np.ndarray, bool]:
     return norm, True
 
 
-def _grid_figure(z, rows, cols, res, normed: bool, hover_key: str):
+def _grid_figure(z, rows, cols, res, normed: bool, hover_key: str, y_title: str | None = None):
     """A diverging heatmap of a patching grid; hover: the cell's value and the raw metric of the patched run."""
     span = max(1.0, float(np.abs(z).max())) if normed else (float(np.abs(z).max()) or 1.0)
     custom = np.stack([res.patched, res.patched - res.intact], axis=-1).astype(np.float32)
@@ -497,7 +498,7 @@ def _grid_figure(z, rows, cols, res, normed: bool, hover_key: str):
     hover = t(hover_key, value=value, corrupted=f"{Readable(res.intact):.4f}", clean=f"{Readable(res.source):.4f}")
     return token_heatmap(z, rows, cols, colorscale="RdBu", zmin=-span, zmax=span, zmid=0, px_per_token=30,
                          min_height=200, customdata=custom.tolist(), hovertemplate=hover + "<extra></extra>",
-                         colorbar={"title": {"text": value, "side": "right"}})
+                         colorbar={"title": {"text": value, "side": "right"}}, y_title=y_title)
 
 
 def residual_view(ctx, res, text_b: str, choice: Choice) -> None:
@@ -525,9 +526,9 @@ def heads_view(ctx, res, text_b: str, choice: Choice) -> None:
     model = ctx.model
     st.markdown(f"**{t('hp_title')}**")
     z, normed = _scale(res, choice)
-    rows = [t("hd_row", block=kind_name("dec_self", model), layer=layer) for layer in range(model.cfg.n_layers)]
+    rows, block = head_rows([("dec_self", layer) for layer in range(model.cfg.n_layers)], model)
     cols = [t("hp_head", h=h) for h in range(model.cfg.n_heads)]
-    chart(_grid_figure(z, rows, cols, res, normed, "hp_hover"), "hp_grid")
+    chart(_grid_figure(z, rows, cols, res, normed, "hp_hover", block), "hp_grid")
     layer, head = np.unravel_index(np.abs(z).argmax(), z.shape)
     st.markdown(t("hp_summary", layer=int(layer), head=int(head), value=Readable(z[layer, head]),
                   what=t("rp_value_norm" if normed else "rp_value_raw")))

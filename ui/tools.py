@@ -190,3 +190,12 @@ def surprise_chips(labels: list[str], probs: list[float] | None, bits: list[floa
 
 def kind_name(kind: str, model) -> str:
     return t("hd_kind_gpt_self") if not model.is_encoder_decoder else t(f"hd_kind_{kind}")
+
+
+def head_rows(rows: list[tuple[str, int]], model) -> tuple[list[str], str]:
+    """The row labels of a grid of heads, one row per (block kind, layer), and its y axis title: "layer N" under the
+    block's name where every row is of one block (the name on each row took two thirds of a phone's width from the
+    squares), else "<block> · layer N" and no title."""
+    if len({kind for kind, _ in rows}) == 1:
+        return [t("hd_row_layer", layer=layer) for _, layer in rows], kind_name(rows[0][0], model)
+    return [t("hd_row", block=kind_name(kind, model), layer=layer) for kind, layer in rows], ""

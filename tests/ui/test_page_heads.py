@@ -47,8 +47,12 @@ def test_reverse_catalogue_equals_detect_heads_and_layer_1_cross_attention_is_an
     assert list(df[LABEL]) == [" + ".join(EN[f"hd_pat_{k}"] for k in r.labels) or EN["hd_pat_none"] for r in records]
     cross1 = df[(df[EN["hd_col_block"]] == EN["hd_kind_cross"]) & (df[EN["hd_col_layer"]] == 1)]
     assert set(cross1[LABEL]) == {EN["hd_pat_anti_diagonal"]}
-    cells, heads = figure(at, "hd_grid_0")["data"]  # 3 kinds × 2 layers, 4 heads
+    grid_fig = figure(at, "hd_grid_0")
+    cells, heads = grid_fig["data"]  # 3 kinds × 2 layers, 4 heads
     assert len(heads["customdata"]) == 24 and cells["zmax"] == 1 and array(cells["z"]).shape == (6, 4)
+    # three blocks: each row names its block (a grid of one block names it once, on its axis: the next test)
+    assert grid_fig["layout"]["yaxis"]["ticktext"][-1] == EN["hd_row"].format(block=EN["hd_kind_cross"], layer=1)
+    assert not grid_fig["layout"]["yaxis"].get("title", {}).get("text")
     grid = array(cells["z"])  # each cell: the head's best score (its label's when it has one)
     np.testing.assert_allclose([grid[i // 4, r.head] for i, r in enumerate(records)],
                                [r.strength if r.labels else r.best[1] for r in records], atol=1e-6)
@@ -265,9 +269,14 @@ def test_the_head_grid_tiles_its_cells_and_an_unlabelled_head_shows_its_best_pat
     at = open_app(PAGE, model="shipped:everyday-gpt", text="The weather was nice, so we walked to the park.",
                   lang="en")
     assert_clean(at)
-    cells, heads = figure(at, "hd_grid_0")["data"]
+    grid_fig = figure(at, "hd_grid_0")
+    cells, heads = grid_fig["data"]
     assert cells["type"] == "heatmap" and cells["xgap"] > 0 and cells["ygap"] > 0  # cells never overlap
     model, _ = load_model("everyday-gpt")
+    # one block: its name once, on the axis, the rows "layer N" (on each row it took most of a phone's width)
+    axis = grid_fig["layout"]["yaxis"]
+    assert axis["title"]["text"] == EN["hd_kind_gpt_self"]
+    assert axis["ticktext"] == [EN["hd_row_layer"].format(layer=n) for n in range(model.cfg.n_layers)]
     assert array(cells["z"]).shape == (model.cfg.n_layers, model.cfg.n_heads)
     df = catalogue(at)
     for text_row, z_row in zip(cells["text"], array(cells["z"])):

@@ -210,6 +210,9 @@ def test_answers_typed_outside_the_top_10_give_the_cores_numbers_on_every_sweep(
         grid_spec = next(json.loads(f.proto.spec) for f in at.get("plotly_chart") if "he_grid" in f.proto.id)
         z = array(grid_spec["data"][0]["z"]).astype(float)
         np.testing.assert_allclose(z[:, :-1], effects.heads["dec_self"], atol=1e-5)
+        rows = grid_spec["layout"]["yaxis"]  # one block: named once on the axis, the rows "layer N"
+        assert rows["title"]["text"] == EN["hd_kind_gpt_self"]
+        assert rows["ticktext"][0] == EN["hd_row_layer"].format(layer=0)
     assert "‘␣Mabel’ = 2 tokens (␣M | abel)." in captions
 
     # text B: the IOI corruption by default, of the same length, so both sweeps run on request
@@ -225,9 +228,10 @@ def test_answers_typed_outside_the_top_10_give_the_cores_numbers_on_every_sweep(
     heads = head_patching(model, bad, clean, "logit_diff", " Mabel", " Amos")
     np.testing.assert_allclose(array(figure(at, "hp_grid")["data"][0]["z"]).astype(float), heads.normalised(),
                                atol=1e-4)
-    # its rows are the heads of each layer, named as in the knock-out grid (they were "after layer 0", the residual's)
-    assert figure(at, "hp_grid")["layout"]["yaxis"]["ticktext"][0] == EN["hd_row"].format(
-        block=EN["hd_kind_gpt_self"], layer=0)
+    # its rows are the heads of each layer, named as in the knock-out grid (they were "after layer 0", the residual's):
+    # "layer 0" under the block's name (on each row, the name took most of a phone's width)
+    axis = figure(at, "hp_grid")["layout"]["yaxis"]
+    assert (axis["ticktext"][0], axis["title"]["text"]) == (EN["hd_row_layer"].format(layer=0), EN["hd_kind_gpt_self"])
     assert any(f"**{grid.source:.4f}** on the clean text A" in m.value for m in at.markdown)
     code = [c.value for c in open_export(at, "head_patch").code if "head_patching(" in c.value][0]
     assert "' Mabel'" in code and "' Amos'" in code
