@@ -940,6 +940,23 @@ def test_the_logits_bars_fit_a_phone(app, tab):
         tab.set_viewport_size(size)
 
 
+def test_the_grid_of_heads_keeps_its_squares_on_a_phone(app, tab):
+    """At 390 px the Heads page's grid gave its squares 98 of 358 px: "masked self-attention · layer 0" on every row
+    took the rest. A grid of one block names it once, on its axis, and its rows "layer N"."""
+    size = tab.viewport_size
+    tab.set_viewport_size({"width": 390, "height": size["height"]})
+    try:
+        go(tab, app, "heads", "zh")
+        grid = tab.locator(f"{MAIN} [data-testid='stPlotlyChart']").first
+        room = grid.evaluate("""c => ({plot: c.querySelector('.nsewdrag').getBoundingClientRect().width,
+            chart: c.getBoundingClientRect().width, axis: c.querySelector('.ytitle')?.textContent,
+            rows: [...c.querySelectorAll('.ytick text')].map(t => t.textContent)})""")
+        assert room["plot"] >= 0.45 * room["chart"], room
+        assert room["axis"] == s("hd_kind_gpt_self", "zh") and room["rows"][0] == s("hd_row_layer", "zh", layer=0), room
+    finally:
+        tab.set_viewport_size(size)
+
+
 CUT_TITLES = """() => [...document.querySelectorAll("[data-testid='stMain'] [data-testid='stPlotlyChart']")].map(c => {
     const t = c.querySelector('.gtitle');
     if (!t || !t.getClientRects().length) return null;
