@@ -152,7 +152,8 @@ def byte_pieces(ids: list[int], names: list[str]) -> list[str]:
     for real, name in zip(real_ids(model, ids), names, strict=True):
         piece = piece_of(token_bytes(enc, real) or b"")
         if piece is not None:
-            out.append(t("nr_piece_begins", tok=md_quoted(name), n=f"{int(piece[3]):,}", first=piece[1], last=piece[2])
+            out.append(t("nr_piece_begins", tok=md_quoted(name), n=f"{int(piece[3]):,}", first=md_quoted(piece[1]),
+                         last=md_quoted(piece[2]))
                        if piece[0] == "begins" else t("nr_piece_ends", tok=md_quoted(name)))
     return list(dict.fromkeys(out))
 

@@ -27,16 +27,22 @@ RTL_RUN = re.compile(f"[{RTL}]+(?:[ ␣]+[{RTL}]+)*")  # right-to-left words wit
 # isolates, the byte-order mark (a token of them alone showed as "" or " 1/3")
 INVISIBLE = re.compile("[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e"
                        "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb]")
+# spaces other than the ASCII one (en to hair, ideographic, line and paragraph separators) and the blank fillers
+# (Hangul, Braille): named by their code point where ␣ shows the ASCII space (a token label, a character a note
+# names: "‹E2 80› begins … ‘ ’ to …" showed U+2000 as a blank), left as they are in running text. Not the no-break
+# space: a piece's label "踩 1/3" holds one (transformer_core.text.tokenizer.label_pieces)
+OTHER_SPACES = "\u115f\u1160\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u2800\u3000\u3164\uffa0"
+INVISIBLE_OR_SPACE = re.compile(INVISIBLE.pattern[:-1] + OTHER_SPACES + "]")
 
 
 def visible(token: str, spaces: bool = True) -> str:
-    """A token's text with its whitespace made visible (space ␣, tab ⇥, newline ⏎, carriage return ␍; spaces=False
-    leaves spaces as they are: running text in one line) and each character that draws nothing named by its code
-    point (⟨U+200B⟩); each run of right-to-left words (Arabic, Hebrew) in a bidi isolate of its own, so a label's
-    position number, its quotes and a piece's "2/2" stay where they are (one isolate round the whole label drew
-    "ا 2/2" as "2/2 ا")."""
+    """A token's text with its whitespace made visible (space ␣, tab ⇥, newline ⏎, carriage return ␍, other spaces
+    named ⟨U+3000⟩; spaces=False leaves spaces as they are: running text in one line) and each character that draws
+    nothing named by its code point (⟨U+200B⟩); each run of right-to-left words (Arabic, Hebrew) in a bidi isolate of
+    its own, so a label's position number, its quotes and a piece's "2/2" stay where they are (one isolate round the
+    whole label drew "ا 2/2" as "2/2 ا")."""
     text = str(token).translate(WHITESPACE if spaces else LINE_BREAKS)
-    text = INVISIBLE.sub(lambda m: f"⟨U+{ord(m.group()):04X}⟩", text)
+    text = (INVISIBLE_OR_SPACE if spaces else INVISIBLE).sub(lambda m: f"⟨U+{ord(m.group()):04X}⟩", text)
     return RTL_RUN.sub(lambda m: f"\u2067{m.group()}\u2069", text)
 
 

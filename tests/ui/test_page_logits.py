@@ -191,7 +191,11 @@ def test_chart_and_table_show_the_same_whitespace_visible_tokens_with_readable_n
 def test_visible_marks_spaces_tabs_and_newlines():
     assert visible("\t  a\r\n") == "⇥␣␣a␍⏎"
     # characters that draw nothing are named (the Surprise page said "most surprised by ‘ 3/3’")
-    assert visible("a\u200bb\ufeff\u00a01/3") == "a⟨U+200B⟩b⟨U+FEFF⟩\u00a01/3" and visible("\x00") == "⟨U+0000⟩"
+    assert visible("a\u200bb\ufeff1/3") == "a⟨U+200B⟩b⟨U+FEFF⟩1/3" and visible("\x00") == "⟨U+0000⟩"
+    # spaces other than ␣ are named too (a note drew U+2000 as a blank), but the no-break space a piece's label holds
+    # ("踩 1/3"), and they are kept as they are in running text
+    assert visible("\u2000a\u3000\u00a01/3") == "⟨U+2000⟩a⟨U+3000⟩\u00a01/3"
+    assert visible("a\u3000b", spaces=False) == "a\u3000b"
     assert visible("今天 ok é") == "今天␣ok␣é"  # printable text as it is
     assert axis_labels(["\t x", "y"]) == ["0 ‘⇥␣x’", "1 ‘y’"]
 
