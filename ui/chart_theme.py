@@ -52,8 +52,11 @@ def _looks(kind: str) -> tuple[dict, dict, str]:
     layout = {
         "font": {"color": text, "family": FONT, "size": 12, "weight": 400},
         "title": {"font": {"family": FONT, "size": 16, "color": title}, "pad": {"l": 4}, "xanchor": "left", "x": 0},
+        # the legend in rows under the chart, plotly making room for them (Streamlit's on the right left a phone's
+        # plot a sixth of the chart's width)
         "legend": {"title": {"font": {"size": 12, "color": text}, "side": "top"}, "valign": "top",
-                   "bordercolor": "transparent", "borderwidth": 0, "font": {"size": 12, "color": legend}},
+                   "bordercolor": "transparent", "borderwidth": 0, "font": {"size": 12, "color": legend},
+                   "orientation": "h", "x": 0, "xanchor": "left", "y": 0, "yanchor": "bottom", "yref": "container"},
         "paper_bgcolor": bg, "plot_bgcolor": bg, "colorway": list(colorway),
         "colorscale": {"sequential": _scale(seq), "sequentialminus": _scale(seq), "diverging": _scale(DIVERGING)},
         "margin": {"pad": 8, "r": 0, "l": 0},

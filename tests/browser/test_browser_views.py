@@ -940,19 +940,27 @@ def test_the_logits_bars_fit_a_phone(app, tab):
         tab.set_viewport_size(size)
 
 
-def test_the_grid_of_heads_keeps_its_squares_on_a_phone(app, tab):
-    """At 390 px the Heads page's grid gave its squares 98 of 358 px: "masked self-attention · layer 0" on every row
-    took the rest. A grid of one block names it once, on its axis, and its rows "layer N"."""
+PLOT_ROOM = """() => [...document.querySelectorAll("[data-testid='stMain'] [data-testid='stPlotlyChart']")].map(c => ({
+    plot: c.querySelector('.nsewdrag')?.getBoundingClientRect().width ?? 0, chart: c.getBoundingClientRect().width,
+    title: c.querySelector('.gtitle')?.textContent, axis: c.querySelector('.ytitle')?.textContent,
+    rows: [...c.querySelectorAll('.ytick text')].map(t => t.textContent)}))"""
+
+
+@pytest.mark.parametrize("path", ["heads", "ffn", "lens"])
+def test_every_chart_keeps_its_plot_on_a_phone(app, tab, path):
+    """At 390 px charts gave their plot a sixth to a third of their 358 px: a legend on the right (FFN 64 px beside
+    "‖added‖ (mean)" and "‖residual after‖ (mean)", the Lens's KL, the Heads page's bars) and "masked self-attention ·
+    layer 0" on every row of the Heads grid took the rest. Legends lie under the plot, and a grid of one block names
+    it once, on its axis, its rows "layer N"."""
     size = tab.viewport_size
     tab.set_viewport_size({"width": 390, "height": size["height"]})
     try:
-        go(tab, app, "heads", "zh")
-        grid = tab.locator(f"{MAIN} [data-testid='stPlotlyChart']").first
-        room = grid.evaluate("""c => ({plot: c.querySelector('.nsewdrag').getBoundingClientRect().width,
-            chart: c.getBoundingClientRect().width, axis: c.querySelector('.ytitle')?.textContent,
-            rows: [...c.querySelectorAll('.ytick text')].map(t => t.textContent)})""")
-        assert room["plot"] >= 0.45 * room["chart"], room
-        assert room["axis"] == s("hd_kind_gpt_self", "zh") and room["rows"][0] == s("hd_row_layer", "zh", layer=0), room
+        go(tab, app, path, "zh")
+        charts = tab.evaluate(PLOT_ROOM)
+        assert charts and [c for c in charts if c["plot"] < 0.45 * c["chart"]] == [], charts
+        if path == "heads":
+            grid = charts[0]
+            assert grid["axis"] == s("hd_kind_gpt_self", "zh") and grid["rows"][0] == s("hd_row_layer", "zh", layer=0)
     finally:
         tab.set_viewport_size(size)
 

@@ -36,6 +36,9 @@ def test_the_look_is_written_into_the_chart_and_the_template_is_gone(kind):
     assert layout["yaxis3"]["tickcolor"] == grid and "tickcolor" not in layout["yaxis"]  # ticks only where drawn
     # x labels that do not fit level turn 45° (plotly's first choice, 30°, overlapped the FFN page's on a phone)
     assert all(layout[a]["autotickangles"] == [0, -45, -90] for a in ("xaxis", "xaxis2", "xaxis3"))
+    # a legend lies in a row under the plot (plotly makes room for it): on the right it left a phone's plot 64 of 358 px
+    assert {k: layout["legend"][k] for k in ("orientation", "yref", "y", "yanchor", "x", "xanchor")} == {
+        "orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0, "xanchor": "left"}
     assert before == spec(title={"text": "attention"}, font={"size": 14})  # what was given is left as it was
 
 
