@@ -27,10 +27,8 @@ RTL_RUN = re.compile(f"[{RTL}]+(?:[ ␣]+[{RTL}]+)*")  # right-to-left words wit
 # isolates, the byte-order mark (a token of them alone showed as "" or " 1/3")
 INVISIBLE = re.compile("[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e"
                        "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb]")
-# spaces other than the ASCII one (en to hair, ideographic, line and paragraph separators) and the blank fillers
-# (Hangul, Braille): named by their code point where ␣ shows the ASCII space (a token label, a character a note
-# names: "‹E2 80› begins … ‘ ’ to …" showed U+2000 as a blank), left as they are in running text. Not the no-break
-# space: a piece's label "踩 1/3" holds one (transformer_core.text.tokenizer.label_pieces)
+# other spaces and blank fillers (Hangul, Braille), named where ␣ shows the ASCII space (a label showed U+2000 as a
+# blank); not the no-break space a piece's label "踩 1/3" holds (transformer_core.text.tokenizer.label_pieces)
 OTHER_SPACES = "\u115f\u1160\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u2800\u3000\u3164\uffa0"
 INVISIBLE_OR_SPACE = re.compile(INVISIBLE.pattern[:-1] + OTHER_SPACES + "]")
 
