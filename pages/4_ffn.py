@@ -26,6 +26,7 @@ from ui.errors import show_error
 from ui.figures import axis_labels, bars, md_quoted, plain, token_heatmap, visible
 from ui.guidance import ffn_hint
 from ui.i18n import t
+from ui.own_words import number_box
 from ui.parts import parts_table
 from ui.plain_figures import figure
 from ui.session import page_context, through_app
@@ -277,8 +278,8 @@ def read_a_neuron(default: int | None) -> None:
     asked = linked_neuron()  # a link's (or this session's last) neuron: the pickers start on it
     nr_layer = c1.selectbox(t("att_layer"), range(cfg.n_layers), index=asked[0] if asked else layer,
                             key=keys["nr_layer"], on_change=remember, args=(keys["nr_layer"], "nr_layer"))
-    neuron = int(c2.number_input(t("nr_neuron"), 0, cfg.d_ffn - 1, asked[1] if asked else int(default or 0),
-                                 key=keys["nr_neuron"], on_change=remember, args=(keys["nr_neuron"], "nr_neuron")))
+    neuron = int(number_box(c2, t("nr_neuron"), 0, cfg.d_ffn - 1, asked[1] if asked else int(default or 0),
+                            key=keys["nr_neuron"], on_change=remember, args=(keys["nr_neuron"], "nr_neuron")))
     if side != "decoder":
         st.caption(t("nr_no_index"))
         return

@@ -14,6 +14,7 @@ from ui.errors import error_text, show_error
 from ui.figures import bars, lines, md_quoted, quoted, ranked_labels, visible
 from ui.guidance import look_for
 from ui.i18n import sentences, t
+from ui.own_words import number_box
 from ui.sampling_view import MAX_SHOWN, RANGES, in_browser, sampling_view, view_data
 from ui.session import page_context, through_app
 from ui.state import generated, set_generated, sync_url
@@ -73,9 +74,9 @@ def distribution_view(row, random_init: bool) -> None:
     c1, c2, c3, c4 = st.columns(4)
     (_, t_lo, t_hi, t_step), (_, p_lo, p_hi, p_step) = RANGES["T"], RANGES["p"]
     c1.slider(t("log_temperature"), t_lo, t_hi, step=t_step, key="log_T", help=t("log_temperature_help"))
-    c2.number_input(t("log_topk"), 0, cfg.vocab_size, step=1, key="log_topk", help=t("log_topk_help"))
+    number_box(c2, t("log_topk"), 0, cfg.vocab_size, step=1, key="log_topk", help=t("log_topk_help"))
     c3.slider(t("log_topp"), p_lo, p_hi, step=p_step, key="log_topp", help=t("log_topp_help"))
-    shown = c4.number_input(t("log_show"), 1, 100, 10, 1, key="log_show")
+    shown = number_box(c4, t("log_show"), 1, 100, 10, 1, key="log_show")
     if unk is not None:
         st.checkbox(t("log_no_unk"), True, key="log_no_unk", help=t("log_no_unk_help"))
     sync_url()
@@ -113,7 +114,7 @@ def browser_distribution(row, random_init: bool) -> None:
     redraws there first, then reaches the server in a short run of this fragment (which records it in the link).
     How many tokens are shown and the ⟨unk⟩ rule are the server's."""
     c1, c2 = st.columns(2)
-    shown = int(c1.number_input(t("log_show"), 1, 100, 10, 1, key="log_show"))
+    shown = int(number_box(c1, t("log_show"), 1, 100, 10, 1, key="log_show"))
     if unk is not None:
         c2.checkbox(t("log_no_unk"), True, key="log_no_unk", help=t("log_no_unk_help"))
     sync_url()
@@ -182,7 +183,7 @@ st.markdown(t("log_gen_intro"))
 g1, g2 = st.columns(2)
 greedy = g1.radio(t("log_mode"), [True, False], key="log_greedy", horizontal=True,
                   format_func=lambda g: t("log_greedy") if g else t("log_sample")) is True
-g2.number_input(t("log_seed"), 0, 2**31 - 1, step=1, key="log_seed", help=t("log_seed_help"), disabled=greedy)
+number_box(g2, t("log_seed"), 0, 2**31 - 1, step=1, key="log_seed", help=t("log_seed_help"), disabled=greedy)
 full = len(dec) >= cfg.max_len
 ended = bool(n_gen) and dec[-1] == end_of_text_id(model)  # it wrote the end of the text: nothing follows
 b1, b2, b3 = st.columns(3)

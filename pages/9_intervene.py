@@ -31,7 +31,7 @@ from ui.guidance import try_these
 from ui.head_grid import head_grid
 from ui.i18n import sentences, t
 from ui.nav import open_head
-from ui.own_words import pick_many
+from ui.own_words import number_box, pick_many
 from ui.session import page_context, through_app
 from ui.tools import (
     TEXT_B_MAX,
@@ -370,7 +370,7 @@ def second_text(ctx) -> tuple[str, str | None, str | None]:
             if names and (x, y.strip()) == names and not every:
                 st.caption(t("cb_ioi_note", s=x, io=names[1]))
         elif preset == "random":
-            seed = st.number_input(t("cb_seed"), min_value=0, max_value=10**6, value=0, step=1, key="iv_b_seed")
+            seed = number_box(st, t("cb_seed"), 0, 10**6, 0, 1, key="iv_b_seed")
             made = random_tokens(model, len(ctx.prep.src.ids), int(seed))
             st.caption(t("cb_random_note", n=len(ctx.prep.src.ids)))
     except InputError as exc:

@@ -14,6 +14,8 @@ SELECT_ALL = "[role='option'][data-key='__select_all__'] [data-item-hl]"
 NO_RESULTS = "[role='listbox'][data-empty='true'] [role='option'] span"  # a list filtered by typing down to nothing
 # a box's "Press Enter to apply" while it is typed in (a text area's: "Press Ctrl+Enter to apply", ⌘ on a Mac)
 APPLY = "[data-testid='InputInstructions'] span:first-child"
+# a number box's "Number is outside the allowed range…", in a tooltip on its error mark (drawn outside the page's area)
+OUT_OF_RANGE = "[data-testid='stTooltipErrorContent'] p"
 
 
 def own_words(rules: list[tuple[str, str]], english_too: bool = False) -> None:
@@ -22,7 +24,7 @@ def own_words(rules: list[tuple[str, str]], english_too: bool = False) -> None:
     if lang() == "en" and not english_too:
         return
     css = "".join(f"{where}{{font-size:0}}{where}::after{{content:{css_string(words)};font-size:0.875rem}}"
-                  for where, words in rules)
+                  f"{where} *{{font-size:0}}" for where, words in rules)  # (and its own parts: a bold "Error")
     st.html(f"<style>{css}</style>")
 
 
@@ -49,9 +51,19 @@ def pick_many(where, label: str, options, **kwargs) -> list:
     return where.multiselect(label, options, placeholder=t("iv_pick"), **kwargs)
 
 
+def number_box(where, label: str, lo, hi, *args, key: str, **kwargs):
+    """where.number_input from lo to hi (st or a column) whose message on a number out of range is in the page's
+    language, with the range (while the pointer is on that box's error mark: one tooltip shows at a time)."""
+    value = where.number_input(label, lo, hi, *args, key=key, **kwargs)
+    own_words([(f"body:has(.{key_class(key)} .stTooltipErrorHoverTarget:hover) {OUT_OF_RANGE}",
+                t("number_range", lo=lo, hi=hi))])
+    return value
+
+
 def every_page_words() -> None:
     """Streamlit's words of every page's controls in the page's language: a list's "Select all" and "No results" (the
-    sidebar's model box is one) and a box's "Press Enter to apply"."""
-    own_words([(SELECT_ALL, t("select_all")), (NO_RESULTS, t("no_results")),
+    sidebar's model box is one), a box's "Press Enter to apply" and a number box's "outside the allowed range"
+    (number_box names the range)."""
+    own_words([(SELECT_ALL, t("select_all")), (NO_RESULTS, t("no_results")), (OUT_OF_RANGE, t("number_range_any")),
                (f":is([data-testid='stTextInput'],[data-testid='stNumberInput']) {APPLY}", t("apply_enter")),
                (f"[data-testid='stTextArea'] {APPLY}", t("apply_ctrl_enter"))])

@@ -213,8 +213,8 @@ def test_the_controls_keep_their_picks_in_the_other_language(app, tab):
     """A radio and a select box picked in English, the sidebar switched to 中文: they show the same picks in Chinese
     (the radio showed none and the box its English label: the browser holds an option's label), and they keep them
     after the next action (the old label it sent back set them to their defaults). A multiselect's list says "Select
-    all" and, filtered down to nothing, "No results" in Chinese too, and a box being typed in "Press Enter to apply"
-    (Streamlit writes them in English)."""
+    all" and, filtered down to nothing, "No results" in Chinese too, a box being typed in "Press Enter to apply", and a
+    number box given a number out of range its range (Streamlit writes them in English)."""
     go(tab, app, "intervene", model=REPEAT, text=TEXT)
     radio(tab, s("iv_mode"), s("iv_mode_mean"))
     radio(tab, s("language"), "中文", where=SIDEBAR)
@@ -250,6 +250,15 @@ def test_the_controls_keep_their_picks_in_the_other_language(app, tab):
     typed_in(tab.locator(f"{SIDEBAR} [data-testid='stTextArea']").first, s("apply_ctrl_enter", "zh"))
     go(tab, app, "learn", "zh", charts=False)  # its own one-line text box
     typed_in(tab.locator(f"{MAIN} [data-testid='stTextInput']").first, s("apply_enter", "zh"))
+    # a number out of range: Streamlit's "Number is outside the allowed range…" on the box's error mark, in Chinese
+    go(tab, app, "logits", "zh", charts=False, model=REPEAT, text=TEXT)
+    box = tab.locator(f"{MAIN} .st-key-log_show")
+    box.locator("input").fill("500")
+    box.locator("input").press("Enter")
+    box.locator("[data-testid='stTooltipErrorHoverTarget']").hover()
+    tip = tab.locator("[data-testid='stTooltipErrorContent'] p")
+    assert tip.evaluate("e => [getComputedStyle(e).fontSize, getComputedStyle(e, '::after').content]") == [
+        "0px", f'"{s("number_range", "zh", lo=1, hi=100)}"'], "a number out of range is answered in English"
 
 
 def test_the_metric_renamed_by_a_longer_answer_keeps_its_pick(app, tab):

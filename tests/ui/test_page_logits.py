@@ -21,6 +21,7 @@ from transformer_core.analysis.next_token import Sampling, distribution, generat
 from transformer_core.errors import SamplingError
 from transformer_core.text.inputs import trace_text
 from transformer_core.text.tokenizer import tokens_of
+from ui import own_words
 from ui.figures import axis_labels, visible
 
 
@@ -209,6 +210,21 @@ def test_counts_are_singular_for_one_token():
         at = open_app("logits", model=SMALL, text="hello", lang="zh")
         assert "解码器一侧的序列：1 个词元" in [m.value for m in at.markdown]
         assert not [s for s in shown_texts(at) if s in ENGLISH_ONLY]
+
+
+def test_a_number_out_of_range_is_answered_in_chinese_with_the_range():
+    """Streamlit says "Number is outside the allowed range. Please enter a value between 1 and 100." in English on
+    its box's error mark; in 中文 CSS writes ours, with the range of the box the pointer is on (the browser check:
+    tests/browser/test_browser_tools.py)."""
+    with harness_language("zh"):
+        at = open_app("logits", model=SMALL, text="hello", lang="zh")
+    css = "".join(h.value for h in at.html)
+    for key, lo, hi in (("log_show", 1, 100), ("log_seed", 0, 2**31 - 1)):
+        where = f"body:has(.st-key-{key} .stTooltipErrorHoverTarget:hover) {own_words.OUT_OF_RANGE}"
+        words = own_words.css_string(f"超出允许的范围：请输入 {lo} 到 {hi} 之间的数。")
+        assert f"{where}{{font-size:0}}{where}::after{{content:{words};" in css
+    assert f"{own_words.OUT_OF_RANGE}::after{{content:{own_words.css_string('超出允许的范围。')};" in css
+    assert "content:" not in "".join(h.value for h in open_app("logits", model=SMALL, text="hello").html)
 
 
 def test_higher_temperature_shows_higher_entropy(page):
