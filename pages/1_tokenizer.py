@@ -67,7 +67,7 @@ st.subheader(t("tok_groups"))
 groups = [(chars, idx) for chars, idx in tok.groups if len(idx) > 1]
 if groups:
     table(pd.DataFrame({
-        t("col_chars"): [c for c, _ in groups],
+        t("col_chars"): [visible(c) for c, _ in groups],  # a no-break space, a zero-width one: named
         t("col_tokens"): [" + ".join(visible(tok.tokens[i].text) for i in idx) for _, idx in groups],
         t("col_id"): [", ".join(str(tok.tokens[i].id) for i in idx) for _, idx in groups],
     }), "groups")

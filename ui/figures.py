@@ -28,9 +28,9 @@ RTL_RUN = re.compile(f"[{RTL}]+(?:[ ␣]+[{RTL}]+)*")  # right-to-left words wit
 INVISIBLE = re.compile("[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e"
                        "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb]")
 # other spaces and blank fillers (Hangul, Braille), named where ␣ shows the ASCII space (a label showed U+2000 as a
-# blank); not the no-break space a piece's label "踩 1/3" holds (transformer_core.text.tokenizer.label_pieces)
+# blank); a no-break space too, but the one before a piece's "1/3" (text.tokenizer.label_pieces: "踩 1/3")
 OTHER_SPACES = "\u115f\u1160\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u2800\u3000\u3164\uffa0"
-INVISIBLE_OR_SPACE = re.compile(INVISIBLE.pattern[:-1] + OTHER_SPACES + "]")
+INVISIBLE_OR_SPACE = re.compile(f"{INVISIBLE.pattern[:-1]}{OTHER_SPACES}]|\u00a0(?!\\d+/\\d+)")
 
 
 def visible(token: str, spaces: bool = True) -> str:

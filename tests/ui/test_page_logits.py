@@ -197,6 +197,10 @@ def test_visible_marks_spaces_tabs_and_newlines():
     # ("踩 1/3"), and they are kept as they are in running text
     assert visible("\u2000a\u3000\u00a01/3") == "⟨U+2000⟩a⟨U+3000⟩\u00a01/3"
     assert visible("a\u3000b", spaces=False) == "a\u3000b"
+    # a no-break space of the text is named (pasted from a web page it showed as a blank beside ‘␣’), and so is one a
+    # piece stands for ("\u00a0" is two bytes: its first piece's label is the character, a no-break space, "1/2")
+    assert visible("\u00a0") == "⟨U+00A0⟩" and visible("a\u00a0b") == "a⟨U+00A0⟩b"
+    assert visible("\u00a0\u00a01/2") == "⟨U+00A0⟩\u00a01/2" and visible("a\u00a0b", spaces=False) == "a\u00a0b"
     assert visible("今天 ok é") == "今天␣ok␣é"  # printable text as it is
     assert axis_labels(["\t x", "y"]) == ["0 ‘⇥␣x’", "1 ‘y’"]
 

@@ -28,6 +28,14 @@ def test_token_table_shows_whitespace_like_the_chips():
     assert "".join(table["token"]) == "a␣b⇥c⏎d"
 
 
+def test_a_blank_character_cut_into_pieces_is_named_in_the_groups_table():
+    """The table of characters cut into pieces named a space that draws nothing (an em space, a narrow no-break one;
+    the default's vocabulary cuts a no-break space too) as a blank."""
+    at = open_app("tokenizer", model=SMALL, text="a\u2003b\u202fc", lang="en")
+    groups = next(d.value for d in at.dataframe if EN["col_chars"] in d.value.columns)
+    assert list(groups[EN["col_chars"]]) == ["⟨U+2003⟩", "⟨U+202F⟩"]
+
+
 def test_chinese_page_counts_tokens_in_chinese_and_has_no_english_labels():
     with harness_language("zh"):
         at = open_app("tokenizer", model=SMALL, lang="zh", text="同志们!我踩着地雷了", tgt="我现在开始排雷。")
