@@ -71,6 +71,31 @@ def test_a_list_written_twice_learns_only_the_second_copy(packed):
         assert first and data.text_of(row[skipped:]).startswith(first[len(first) // 2:][:3]) or skipped > 0
 
 
+def test_a_sentence_written_twice_may_have_a_word_its_frame_does_not_expect(packed):
+    """slot_share: a span of the corpus with one word swapped for a random word of the vocabulary (in Chinese a
+    character for another), the same both times, so that the copy, not the frame, predicts it the second time."""
+    data = CorpusData(("brown", "reviews"), 48, None, cache_dir=packed, encoding="cl100k_words", repeat_fraction=1.0,
+                      slot_share=1.0)
+    assert data.list_words  # the words it swaps in
+    rng = np.random.default_rng(2)
+    swapped = {0: 0, 1: 0}
+    for _ in range(20):
+        for k, source in enumerate((ENGLISH, CHINESE)):
+            first, second = data.text_twice(rng, data.streams["train"][k])
+            assert np.array_equal(first, second)  # no gap: the sentence and at once the same sentence
+            text = data.text_of(first).strip()
+            if k == 0:
+                words = text.split(" ")
+                new = [w for w in words[1:] if w.isalpha() and w.islower() and w not in source]
+                swapped[0] += len(new) == 1 and new[0] in data.list_words
+            else:
+                swapped[1] += text not in source  # a character of the corpus, elsewhere
+    assert swapped[0] >= 12 and swapped[1] >= 12, swapped  # (a word of the vocabulary may be one the text has)
+    plain = CorpusData(("brown",), 48, None, cache_dir=packed, encoding="cl100k_words", repeat_fraction=1.0)
+    first, _ = plain.text_twice(np.random.default_rng(2), plain.streams["train"][0])
+    assert all(w in ENGLISH for w in plain.text_of(first).split())  # slot_share 0: the corpus's text as it is
+
+
 def test_row_kinds_share_the_batch_as_configured(packed):
     data = CorpusData(("brown",), 48, None, cache_dir=packed, encoding="cl100k_words", repeat_fraction=0.5,
                       synthetic_fraction=0.0, seed=3)

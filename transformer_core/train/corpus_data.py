@@ -12,10 +12,14 @@ a repeated everyday sentence's next word was the top guess 7 times in 10). So a 
 corpus's own text written twice, as a learner types it ("span span", or "span gap span": a sentence repeated later),
 or with a list of unrelated words written twice ("apple, river, chair. apple, river, chair"). The loss skips the
 second copy's first token (what starts a repeat cannot be known: learning it would teach the model to repeat
-itself) and, for a list, the first copy (random words).
+itself) and, for a list, the first copy (random words). A model taught so copied a repeated sentence yet not a word
+that its frame does not expect ("The dog sat on the apple. The dog sat on the" → " floor"): `slot_share` of the text
+written twice has one of its words swapped for a random word of the vocabulary (a Chinese character for another),
+so the copy, not the frame, predicts it the second time.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +32,8 @@ from .data import IGNORE, Batch
 from .vocab import build_vocab, count_tokens, encode_lines, full_vocab, to_model_ids
 
 DEFAULT_CACHE = Path.home() / ".cache" / "transformer-explorer" / "corpora"
+SLOT_WORD = re.compile(r"(?<= )[a-z]{3,}\b")  # a lower-case English word after a space, that slot_twice may swap
+CHINESE_CHAR = re.compile(r"[\u4e00-\u9fff]")
 SPLITS = ("train", "val")
 
 
@@ -39,7 +45,7 @@ class CorpusData:
     def __init__(self, names: tuple[str, ...], context: int, k: int | None, synthetic_fraction: float = 0.0,
                  seed: int = 0, cache_dir: str | Path = "", encoding: str = "cl100k_base",
                  synthetic_first: int = 0, synthetic_alphabet: int = 0, weights: tuple[float, ...] = (),
-                 repeat_fraction: float = 0.0, list_fraction: float = 0.0) -> None:
+                 repeat_fraction: float = 0.0, list_fraction: float = 0.0, slot_share: float = 0.0) -> None:
         enc = self.enc = load_encoding(encoding)
         corpora = [load_corpus(n, Path(cache_dir) if cache_dir else DEFAULT_CACHE) for n in names]
         train_real = [encode_lines(enc, c.train) for c in corpora]
@@ -59,8 +65,8 @@ class CorpusData:
         self.rngs = {s: np.random.default_rng(seed + i) for i, s in enumerate(SPLITS)}
         self.synthetic_first, self.train_batches = synthetic_first, 0  # the first batches: synthetic rows only
         self.synthetic_alphabet = synthetic_alphabet
-        self.repeat_fraction, self.list_fraction = repeat_fraction, list_fraction
-        if list_fraction:
+        self.repeat_fraction, self.list_fraction, self.slot_share = repeat_fraction, list_fraction, slot_share
+        if list_fraction or slot_share:
             self.list_words = list_words(enc, self.vocab)
             self.chinese = [sum("\u4e00" <= c <= "\u9fff" for c in c.train[:2000]) > 500 for c in corpora]
 
@@ -121,7 +127,13 @@ class CorpusData:
 
     def text_twice(self, rng, stream: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """A span of the corpus's text as the first copy, then (half the time after a gap of other text) the
-        same span again: model ids of each part, the second part starting with the second copy."""
+        same span again: model ids of each part, the second part starting with the second copy (`slot_share` of
+        the time a span with a word swapped: slot_twice)."""
+        if self.slot_share and rng.random() < self.slot_share:
+            return self.slot_twice(rng, stream)
+        return self.span_twice(rng, stream)
+
+    def span_twice(self, rng, stream: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         T = self.context
         s = int(rng.integers(0, len(stream) - T))
         span = self.text_of(stream[s : s + int(rng.integers(6, T // 3))]).strip() or "."
@@ -132,6 +144,25 @@ class CorpusData:
             gap = self.text_of(stream[g : g + int(rng.integers(2, T // 4))]).strip()
             gap = gap + sep if gap else ""
         return self.model_ids(span + sep + gap), self.model_ids(span + sep)
+
+    def slot_twice(self, rng, stream: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A span of the corpus's text with one of its lower-case English words swapped for a random word of the
+        vocabulary (or, in Chinese, one character for another of the corpus), written twice."""
+        T = self.context
+        s = int(rng.integers(0, len(stream) - T))
+        span = self.text_of(stream[s : s + int(rng.integers(6, T // 3))]).strip()
+        if words := list(SLOT_WORD.finditer(span)):
+            m = words[int(rng.integers(0, len(words)))]
+            span = span[: m.start()] + self.list_words[int(rng.integers(0, len(self.list_words)))] + span[m.end() :]
+        elif chars := list(CHINESE_CHAR.finditer(span)):
+            m = chars[int(rng.integers(0, len(chars)))]
+            g = int(rng.integers(0, len(stream) - 4))
+            if other := CHINESE_CHAR.findall(self.text_of(stream[g : g + 3])):
+                span = span[: m.start()] + other[0] + span[m.end() :]
+        else:  # neither: a plain span
+            return self.span_twice(rng, stream)
+        sep = " " if span[:1].isascii() else ""
+        return self.model_ids(span + sep), self.model_ids(span + sep)
 
     def list_twice(self, rng, stream: np.ndarray, chinese: bool) -> tuple[np.ndarray, np.ndarray]:
         """A list of 4-12 unrelated words (English words of the vocabulary, or one or two Chinese characters of

@@ -57,6 +57,7 @@ class TrainConfig:
     synthetic_alphabet: int = 0  # >0: half the spans use only this many tokens (sharpens previous-token heads)
     repeat_fraction: float = 0.0  # share of rows holding a span of the corpus's own text written twice
     list_fraction: float = 0.0  # share of rows holding a list of unrelated words written twice
+    slot_share: float = 0.0  # share of the text written twice with a word swapped for a random one (corpus_data)
     init_from: str = ""  # start from a trained model's weights (train/transfer.py: a folder, or git:COMMIT:FOLDER)
     freeze_embeddings: bool = False  # token embeddings stay at their random start (a name is then any vector)
     warmup: int = 0  # steps of linear learning-rate warm-up
@@ -102,6 +103,7 @@ class TrainConfig:
             rng("val_fraction", 0.05, 0.5), rng("grad_clip", 0.0, 1e6), rng("synthetic_fraction", 0.0, 1.0),
             rng("warmup", 0, MAX_ITERS), rng("synthetic_first", 0, MAX_ITERS), rng("min_lr_ratio", 0.0, 1.0),
             rng("synthetic_alphabet", 0, 1024), rng("repeat_fraction", 0.0, 1.0), rng("list_fraction", 0.0, 1.0),
+            rng("slot_share", 0.0, 1.0),
             (self.synthetic_fraction + self.repeat_fraction + self.list_fraction <= 1.0, "train_range",
              {"field": "synthetic_fraction + repeat_fraction + list_fraction", "lo": 0, "hi": 1,
               "value": round(self.synthetic_fraction + self.repeat_fraction + self.list_fraction, 4)}),
@@ -174,7 +176,7 @@ def make_data(tc: TrainConfig):
 
         return CorpusData(tc.corpus, tc.context, tc.vocab_k, tc.synthetic_fraction, tc.seed, tc.cache_dir,
                           tc.encoding, tc.synthetic_first, tc.synthetic_alphabet, tc.corpus_weights,
-                          repeat_fraction=tc.repeat_fraction, list_fraction=tc.list_fraction)
+                          repeat_fraction=tc.repeat_fraction, list_fraction=tc.list_fraction, slot_share=tc.slot_share)
     return TextData(tc.text, tc.context, encoding=tc.encoding, val_fraction=tc.val_fraction, seed=tc.seed)
 
 
