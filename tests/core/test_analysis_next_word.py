@@ -25,7 +25,7 @@ def test_the_classroom_sentence_copies_mat_as_its_top_next_word_with_the_product
     p2 = plain_probs(model, ids + [first])
     assert abs(words[0].prob - float(p1[first] * p2[second])) < 1e-6
     assert int(p2.argmax()) == second  # the greedy continuation
-    assert int(p1.argmax()) == first and p1[first] < 0.2  # its top token is the piece " m", at a small probability
+    assert int(p1.argmax()) == first and p1[first] < 0.5  # its top token is the piece " m", with no certainty
     assert sum(w.prob for w in words) <= 1 + 1e-9
     assert [w.prob for w in words] == sorted((w.prob for w in words), reverse=True)
     whole = next(w for w in words if len(w.pieces[0]) == 1)  # a one-token word: its token's own probability

@@ -11,7 +11,14 @@ from transformer_core.train import loop as training
 from transformer_core.train.build import main as build_main
 from transformer_core.train.cards import run_fields
 from transformer_core.train.corpus import TEXT
-from transformer_core.train.defaults import EVERYDAY, EVERYDAY_GPU, EVERYDAY_WORDS, EVERYDAY_WORDS_GPU, SHIPPED_LMS
+from transformer_core.train.defaults import (
+    EVERYDAY,
+    EVERYDAY_GPU,
+    EVERYDAY_SLOTS,
+    EVERYDAY_WORDS,
+    EVERYDAY_WORDS_GPU,
+    SHIPPED_LMS,
+)
 from transformer_core.train.loop import TrainConfig, fit_budget, train
 
 TINY = dict(text=TEXT, d_model=16, n_heads=2, n_layers=1, dropout=0.0, eval_interval=0, seed=0, device="cpu",
@@ -164,13 +171,21 @@ def test_the_gpu_recipe_is_the_bilingual_recipe_wider_and_longer():
 
 
 def test_the_default_s_gpu_recipe_is_its_cpu_recipe_on_a_gpu():
-    """The default (whole words, warm-started): the GPU recipe changes only the device, batch and budget."""
-    assert SHIPPED_LMS["everyday-gpt"]["config"] is EVERYDAY_WORDS
+    """The default (whole words, warm-started from the 2,048-token model): the GPU recipe changes only the device,
+    batch and budget, and takes the copying rows the shipped CPU continuation (EVERYDAY_SLOTS) added."""
+    assert SHIPPED_LMS["everyday-gpt"]["config"] is EVERYDAY_SLOTS
     assert SHIPPED_LMS["everyday-gpt"]["gpu_config"] is EVERYDAY_WORDS_GPU
     EVERYDAY_WORDS_GPU.validate()
     changed = {k for k in vars(EVERYDAY_WORDS) if getattr(EVERYDAY_WORDS, k) != getattr(EVERYDAY_WORDS_GPU, k)}
-    assert changed == {"device", "amp", "batch_size", "budget_s", "max_iters", "eval_interval", "eval_iters"}
+    assert changed == {"device", "amp", "batch_size", "budget_s", "max_iters", "eval_interval", "eval_iters",
+                       "repeat_fraction", "slot_share"}
     assert EVERYDAY_WORDS.init_from and EVERYDAY_WORDS.encoding == "cl100k_words"
+    EVERYDAY_SLOTS.validate()  # the shipped weights: the model EVERYDAY_WORDS built, trained on from git
+    changed = {k for k in vars(EVERYDAY_WORDS) if getattr(EVERYDAY_WORDS, k) != getattr(EVERYDAY_SLOTS, k)}
+    assert changed == {"init_from", "budget_s", "lr", "warmup", "keep_best", "repeat_fraction", "slot_share"}
+    assert (EVERYDAY_SLOTS.slot_share, EVERYDAY_WORDS_GPU.slot_share) == (0.5, 0.5)
+    assert EVERYDAY_SLOTS.init_from.startswith("git:") and EVERYDAY_SLOTS.init_from.endswith(
+        ":assets/models/everyday-gpt")
 
 
 def test_the_build_asks_which_model_for_the_gpu_recipe(capsys):
@@ -223,8 +238,10 @@ def test_the_pack_command_writes_every_corpus_the_recipe_reads_its_word_list_and
     assert (tmp_path / corpora.WORDS_PACKED).read_bytes() == b"the word list"
     assert sorted(p.name for p in start.iterdir()) == ["card.json", "config.json", "model.safetensors"]
     assert (start / "model.safetensors").read_text() == f"{base[1]}:{base[2]}/model.safetensors"
-    assert EVERYDAY_WORDS_GPU.init_from == EVERYDAY_WORDS.init_from and len(shown) == 3  # one start for both recipes
-    assert capsys.readouterr().out.count(" MB") == len(EVERYDAY.corpus) + 4
+    assert EVERYDAY_WORDS_GPU.init_from == EVERYDAY_WORDS.init_from  # the GPU recipe's start, and the CPU one's
+    assert len(shown) == 6 and sorted(p.name for p in (tmp_path / "bases").iterdir()) == sorted(
+        f"everyday-gpt@{r.init_from.split(':')[1]}" for r in (EVERYDAY_WORDS_GPU, EVERYDAY_SLOTS))
+    assert capsys.readouterr().out.count(" MB") == len(EVERYDAY.corpus) + 7  # the word list, two models' 3 files
 
     # the GPU machine: the working tree and the packed folder, no git history and no network
     def no_network_nor_history(*args, **kwargs):

@@ -124,9 +124,20 @@ EVERYDAY_WORDS = replace(EVERYDAY_GPU, encoding="cl100k_words", init_from="git:c
                          device=None, amp=False, batch_size=32, max_iters=8000, budget_s=4800.0, lr=1e-3, warmup=100,
                          min_lr_ratio=0.1, dropout=0.1, eval_interval=250, eval_iters=8, keep_best=True,
                          synthetic_first=0, synthetic_fraction=0.05, repeat_fraction=0.2, list_fraction=0.05)
-# The same on a GPU: four times the batch, bfloat16, a 330 s budget (not yet run).
+# The default now: the model above (its weights at commit f051aea, read from git) trained on with more text written
+# twice (30% of the rows), half of it with one word swapped for a random word of the vocabulary (slot_share,
+# corpus_data.py), at a fifth of the learning rate (2e-4, cosine to a tenth; the last weights kept). The model above
+# copied a repeated sentence but not a word its frame does not expect. Built 2026-12-03 on a 2-core x86 CPU: the
+# 3,000 s budget fitted 1,512 steps of 32 × 128 (6.1 M tokens), 3,166 s for the command. Held-out loss fell on every
+# corpus (Brown 4.558 → 4.525); English 1.429 → 1.408 bits per byte (top-1 23.0% both), Chinese 1.720 → 1.687 (28.3
+# → 27.5%); a sentence written twice 85 → 92% copied (median p 0.72 → 0.81); the cat sentence's " mat" 0.118 →
+# 0.239; a word put in "The dog sat on the ___." written twice 17 → 20.5%, in "I saw the ___ yesterday." 49 → 58.5%.
+EVERYDAY_SLOTS = replace(EVERYDAY_WORDS, init_from="git:f051aea:assets/models/everyday-gpt", budget_s=3000.0, lr=2e-4,
+                         warmup=30, keep_best=False, repeat_fraction=0.3, slot_share=0.5)
+# EVERYDAY_WORDS on a GPU (from the 2,048-token model, as above): four times the batch, bfloat16, a 330 s budget, and
+# the copying rows of EVERYDAY_SLOTS (not yet run).
 EVERYDAY_WORDS_GPU = replace(EVERYDAY_WORDS, device="cuda", amp=True, batch_size=128, budget_s=330.0, max_iters=20_000,
-                             eval_interval=500, eval_iters=10)
+                             eval_interval=500, eval_iters=10, repeat_fraction=0.3, slot_share=0.5)
 # Today's decoder on the bilingual recipe (same steps, batch, context, corpora, vocabulary, tied and scaled
 # embeddings, learning rate): only the parts Llama and Qwen2 changed differ. RoPE instead of sinusoidal
 # positions, RMSNorm instead of LayerNorm, a SwiGLU FFN (three matrices, so d_ffn 688 ≈ ⅔ × 1024 keeps its
@@ -158,7 +169,7 @@ def described(name: str, d_model: int, n_layers: int) -> dict:
 
 SHIPPED_LMS = {
     "everyday-gpt": {
-        "config": EVERYDAY_WORDS,
+        "config": EVERYDAY_SLOTS,
         "gpu_config": EVERYDAY_WORDS_GPU,
         "subset": {**subset("cl100k_words", 12_288), "chars": 3000, "words": 4000, "capitalised": 800, "names": True,
                    "why": WORDS_WHY},
@@ -166,25 +177,25 @@ SHIPPED_LMS = {
         "summary": {  # one honest line, measured (see the card's everyday figures)
             "en": "Good at: reading any text with no ⟨unk⟩, in whole words and characters (96% of everyday English "
                   "words are one token, 99.8% of Chinese characters whole); everyday English and Chinese, better "
-                  "than a trigram of its own corpora (English 1.43 bits per byte, the trigram 1.60; Chinese 1.72, "
+                  "than a trigram of its own corpora (English 1.41 bits per byte, the trigram 1.60; Chinese 1.69, "
                   "right first guess 28% of the time); copying what it has just read: in a sentence written twice it "
-                  "guesses the next word of the second copy 85% of the time in English (median probability 0.72) and "
-                  "98% in Chinese, and after “The cat sat on the mat. The cat sat on the” its first guess is “ mat”; "
+                  "guesses the next word of the second copy 92% of the time in English (median probability 0.81) and "
+                  "99% in Chinese, and after “The cat sat on the mat. The cat sat on the” its first guess is “ mat”; "
                   "its heads: previous-token heads (0.90) and induction heads (0.92). Bad at: guessing a whole "
                   "English word first (right 23% of the time); copying a word that its sentence makes unlikely (a "
-                  "word put in “The dog sat on the ___.” written twice is its next guess 17% of the time, in a list "
-                  "94%); code and emoji; and writing: greedy text reads like English but makes little sense (“After "
-                  "dinner we sat in the garden and” → “ the dining room.”), and greedy Chinese soon repeats itself "
-                  "(“我们明天早上” → “，我们明天早上，我们明天”).",
+                  "word put in “The dog sat on the ___.” written twice is its next guess 20% of the time, in a list "
+                  "93%); code and emoji; and writing: greedy text reads like English but makes little sense and "
+                  "drifts into the King James Bible (“After dinner we sat in the garden and” → “ the children of "
+                  "Israel.”), and greedy Chinese soon repeats itself (“我们明天早上” → “，我们明天早上，我们明天”).",
             "zh": "擅长：读任何文本而没有 ⟨unk⟩，用整个的词和字来读（日常英文单词 96% 是一个词元，汉字 99.8% "
-                  "不被拆开）；日常英文和中文，比用它自己的语料做的三元语法更好（英文每字节 1.43 比特，三元语法 "
-                  "1.60；中文 1.72，第一猜测的正确率 28%）；照抄刚读过的内容：一句话写两遍，第二遍里下一个词它"
-                  "猜对的比例英文 85%（概率中位数 0.72）、中文 98%，读完“The cat sat on the mat. The cat sat on "
+                  "不被拆开）；日常英文和中文，比用它自己的语料做的三元语法更好（英文每字节 1.41 比特，三元语法 "
+                  "1.60；中文 1.69，第一猜测的正确率 28%）；照抄刚读过的内容：一句话写两遍，第二遍里下一个词它"
+                  "猜对的比例英文 92%（概率中位数 0.81）、中文 99%，读完“The cat sat on the mat. The cat sat on "
                   "the”后第一猜测就是“ mat”；它的注意力头：前一个词元头（0.90）和归纳头（0.92）。"
                   "不擅长：第一猜测就猜中整个英文单词（正确率 23%）；照抄句子本身不看好的词"
-                  "（把一个词放进“The dog sat on the ___.”再写两遍，它下一个猜中这个词的比例只有 17%，"
-                  "放进列表里则是 94%）；代码和表情符号；以及写作：贪心生成读起来像英文，但意思"
-                  "不大通（“After dinner we sat in the garden and”→“ the dining room.”），"
+                  "（把一个词放进“The dog sat on the ___.”再写两遍，它下一个猜中这个词的比例只有 20%，"
+                  "放进列表里则是 93%）；代码和表情符号；以及写作：贪心生成读起来像英文，但意思"
+                  "不大通，还会滑进钦定版圣经（“After dinner we sat in the garden and”→“ the children of Israel.”），"
                   "中文的贪心生成很快就重复自己（“我们明天早上”→“，我们明天早上，我们明天”）。"},
         "description": {
             # {n_layers}, {d_model}: the recipe's own (the GPU recipe is wider than the CPU one)
