@@ -111,7 +111,7 @@ def test_lens_rank_and_kl_to_final_match_a_full_softmax_of_each_layer(key):
         assert int(lens.final_rank[row, pos]) == int((layer_logits > layer_logits[own]).sum()) + 1
         kl = float((final.exp() * (final - logp)).sum())
         assert float(lens.kl[row, pos]) == pytest.approx(kl, abs=1e-3 + 1e-3 * kl)
-    assert int(lens.final_rank[-1, pos]) == 1 and float(lens.kl[-1, pos]) < 1e-4  # the answer itself (float32 sums)
+    assert int(lens.final_rank[-1, pos]) == 1 and float(lens.kl[-1, pos]) == 0.0  # the model's own answer
 
 
 def test_lens_page_draws_the_attribution_bars_and_the_rank_and_kl_curves():

@@ -140,8 +140,9 @@ def _lens(model: Transformer, trace: Trace, names: list[str], k: int, translate=
         if p_last is None:  # the model's own distribution p (once, not once per row)
             p_last = (logits - norm).exp()  # (T, vocab)
             neg_entropy = (p_last * (logits - norm)).sum(-1)  # (T,) Σ p log p
-        # KL(p ‖ this row) = Σ p log p − Σ p (logits − norm): one dot product per position, no (T, vocab) temporaries
-        kls.insert(0, (neg_entropy - torch.einsum("tv,tv->t", p_last, logits) + norm[:, 0]).clamp_min(0.0))
+            kls.insert(0, torch.zeros_like(neg_entropy))  # KL(p ‖ p) (the two sums below left 4e-5 nats of float32)
+        else:  # KL(p ‖ this row) = Σ p log p − Σ p (logits − norm): a dot product per position, no (T, vocab) temporary
+            kls.insert(0, (neg_entropy - torch.einsum("tv,tv->t", p_last, logits) + norm[:, 0]).clamp_min(0.0))
     ids_t = torch.stack(ids)  # (R, T, k)
     # one call for every row (a predicted piece of a character in the text is named by it, "买 1/2")
     flat = iter(token_labels(model, ids_t.flatten().tolist(), trace.decoder_ids.tolist()))
