@@ -68,7 +68,7 @@ class CorpusData:
         self.repeat_fraction, self.list_fraction, self.slot_share = repeat_fraction, list_fraction, slot_share
         if list_fraction or slot_share:
             self.list_words = list_words(enc, self.vocab)
-            self.chinese = [sum("\u4e00" <= c <= "\u9fff" for c in c.train[:2000]) > 500 for c in corpora]
+            self.chinese = [len(CHINESE_CHAR.findall(c.train[:2000])) > 500 for c in corpora]
 
     @property
     def vocab_size(self) -> int:
@@ -133,10 +133,14 @@ class CorpusData:
             return self.slot_twice(rng, stream)
         return self.span_twice(rng, stream)
 
+    def span_of(self, rng, stream: np.ndarray) -> str:
+        """A span of 6 to context/3 tokens of the corpus's text, as text."""
+        s = int(rng.integers(0, len(stream) - self.context))
+        return self.text_of(stream[s : s + int(rng.integers(6, self.context // 3))]).strip()
+
     def span_twice(self, rng, stream: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         T = self.context
-        s = int(rng.integers(0, len(stream) - T))
-        span = self.text_of(stream[s : s + int(rng.integers(6, T // 3))]).strip() or "."
+        span = self.span_of(rng, stream) or "."
         sep = " " if span[:1].isascii() else ""
         gap = ""
         if rng.random() < 0.5:
@@ -148,9 +152,7 @@ class CorpusData:
     def slot_twice(self, rng, stream: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """A span of the corpus's text with one of its lower-case English words swapped for a random word of the
         vocabulary (or, in Chinese, one character for another of the corpus), written twice."""
-        T = self.context
-        s = int(rng.integers(0, len(stream) - T))
-        span = self.text_of(stream[s : s + int(rng.integers(6, T // 3))]).strip()
+        span = self.span_of(rng, stream)
         if words := list(SLOT_WORD.finditer(span)):
             m = words[int(rng.integers(0, len(words)))]
             span = span[: m.start()] + self.list_words[int(rng.integers(0, len(self.list_words)))] + span[m.end() :]
@@ -172,7 +174,7 @@ class CorpusData:
             items = []
             while len(items) < n:
                 g = int(rng.integers(0, len(stream) - 4))
-                word = "".join(c for c in self.text_of(stream[g : g + 2]) if "\u4e00" <= c <= "\u9fff")
+                word = "".join(CHINESE_CHAR.findall(self.text_of(stream[g : g + 2])))
                 if word:
                     items.append(word[: int(rng.integers(1, 3))])
             listed, end = "、".join(items), ["。", "\n", "；"][int(rng.integers(0, 3))]
