@@ -149,6 +149,11 @@ class CorpusData:
             gap = gap + sep if gap else ""
         return self.model_ids(span + sep + gap), self.model_ids(span + sep)
 
+    def corpus_chars(self, rng, stream: np.ndarray, n: int) -> list[str]:
+        """The Chinese characters of n tokens of the corpus's text from a random place (slot_twice, list_twice)."""
+        g = int(rng.integers(0, len(stream) - 4))
+        return CHINESE_CHAR.findall(self.text_of(stream[g : g + n]))
+
     def slot_twice(self, rng, stream: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """A span of the corpus's text with one of its lower-case English words swapped for a random word of the
         vocabulary (or, in Chinese, one character for another of the corpus), written twice."""
@@ -158,8 +163,7 @@ class CorpusData:
             span = span[: m.start()] + self.list_words[int(rng.integers(0, len(self.list_words)))] + span[m.end() :]
         elif chars := list(CHINESE_CHAR.finditer(span)):
             m = chars[int(rng.integers(0, len(chars)))]
-            g = int(rng.integers(0, len(stream) - 4))
-            if other := CHINESE_CHAR.findall(self.text_of(stream[g : g + 3])):
+            if other := self.corpus_chars(rng, stream, 3):
                 span = span[: m.start()] + other[0] + span[m.end() :]
         else:  # neither: a plain span
             return self.span_twice(rng, stream)
@@ -173,8 +177,7 @@ class CorpusData:
         if chinese:
             items = []
             while len(items) < n:
-                g = int(rng.integers(0, len(stream) - 4))
-                word = "".join(CHINESE_CHAR.findall(self.text_of(stream[g : g + 2])))
+                word = "".join(self.corpus_chars(rng, stream, 2))
                 if word:
                     items.append(word[: int(rng.integers(1, 3))])
             listed, end = "、".join(items), ["。", "\n", "；"][int(rng.integers(0, 3))]
