@@ -141,6 +141,27 @@ def test_a_warm_start_carries_the_layers_and_builds_a_new_word_from_its_old_piec
     assert report["embeddings_kept"] + report["embeddings_from_pieces"] == len(new.cfg.vocab_map)
 
 
+def test_a_warm_start_reads_a_token_that_a_rebuilt_subset_dropped_from_the_subset_s_base(tmp_path, monkeypatch):
+    """The model to start from was trained over its subset as it was; a rebuild of the same name may drop a token."""
+    from transformer_core.train import transfer
+
+    model = tiny("cl100k_words")
+    enc, base = load_encoding("cl100k_words"), load_encoding("cl100k_base")
+    dropped, = enc.encode_ordinary(" cat")
+    at = model.cfg.vocab_map.index(dropped)
+
+    class Rebuilt:  # the same encoding without " cat"
+        _special_tokens = enc._special_tokens
+
+        def decode_single_token_bytes(self, real):
+            if real == dropped:
+                raise KeyError(str(real))
+            return enc.decode_single_token_bytes(real)
+
+    monkeypatch.setattr(transfer, "load_encoding", lambda name: Rebuilt() if name == "cl100k_words" else base)
+    assert transfer.token_bytes(model.cfg)[at] == b" cat"  # read from cl100k_base: a subset's ids are its base's ranks
+
+
 def test_a_warm_start_from_a_model_of_another_width_is_refused_with_a_message(tmp_path):
     from transformer_core.errors import TrainingError
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 
 from ..errors import TrainingError
-from ..text.subset import bpe
-from ..text.tokenizer import load_encoding
+from ..text.subset import bpe, subset_meta
+from ..text.tokenizer import BUNDLED, load_encoding
 from .checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,10 +45,21 @@ def base_folder(init_from: str, cache_dir: str | Path = "") -> Path:
 
 
 def token_bytes(cfg) -> list[bytes | None]:
-    """Each model id's token bytes (None for ⟨unk⟩ and for special tokens, which keep their own rows by name)."""
+    """Each model id's token bytes (None for ⟨unk⟩ and for special tokens, which keep their own rows by name). A
+    subset's ids are its base's ranks: a token that a rebuilt subset of the same name dropped is read from the base
+    (the model to start from was trained over the subset as it was)."""
     enc = load_encoding(cfg.encoding)
+    meta = subset_meta(BUNDLED, cfg.encoding)
+    base = load_encoding(meta["base"]) if meta else enc
     specials = set(enc._special_tokens.values())
-    return [None if real < 0 or real in specials else enc.decode_single_token_bytes(real) for real in cfg.vocab_map]
+
+    def raw(real: int) -> bytes:
+        try:
+            return enc.decode_single_token_bytes(real)
+        except KeyError:
+            return base.decode_single_token_bytes(real)
+
+    return [None if real < 0 or real in specials else raw(real) for real in cfg.vocab_map]
 
 
 @torch.no_grad()
