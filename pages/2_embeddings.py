@@ -66,10 +66,12 @@ if hi - lo + 1 > MAX_DIMS:
 
 
 def dims_map(z, rows, key: str, title_y: str) -> None:
-    """Rows (tokens or positions) × dimensions lo..hi, diverging around 0; hover names row, dimension, value."""
+    """Rows (tokens or positions) × dimensions lo..hi, diverging around 0; hover names row, dimension, value. The
+    rows' labels name them (and the heading says "tokens × dimensions"), so no axis title, and the colour bar sits
+    under the map: on a phone the two took half the chart's width."""
     fig = token_heatmap(z, rows, None, colorscale=DIVERGING, zmid=0, x0=lo, px_per_token=16, max_height=900,
                         hovertemplate=f"{title_y} %{{y}} · {t('emb_axis_dim')} %{{x}}<br>%{{z:.4f}}<extra></extra>",
-                        x_title=t("emb_axis_dim"), y_title=title_y, fixed_margins=True)
+                        x_title=t("emb_axis_dim"), fixed_margins=True, colorbar_below=True)
     chart(fig, key)
 
 

@@ -195,6 +195,7 @@ def block_labels(labels: list[str], step: int, shown: int = 4) -> list[str]:
     return out
 
 
+BAR_BELOW_PX = 40  # a colour bar in a row under a chart: its bar and its numbers
 TITLE_PX = 50  # an axis title with its standoff from the tick labels (Streamlit's theme: 20-32 px) and its line
 
 
@@ -213,7 +214,7 @@ def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL
                   colorbar=None, customdata=None, names=None, hovertemplate=None, px_per_token=18, min_height=360,
                   max_height=1400, font_size=None, x0: int = 0, step: int = 1, categories=None,
                   width_px: int = WIDTH_PX, x_title: str | None = None, y_title: str | None = None,
-                  fixed_margins: bool = False) -> go.Figure:
+                  fixed_margins: bool = False, colorbar_below: bool = False) -> go.Figure:
     """A heatmap on integer axes with its rows labelled (tokens), columns labelled too unless k_labels is None
     (then numbered); tall enough for one label per row up to max_height, then every k-th label (label_step: labels
     never overlap). Integer axes keep repeated tokens apart. `customdata` (Tq, Tk, n) numbers and `names` (two
@@ -225,7 +226,8 @@ def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL
     `fixed_margins`: margins computed here from the labels and the axis titles, so the browser lays the chart out
     once (Streamlit's theme turns on plotly's automargin, which measures every tick label and draws the chart
     again: half of the Attention page's drawing time at 100 tokens); only for a chart whose ticks and titles are
-    all given here."""
+    all given here. `colorbar_below` (with fixed_margins): the colour bar in a row under the chart, so the map has the
+    chart's whole width (on a phone a bar beside it took a fifth of it)."""
     z = as_f32(z)
     n_q, n_k = z.shape
     size = font_size or label_font(max(n_q, n_k))
@@ -259,10 +261,18 @@ def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL
                     else size) + 8  # slanted token labels, or plotly's numbers
         margin["l"] += int(max(map(text_px, y_axis["ticktext"]), default=0) * size) + 8 + (TITLE_PX if y_title else 0)
         margin["b"] += int(labels_h) + (TITLE_PX if x_title else 0)
+    colorbar = {"thickness": 12, **(colorbar or {})}
+    if fixed_margins and colorbar_below:  # under the axis title, in room of its own
+        under = margin["b"]
+        margin["b"] += BAR_BELOW_PX
+        height += BAR_BELOW_PX
+        plot_h = height - margin["t"] - margin["b"]
+        colorbar |= {"orientation": "h", "thickness": 10, "len": 1, "x": 0, "xanchor": "left",
+                     "y": -(under + 4) / plot_h, "yanchor": "top"}
     # one constructor call: each update_layout/update_xaxes re-validated the figure (3x the time to build)
     return figure([dict(
         type="heatmap", z=z, x=xs, y=ys, colorscale=colorscale, zmin=zmin, zmax=zmax, zmid=zmid,
-        colorbar={"thickness": 12, **(colorbar or {})}, customdata=customdata, hoverongaps=False,
+        colorbar=colorbar, customdata=customdata, hoverongaps=False,
         text=None if names is None else names[0].tolist(), hovertext=None if names is None else names[1].tolist(),
         hoverinfo="skip" if hovertemplate == "skip" else None,
         hovertemplate=None if hovertemplate == "skip" else hovertemplate or "%{y} → %{x}: %{z:.4f}<extra></extra>",

@@ -8,6 +8,7 @@ from harness.apptest import SMALL, array, figure, messages, open_app
 from service import catalog
 from transformer_core.model.positional import sinusoid_table
 from transformer_core.train.defaults import SHIPPED_LMS
+from ui.figures import BAR_BELOW_PX
 
 DEFAULT_ENCODING = SHIPPED_LMS["everyday-gpt"]["subset"]["name"]  # the default model's vocabulary
 
@@ -73,6 +74,19 @@ def test_dimension_range_and_more_positions():
     assert array(figure(at, "emb_sim")["data"][0]["z"]).shape == (16, 16)
     curves = figure(at, "emb_curves")["data"]
     assert curves[0]["name"].startswith("d0 (sin") and len(array(curves[0]["y"])) == 16
+
+
+def test_the_dimension_maps_keep_the_chart_s_width_with_their_colour_bar_underneath():
+    """On a phone the colour bar beside a map and the rows' axis title took half its width: the bar now lies in a row
+    of its own under the axis title, inside the chart (its bottom margin), across the map's width."""
+    at = open_app(PAGE, model=SMALL, text="The cat sat on the mat.")
+    for key in ("emb_tok", "emb_pe", "emb_sum"):
+        fig = figure(at, key)
+        layout, bar = fig["layout"], fig["data"][0]["colorbar"]
+        assert bar["orientation"] == "h" and bar["len"] == 1 and "text" not in layout["yaxis"]["title"]
+        plot_px = layout["height"] - layout["margin"]["t"] - layout["margin"]["b"]
+        top = -bar["y"] * plot_px  # px below the plot where the bar starts
+        assert layout["margin"]["b"] - BAR_BELOW_PX <= top and top + bar["thickness"] < layout["margin"]["b"]
 
 
 def test_scaling_balance_shows_real_means(gpt):
