@@ -30,13 +30,13 @@ from ui.figures import (
     axis_labels,
     block_labels,
     block_max,
-    mark_cells,
     scaled_weights,
     token_heatmap,
 )
 from ui.guidance import attention_hint
 from ui.head_view import head_view, model_view_figure
 from ui.i18n import sentences, t
+from ui.masked_cells import mark_cells
 from ui.model_choice import load_selected_model
 from ui.panels import panel_heatmaps, thumbnails
 from ui.plain_figures import figure

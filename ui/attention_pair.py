@@ -1,10 +1,10 @@
 """The Attention page's scores before and after masking, side by side, drawn in the browser (static/views/attention.js,
-data.role "pair"): the chosen head's scaled scores q·k/√d_k once, each to the 4 decimals the hover shows, and the mask
-as bits; the browser draws both maps on one colour scale, the masked cells grey after masking (an ✕ on each of a small
-map's, ui.figures.marks_masked). Two plotly charts carried the same map twice (about 28 KB of the 40 KB the run after a
-switch sent at 64 tokens, over 100 KB at 128); this carries it once, in about 10 KB at 64 tokens (about 2.3 bytes a
-score: the entropy of a score to 4 decimals). A longer text sends a window of its map (the page's slider picks
-where)."""
+data.role "pair"): the chosen head's scaled scores q·k/√d_k once, each to the 4 decimals the hover shows, and the
+mask as bits; the browser draws both maps on one colour scale, the masked cells grey after masking (an ✕ on each of a
+small map's, ui.masked_cells.marks_masked). Two plotly charts carried the same map twice (about 28 KB of the 40 KB
+the run after a switch sent at 64 tokens, over 100 KB at 128); this carries it once, in about 10 KB at 64 tokens
+(about 2.3 bytes a score: the entropy of a score to 4 decimals). A longer text sends a window of its map (the page's
+slider picks where)."""
 from __future__ import annotations
 
 from functools import cache
@@ -12,8 +12,9 @@ from functools import cache
 import numpy as np
 from plotly.colors import get_colorscale
 
-from .figures import DIVERGING, MASK_COLOUR, marks_masked
+from .figures import DIVERGING
 from .i18n import t
+from .masked_cells import MASK_COLOUR, marks_masked
 from .views import b64, component, keys
 from .widgets import picture_download
 

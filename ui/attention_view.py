@@ -28,8 +28,8 @@ from transformer_core.model.masks import MASK_MODES
 
 from .attention_maps import ASK_CELLS, Block, index_ok
 from .chart_theme import PALETTES
-from .figures import MASK_COLOUR
 from .i18n import t
+from .masked_cells import MASK_COLOUR
 from .views import component, keys
 from .widgets import picture_download
 

@@ -1,5 +1,5 @@
-"""Plotly figure builders shared by the pages: heatmaps (masked cells marked), lines, bars (small multiples and
-panels: ui/panels.py).
+"""Plotly figure builders shared by the pages: heatmaps (their masked cells: ui/masked_cells.py), lines, bars (small
+multiples and panels: ui/panels.py).
 
 Data go to the browser as float32 arrays (plotly encodes them compactly). Token axes carry labels
 "position ‘token’", so repeated tokens stay distinct and a number token is never mistaken for its position.
@@ -13,11 +13,10 @@ import warnings
 import numpy as np
 import plotly.graph_objects as go
 
-from .plain_figures import add, figure
+from .plain_figures import figure
 
 DIVERGING = "RdBu_r"
 SEQUENTIAL = "Blues"
-MASK_COLOUR = "rgba(120,120,120,0.35)"
 _BREAKS = {"\t": "⇥", "\n": "⏎", "\r": "␍"}  # tab, newline, carriage return
 LINE_BREAKS, WHITESPACE = str.maketrans(_BREAKS), str.maketrans({" ": "␣", **_BREAKS})
 MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")  # what markdown, its LaTeX or a directive (:red[…]) reads
@@ -278,33 +277,3 @@ def token_heatmap(z, q_labels, k_labels=None, *, title="", colorscale=SEQUENTIAL
         hovertemplate=None if hovertemplate == "skip" else hovertemplate or "%{y} → %{x}: %{z:.4f}<extra></extra>",
         name="values")],
         layout={"title": {"text": title}, "height": height, "margin": margin, "xaxis": x_axis, "yaxis": y_axis})
-
-
-MARK_CAP = 32 * 32  # maps of up to this many cells mark each masked one with an ✕ (one text element each: at 64
-# tokens the ✕s of the large map and the after-mask map took about a quarter of a head switch's redraw in Chromium)
-
-
-def marks_masked(masked) -> bool:
-    """Whether mark_cells draws an ✕ on the masked cells of this map (else they are grey only: titles say which)."""
-    return np.asarray(masked).size <= MARK_CAP
-
-
-def mark_cells(fig, masked, *, hovertemplate: str, value: float = 1.0, row=None, col=None,
-               marks: bool | None = None, step: int = 1) -> None:
-    """Masked cells (the heatmap holds NaN there) in grey, with an ✕ on a small map (marks_masked), answering hover
-    instead of the gap (`step`: cells of step × step tokens, as token_heatmap's)."""
-    masked = np.asarray(masked, dtype=bool)
-    if not masked.any():
-        return
-    marks = marks_masked(masked) if marks is None else marks
-    n_q, n_k = masked.shape
-    categorical = row is None and fig.layout.xaxis.type == "category"  # token_heatmap's categories: the same names
-    add(fig, dict(type="heatmap",
-        z=np.where(masked, float(value), np.nan).astype(np.float32),
-        x=fig.data[0].x if categorical else list(range(0, n_k * step, step)),
-        y=fig.data[0].y if categorical else list(range(0, n_q * step, step)), showscale=False,
-        colorscale=[[0, MASK_COLOUR], [1, MASK_COLOUR]],
-        hoverongaps=False,
-        hovertemplate=hovertemplate + "<extra></extra>",
-        text=np.where(masked, "✕", "").tolist() if marks else None, texttemplate="%{text}" if marks else None,
-        textfont={"color": "#555"}, name="mask"), row=row, col=col)

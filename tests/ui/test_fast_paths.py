@@ -243,7 +243,7 @@ def test_charts_built_without_plotlys_validation_send_what_a_validated_build_sen
     import plotly.graph_objects as go
     import plotly.io as pio
 
-    from ui import figures, model_map, panels
+    from ui import figures, masked_cells, model_map, panels
     from ui.chart_theme import themed
     from ui.plain_figures import label_overflow_allowed, sendable
 
@@ -256,7 +256,7 @@ def test_charts_built_without_plotlys_validation_send_what_a_validated_build_sen
     def charts(sent) -> list[str]:
         heat = figures.token_heatmap(rng.random((12, 12)), labels, labels, title="map", colorscale=figures.DIVERGING,
                                      customdata=rng.random((12, 12, 3)), names=names, zmid=0, hovertemplate=None)
-        figures.mark_cells(heat, masked, hovertemplate="masked")
+        masked_cells.mark_cells(heat, masked, hovertemplate="masked")
         heat.update_xaxes(title_text="keys")
         heat.update_layout(title="a string title", xaxis_title="keys again")
         out = [heat,
@@ -284,7 +284,7 @@ def test_charts_built_without_plotlys_validation_send_what_a_validated_build_sen
     validated = lambda data=(), layout=None: go.Figure(list(data), layout)  # plotly's own path
     monkeypatch.setattr(figures, "figure", validated)
     monkeypatch.setattr(model_map, "figure", validated)
-    monkeypatch.setattr(figures, "add", lambda fig, trace, **where: fig.add_trace(trace, **where))
+    monkeypatch.setattr(masked_cells, "add", lambda fig, trace, **where: fig.add_trace(trace, **where))
     # the same properties and values (plotly.js reads no key order), in the same look (ui.chart_theme)
     assert fast == charts(lambda fig: themed(label_overflow_allowed(fig.to_dict()), None))
 

@@ -38,7 +38,8 @@ from transformer_core.model.masks import attention_mask
 from transformer_core.model.trace import run_with_trace
 from transformer_core.model.transformer import build_model
 from transformer_core.text.tokenizer import load_encoding
-from ui.figures import mark_cells, token_heatmap
+from ui.figures import token_heatmap
+from ui.masked_cells import mark_cells
 from ui.panels import LEVELS
 
 PAGE = "attention"
