@@ -1,5 +1,5 @@
 """What a long training run on a GPU machine needs: corpora packed for a machine with no network, a wall-time budget
-that sets the steps, the best evaluated weights kept, bfloat16 autocast only where there is a GPU."""
+that sets the steps, the best evaluated weights kept, bfloat16 autocast only where the device computes it natively."""
 import threading
 from dataclasses import replace
 
@@ -143,7 +143,8 @@ def test_keep_best_needs_evaluations():
     assert info.value.code == "train_keep_best"
 
 
-def test_amp_changes_nothing_on_the_cpu_and_the_card_says_cpu_and_the_kept_step(monkeypatch):
+def test_amp_changes_nothing_on_a_cpu_without_amx_and_the_card_says_cpu_and_the_kept_step(monkeypatch):
+    monkeypatch.setattr(training, "native_bf16", lambda device: False)
     a = train(TrainConfig(**TINY, max_iters=10))
     b = train(TrainConfig(**TINY, max_iters=10, amp=True))
     assert a.history.step_loss == b.history.step_loss
@@ -151,6 +152,36 @@ def test_amp_changes_nothing_on_the_cpu_and_the_card_says_cpu_and_the_kept_step(
     fake_evals(monkeypatch, [3.0, 2.0, 2.5, 2.6, 2.7])  # steps 0, 4, 8, 9 and after the last (10)
     kept = train(TrainConfig(**(TINY | {"eval_interval": 4}), max_iters=10, keep_best=True))
     assert run_fields(kept)["best_step"] == 4 and run_fields(kept)["steps"] == 10
+
+
+def test_amp_on_a_cpu_with_amx_runs_the_forward_in_bfloat16_and_keeps_the_weights_float32(monkeypatch):
+    monkeypatch.setattr(training, "native_bf16", lambda device: True)
+    seen = []
+    real_loss = training.batch_loss
+
+    def loss_seeing_logits(model, b):
+        hook = model.out.register_forward_hook(lambda mod, args, out: seen.append(out.dtype))
+        try:
+            return real_loss(model, b)
+        finally:
+            hook.remove()
+
+    monkeypatch.setattr(training, "batch_loss", loss_seeing_logits)
+    result = train(TrainConfig(**TINY, max_iters=20, amp=True))
+    assert set(seen) == {torch.bfloat16}
+    assert all(p.dtype == torch.float32 for p in result.model.parameters())
+    assert result.history.step_loss[-1] < result.history.step_loss[0]
+
+
+def test_bfloat16_pays_only_on_cuda_or_a_cpu_with_amx(monkeypatch):
+    from transformer_core.model.device import native_bf16
+
+    assert native_bf16(torch.device("cuda"))
+    for has_amx in (True, False):
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda has=has_amx: has, raising=False)
+        assert native_bf16(torch.device("cpu")) is has_amx
+    monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported")  # a build without the check: float32
+    assert not native_bf16(torch.device("cpu"))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from ..errors import TrainingError
 from ..model.config import TransformerConfig, preset
-from ..model.device import pick_device
+from ..model.device import native_bf16, pick_device
 from ..model.transformer import Transformer, build_model
 from .data import IGNORE, Batch, TextData
 from .tasks import TASKS, Task
@@ -75,7 +75,7 @@ class TrainConfig:
     rope_theta: float = 10000.0
     bias: bool = True  # False: no biases in attention and FFN linears (Llama)
     cache_dir: str = ""  # where corpus archives are kept (a rebuild is then offline)
-    # a long run on a GPU: bfloat16 autocast for the training steps (CUDA only; evaluation stays float32), a wall-time
+    # a long run: bfloat16 autocast for training steps (CUDA, or a CPU with AMX; evaluation stays float32), a wall-time
     # budget that sets max_iters from the measured speed (0: none; the card records the steps, a rerun with them and
     # budget 0 repeats the run), and the weights of the evaluation with the lowest held-out loss kept at the end
     amp: bool = False
@@ -237,8 +237,8 @@ def optimizer(model: Transformer, tc: TrainConfig) -> torch.optim.Optimizer:
 
 def train_step(model, opt, b: Batch, grad_clip: float, amp: bool = False) -> torch.Tensor:
     """One AdamW step (the model is in train mode); returns the (detached) loss. `amp`: the forward in bfloat16
-    where the device supports it (the weights, gradients and optimizer stay float32)."""
-    with torch.autocast(b.src.device.type, dtype=torch.bfloat16, enabled=amp and b.src.device.type == "cuda"):
+    where the device computes it natively (the weights, gradients and optimizer stay float32)."""
+    with torch.autocast(b.src.device.type, dtype=torch.bfloat16, enabled=amp and native_bf16(b.src.device)):
         loss = batch_loss(model, b)
     opt.zero_grad(set_to_none=True)
     loss.backward()
