@@ -211,6 +211,30 @@ def test_brown_tags_are_dropped_and_spacing_rebuilt():
     assert brown_words(tokens) == '"Only a handful", the jury said. It didn\'t (see)'
 
 
+def test_wordnet_examples_are_the_glosses_quoted_sentences_and_leave_out_adult_senses():
+    from transformer_core.train.corpora import ADULT, BLOCKED, wordnet_examples
+
+    data = ("  1 This software and database is being provided to you, the LICENSEE, by\n"
+            "02121620 05 n 02 cat 0 true_cat 0 006 @ 02120997 n 0000 | feline mammal usually having thick soft fur; "
+            '"the cat sat on the windowsill"; "cats  purr"\n'
+            '00001740 03 n 01 entity 0 003 | that which is perceived to have its own distinct existence\n')
+    assert wordnet_examples(data) == ["the cat sat on the windowsill", "cats purr"]  # whitespace collapsed
+    for kept in ("the team is a unit", "he took the noon flight to Chicago", "hello, said the shell collector"):
+        assert not ADULT.search(kept) and not BLOCKED.search(kept)
+    for dropped in ("feeling sexy", "a flaccid penis", "damning with faint praise"):
+        assert ADULT.search(dropped)
+
+
+def test_wordnet_examples_are_written_as_prose_a_few_sentences_to_a_line():
+    from transformer_core.train.corpora import as_paragraphs
+
+    examples = ["the cat sat on the windowsill", "a deep plot", "How could you do such a thing?",
+                "`It's funny,' he said musingly", "he left before the end of the film", "she was late again today"]
+    assert as_paragraphs(examples, per_line=2) == [  # phrases and quoted fragments left out
+        "The cat sat on the windowsill. How could you do such a thing?",
+        "He left before the end of the film. She was late again today."]
+
+
 def test_peoples_daily_words_are_joined_and_digits_made_half_width():
     assert parse_peoples_daily("１９９８年/t  [中国/ns  人民/n]nt  ，/w  好/a") == ["1998年中国人民，好"]
 

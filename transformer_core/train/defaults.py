@@ -134,10 +134,23 @@ EVERYDAY_WORDS = replace(EVERYDAY_GPU, encoding="cl100k_words", init_from="git:c
 # 0.239; a word put in "The dog sat on the ___." written twice 17 → 20.5%, in "I saw the ___ yesterday." 49 → 58.5%.
 EVERYDAY_SLOTS = replace(EVERYDAY_WORDS, init_from="git:f051aea:assets/models/everyday-gpt", budget_s=3000.0, lr=2e-4,
                          warmup=30, keep_best=False, repeat_fraction=0.3, slot_share=0.5)
-# EVERYDAY_WORDS on a GPU (from the 2,048-token model, as above): four times the batch, bfloat16, a 330 s budget, and
-# the copying rows of EVERYDAY_SLOTS (not yet run).
+# The default now: the model above (its weights at commit 1909f1f, read from git) trained on with a sixth corpus,
+# WordNet 3.0's usage examples written as prose ("He took the noon flight to Chicago.": the short everyday sentences
+# that the Brown Corpus, written in 1961, has few of), fewer rows written twice (20%), in bfloat16 where the CPU has
+# AMX. The vocabulary is still the one the five corpora chose (`chosen_by` below). Built 2026-12-03 on a 2-core x86
+# CPU with AMX: the 5,000 s budget fitted 3,594 steps of 32 × 128 (14.4 M tokens), 5,185 s for the command. Brown's
+# held-out loss 4.525 → 4.468; English 1.408 → 1.261 bits per byte, top-1 23.0 → 24.2%; Chinese 1.687 → 1.680 (27.5
+# → 28.3%); a sentence written twice 92 → 90% copied (median p 0.81 → 0.76); the cat sentence's " m" 0.239 → 0.416.
+# (WordNet's examples one to a line taught it to end a short clause with a line break: bench/HISTORY.md.)
+EVERYDAY_SENTENCES = replace(EVERYDAY_SLOTS, init_from="git:1909f1f:assets/models/everyday-gpt",
+                             corpus=("brown", "wordnet", "reviews", "peoples-daily", "kjv", "tang"),
+                             corpus_weights=(0.40, 0.22, 0.16, 0.16, 0.02, 0.04), budget_s=5000.0, lr=3e-4,
+                             warmup=50, amp=True, repeat_fraction=0.2)
+# EVERYDAY_WORDS on a GPU (from the 2,048-token model, as above): four times the batch, bfloat16, a 330 s budget, the
+# copying rows of EVERYDAY_SLOTS and the six corpora of EVERYDAY_SENTENCES (not yet run).
 EVERYDAY_WORDS_GPU = replace(EVERYDAY_WORDS, device="cuda", amp=True, batch_size=128, budget_s=330.0, max_iters=20_000,
-                             eval_interval=500, eval_iters=10, repeat_fraction=0.3, slot_share=0.5)
+                             eval_interval=500, eval_iters=10, repeat_fraction=0.3, slot_share=0.5,
+                             corpus=EVERYDAY_SENTENCES.corpus, corpus_weights=EVERYDAY_SENTENCES.corpus_weights)
 # Today's decoder on the bilingual recipe (same steps, batch, context, corpora, vocabulary, tied and scaled
 # embeddings, learning rate): only the parts Llama and Qwen2 changed differ. RoPE instead of sinusoidal
 # positions, RMSNorm instead of LayerNorm, a SwiGLU FFN (three matrices, so d_ffn 688 ≈ ⅔ × 1024 keeps its
@@ -169,43 +182,44 @@ def described(name: str, d_model: int, n_layers: int) -> dict:
 
 SHIPPED_LMS = {
     "everyday-gpt": {
-        "config": EVERYDAY_SLOTS,
+        "config": EVERYDAY_SENTENCES,
         "gpu_config": EVERYDAY_WORDS_GPU,
         "subset": {**subset("cl100k_words", 12_288), "chars": 3000, "words": 4000, "capitalised": 800, "names": True,
-                   "why": WORDS_WHY},
+                   "chosen_by": EVERYDAY_SLOTS, "why": WORDS_WHY},
         "order": 0, "example": "The weather was nice, so we walked to the park after lunch.",
         "summary": {  # one honest line, measured (see the card's everyday figures)
             "en": "Good at: reading any text with no ⟨unk⟩, in whole words and characters (96% of everyday English "
                   "words are one token, 99.8% of Chinese characters whole); everyday English and Chinese, better "
-                  "than a trigram of its own corpora (English 1.41 bits per byte, the trigram 1.60; Chinese 1.69, "
+                  "than a trigram of its own corpora (English 1.26 bits per byte, the trigram 1.49; Chinese 1.68, "
                   "right first guess 28% of the time); copying what it has just read: in a sentence written twice it "
-                  "guesses the next word of the second copy 92% of the time in English (median probability 0.81) and "
+                  "guesses the next word of the second copy 90% of the time in English (median probability 0.76) and "
                   "99% in Chinese, and after “The cat sat on the mat. The cat sat on the” its first guess is “ mat”; "
-                  "its heads: previous-token heads (0.90) and induction heads (0.92). Bad at: guessing a whole "
-                  "English word first (right 23% of the time); copying a word that its sentence makes unlikely (a "
-                  "word put in “The dog sat on the ___.” written twice is its next guess 20% of the time, in a list "
-                  "93%); code and emoji; and writing: greedy text reads like English but makes little sense and "
-                  "drifts into the King James Bible (“After dinner we sat in the garden and” → “ the children of "
-                  "Israel.”), and greedy Chinese soon repeats itself (“我们明天早上” → “，我们明天早上，我们明天”).",
+                  "its heads: previous-token heads (0.92) and induction heads (0.93). Bad at: guessing a whole "
+                  "English word first (right 24% of the time); copying a word that its sentence makes unlikely (a "
+                  "word put in “The dog sat on the ___.” written twice is its next guess 25% of the time, in a list "
+                  "94%); code and emoji; and writing: greedy text reads like English but makes little sense "
+                  "(“After dinner we sat in the garden and” → “ wept. The children were looking for a”), and greedy "
+                  "Chinese soon repeats itself (“我们明天早上” → “，我们明天早上，我们明天”).",
             "zh": "擅长：读任何文本而没有 ⟨unk⟩，用整个的词和字来读（日常英文单词 96% 是一个词元，汉字 99.8% "
-                  "不被拆开）；日常英文和中文，比用它自己的语料做的三元语法更好（英文每字节 1.41 比特，三元语法 "
-                  "1.60；中文 1.69，第一猜测的正确率 28%）；照抄刚读过的内容：一句话写两遍，第二遍里下一个词它"
-                  "猜对的比例英文 92%（概率中位数 0.81）、中文 99%，读完“The cat sat on the mat. The cat sat on "
-                  "the”后第一猜测就是“ mat”；它的注意力头：前一个词元头（0.90）和归纳头（0.92）。"
-                  "不擅长：第一猜测就猜中整个英文单词（正确率 23%）；照抄句子本身不看好的词"
-                  "（把一个词放进“The dog sat on the ___.”再写两遍，它下一个猜中这个词的比例只有 20%，"
-                  "放进列表里则是 93%）；代码和表情符号；以及写作：贪心生成读起来像英文，但意思"
-                  "不大通，还会滑进钦定版圣经（“After dinner we sat in the garden and”→“ the children of Israel.”），"
+                  "不被拆开）；日常英文和中文，比用它自己的语料做的三元语法更好（英文每字节 1.26 比特，三元语法 "
+                  "1.49；中文 1.68，第一猜测的正确率 28%）；照抄刚读过的内容：一句话写两遍，第二遍里下一个词它"
+                  "猜对的比例英文 90%（概率中位数 0.76）、中文 99%，读完“The cat sat on the mat. The cat sat on "
+                  "the”后第一猜测就是“ mat”；它的注意力头：前一个词元头（0.92）和归纳头（0.93）。"
+                  "不擅长：第一猜测就猜中整个英文单词（正确率 24%）；照抄句子本身不看好的词"
+                  "（把一个词放进“The dog sat on the ___.”再写两遍，它下一个猜中这个词的比例只有 25%，"
+                  "放进列表里则是 94%）；代码和表情符号；以及写作：贪心生成读起来像英文，但意思"
+                  "不大通（“After dinner we sat in the garden and”→“ wept. The children were looking for a”），"
                   "中文的贪心生成很快就重复自己（“我们明天早上”→“，我们明天早上，我们明天”）。"},
         "description": {
             # {n_layers}, {d_model}: the recipe's own (the GPU recipe is wider than the CPU one)
             "en": "The default: a GPT of the course's decoder blocks ({n_layers} layers, d_model {d_model}, 8 heads, "
-                  "pre-norm) trained here on modern English (the Brown Corpus) and Chinese (reviews and the People's "
-                  "Daily), with a little King James Bible and Tang poetry. Its 12,288 tokens are whole words and "
-                  "characters (an everyday English word is one token, a common Chinese character never cut into "
-                  "bytes), with byte fallback: any text, no ⟨unk⟩.",
+                  "pre-norm) trained here on modern English (the Brown Corpus and WordNet's example sentences) and "
+                  "Chinese (reviews and the People's Daily), with a little King James Bible and Tang poetry. Its "
+                  "12,288 tokens are whole words and characters (an everyday English word is one token, a common "
+                  "Chinese character never cut into bytes), with byte fallback: any text, no ⟨unk⟩.",
             "zh": "默认模型：由课程里的解码器块组成（{n_layers} 层，d_model {d_model}，8 个头，前置归一化），"
-                  "在现代英文（布朗语料库）和中文（评论与人民日报）上训练，另有少量钦定版圣经和唐诗。"
+                  "在现代英文（布朗语料库和 WordNet 的例句）和中文（评论与人民日报）上训练，"
+                  "另有少量钦定版圣经和唐诗。"
                   "它的 12,288 个词元是整个的词和字（日常英文单词是一个词元，常用汉字从不被拆成字节），"
                   "并带字节回退：任何文本都能读，没有 ⟨unk⟩。"}},
     "modern-gpt": {
